@@ -1,0 +1,45 @@
+"""Root pytest configuration: hypothesis profiles and the --backend option.
+
+Profiles: ``ci`` (derandomized, bounded, no deadline; chosen when CI is set),
+``dev`` (the default elsewhere), ``thorough`` (many examples, for hand runs).
+Select one with ``HYPOTHESIS_PROFILE=name``.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+settings.register_profile(
+    "ci", derandomize=True, max_examples=30, deadline=None, suppress_health_check=_SLOW_OK,
+    print_blob=True,
+)
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile(
+    "thorough", max_examples=3000, deadline=None, suppress_health_check=_SLOW_OK
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--backend", action="append", default=None,
+        help="backend to check (registered name or module.path:attr); repeatable; default: every registered one",
+    )
+
+
+def pytest_generate_tests(metafunc):
+    if "backend_spec" in metafunc.fixturenames:
+        import kernels
+
+        specs = metafunc.config.getoption("backend") or kernels.registered()
+        metafunc.parametrize("backend_spec", specs)
+
+
+def pytest_configure(config):
+    import sys
+    from pathlib import Path
+
+    # tests/mutants.py is a helper module, imported by name from the tests.
+    sys.path.insert(0, str(Path(__file__).parent / "tests"))

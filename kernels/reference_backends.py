@@ -1,0 +1,37 @@
+"""The reference's own two backends: the exact oracle and the seed emulation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, emulate, sparse_decode
+
+
+class ReferenceBackend:
+    """The exact oracle rounded once to bf16: the exact class (geometry None)."""
+
+    name = "reference"
+    geometry = None
+    splits = tuple(range(1, 9))
+
+    def available(self) -> str | None:
+        return None
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
+        """float32 ``[rows, H, 128]`` bf16 values; ``splits`` does not change the result."""
+        return bf16_round(sparse_decode(problem)[0])
+
+
+class EmulateBackend:
+    """The seed kernel's arithmetic (``reference.emulate``), seed geometry."""
+
+    name = "emulate"
+    geometry = SEED_GEOMETRY
+    splits = tuple(range(1, 9))
+
+    def available(self) -> str | None:
+        return None
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
+        """float32 ``[rows, H, 128]`` bf16 values of the seed's arithmetic with ``splits``."""
+        return emulate(problem, splits=splits)

@@ -1,0 +1,101 @@
+"""Deterministic construction of valid decode problems from a seed.
+
+Used by the benchmark, the built-in example, tests and the golden vectors.
+Everything is drawn from ``numpy.random.Generator(PCG64(seed))``, whose
+streams numpy keeps stable, and quantised with the integer/IEEE-exact codecs,
+so the same arguments give the same bytes on every machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import bf16_round
+from .paged_cache import BLK, D, build_pool
+from .problem import HG, DecodeProblem
+
+
+def random_problem(
+    seed: int,
+    *,
+    reqs: int = 2,
+    q_len: int = 1,
+    num_kv_heads: int = 1,
+    topk: int = 8,
+    layout: str = "token_rows",
+    seq_lens=None,
+    spare_pages: int = 2,
+    q_std: float = 1.0,
+    kv_std: float = 1.0,
+    k_global_scale: float = 0.0125,
+    v_global_scale: float = 0.02,
+    sm_scale: float = D**-0.5,
+    invalid_fraction: float = 0.25,
+    shuffle_slots: bool = True,
+) -> DecodeProblem:
+    """A valid random ``DecodeProblem``.
+
+    seq_lens: int sequence of length ``reqs`` or None (drawn in 0..1000).
+    Each request's blocks map to distinct pages of a shuffled pool with
+    ``spare_pages`` unused pages. Each (KV head, row) slot list holds distinct
+    valid ids, with about ``invalid_fraction`` of the slots ``-1`` or future
+    ids, in random order when ``shuffle_slots``.
+    """
+    rng = np.random.default_rng(seed)
+    if seq_lens is None:
+        seq_lens = rng.integers(0, 1000, reqs)
+    seq_lens = np.asarray(seq_lens, np.int32)
+    if seq_lens.shape != (reqs,):
+        raise ValueError(f"seq_lens has shape {seq_lens.shape}, expected ({reqs},)")
+    nblk = -(-seq_lens.astype(np.int64) // BLK)
+    max_blocks = max(1, int(nblk.max(initial=0)) + 1)
+    used = int(nblk.sum())
+    num_pages = used + spare_pages
+    perm = rng.permutation(num_pages)
+    block_table = np.full((reqs, max_blocks), -1, np.int32)
+    at = 0
+    for r in range(reqs):
+        block_table[r, : nblk[r]] = perm[at : at + nblk[r]]
+        at += nblk[r]
+    rows = reqs * q_len
+    H = HG * num_kv_heads
+    q = bf16_round(rng.standard_normal((rows, H, D)) * q_std)
+    k = rng.standard_normal((num_pages, num_kv_heads, BLK, D)) * kv_std
+    v = rng.standard_normal((num_pages, num_kv_heads, BLK, D)) * kv_std
+    pool = build_pool(
+        k, v, layout=layout, k_global_scale=k_global_scale, v_global_scale=v_global_scale
+    )
+    ids = np.full((num_kv_heads, rows, topk), -1, np.int32)
+    for r in range(rows):
+        pos = int(seq_lens[r // q_len]) - q_len + r % q_len
+        nvis = pos // BLK + 1 if pos >= 0 else 0
+        for h in range(num_kv_heads):
+            n_valid = min(nvis, topk)
+            chosen = rng.permutation(nvis)[:n_valid] if nvis else np.zeros(0, np.int64)
+            slots = np.full(topk, -1, np.int64)
+            slots[:n_valid] = chosen
+            junk = rng.random(topk) < invalid_fraction
+            junk[: max(1, n_valid // 2)] = False
+            future = nvis + rng.integers(0, 3, topk)
+            slots = np.where(junk, np.where(rng.random(topk) < 0.5, -1, future), slots)
+            if shuffle_slots:
+                slots = rng.permutation(slots)
+            ids[h, r] = slots
+    return DecodeProblem(
+        q=q,
+        pool=pool,
+        layout=layout,
+        num_kv_heads=num_kv_heads,
+        topk=ids,
+        block_table=block_table,
+        seq_lens=seq_lens,
+        q_len=q_len,
+        sm_scale=float(sm_scale),
+        k_global_scale=float(k_global_scale),
+        v_global_scale=float(v_global_scale),
+    )
+
+
+def example_problem() -> DecodeProblem:
+    """The built-in example: 3 requests (one padding), q_len 2, Hkv 2, TOPK 8."""
+    return random_problem(7, reqs=3, q_len=2, num_kv_heads=2, topk=8, seq_lens=[300, 0, 129])

@@ -1,0 +1,31 @@
+"""kernels: the backend protocol and the registry."""
+
+import numpy as np
+import pytest
+
+import kernels
+from reference.examples import random_problem
+
+
+def test_registry_has_the_reference_backends():
+    assert {"reference", "emulate"} <= set(kernels.registered())
+    for name in ("reference", "emulate"):
+        b = kernels.get_backend(name)
+        assert isinstance(b, kernels.Backend) and b.available() is None and 1 in b.splits
+
+
+def test_module_attr_resolves_classes_and_instances():
+    b = kernels.get_backend("kernels.reference_backends:EmulateBackend")
+    assert b.name == "emulate"
+    p = random_problem(0, reqs=2, num_kv_heads=1, topk=4)
+    out = b(p, splits=2)
+    assert out.dtype == np.float32 and out.shape == (p.rows, p.H, 128)
+
+
+def test_unknown_and_malformed_backends_raise_clear_errors():
+    with pytest.raises(kernels.BackendError, match="unknown backend 'nope'"):
+        kernels.get_backend("nope")
+    with pytest.raises(kernels.BackendError, match="cannot load backend"):
+        kernels.get_backend("no.such.module:thing")
+    with pytest.raises(kernels.BackendError, match="does not follow kernels.Backend"):
+        kernels.get_backend("numpy:float32")

@@ -1,0 +1,182 @@
+"""reference.sparse_decode on hand-computed cases, invariances, and layouts.
+
+Hand cases write E2M1 codes with scale byte 0x38 (= 1.0) so every K/V value is
+exact and the expected outputs follow from the softmax formula alone.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import reference as R
+from reference.examples import random_problem
+from reference.paged_cache import pool_from_codes
+
+ONE = 0x38  # E4M3 byte of 1.0
+CODE = {0.0: 0, 0.5: 1, 1.0: 2, 1.5: 3, 2.0: 4, 3.0: 5, 4.0: 6, 6.0: 7}
+
+
+def _hand(k_codes, v_codes, *, topk, block_table, seq_lens, q_len=1, q=None,
+          sm_scale=2.0**-7, kg=1.0, vg=1.0, layout="token_rows"):
+    """A 1-KV-head problem from per-page codes [pages, 128 tokens, 128 dims]."""
+    k_codes = np.asarray(k_codes, np.uint8)[:, None]
+    v_codes = np.asarray(v_codes, np.uint8)[:, None]
+    sc = np.full(k_codes.shape[:3] + (8,), ONE, np.uint8)
+    pool = pool_from_codes(k_codes, sc, v_codes, sc, layout=layout)
+    seq_lens = np.asarray(seq_lens, np.int32)
+    rows = len(seq_lens) * q_len
+    if q is None:
+        q = np.ones((rows, 16, 128), np.float32)
+    return R.DecodeProblem(
+        q=q, pool=pool, layout=layout, num_kv_heads=1,
+        topk=np.asarray(topk, np.int32).reshape(1, rows, -1),
+        block_table=np.asarray(block_table, np.int32), seq_lens=seq_lens,
+        q_len=q_len, sm_scale=sm_scale, k_global_scale=kg, v_global_scale=vg,
+    )
+
+
+def _close64(a, b):
+    """Equal up to float64 summation-order noise: BLAS may add in another order.
+
+    The error of a float64 weighted mean is ~n * 2**-53 * max|v|; 1e-12 of each
+    (row, head)'s largest magnitude covers n = 8192 keys with room to spare.
+    """
+    scale = np.maximum(np.abs(a).max(axis=-1, keepdims=True), np.abs(b).max(axis=-1, keepdims=True))
+    assert np.all(np.abs(a - b) <= 1e-12 * scale)
+
+
+def _pages(n):
+    return np.zeros((n, 128, 128), np.uint8), np.zeros((n, 128, 128), np.uint8)
+
+
+def test_one_key_outputs_its_value_times_v_global():
+    k, v = _pages(1)
+    k[0, 0] = CODE[0.5]
+    v[0, 0, :64] = CODE[3.0]
+    v[0, 0, 64:] = CODE[1.5] | 8
+    p = _hand(k, v, topk=[[0]], block_table=[[0]], seq_lens=[1], vg=0.5)
+    out, lse = R.sparse_decode(p)
+    want = np.r_[np.full(64, 1.5), np.full(64, -0.75)]
+    assert np.array_equal(out[0, 5], want)
+    # s = (128 * 0.5) * 2**-7 * 1 = 0.5, and the lse of a single key is its score.
+    assert lse[0, 5] == 0.5
+
+
+def test_two_keys_known_softmax():
+    k, v = _pages(1)
+    k[0, 0] = CODE[0.5]   # q.k = 64  -> s = 0.5
+    k[0, 1] = CODE[1.0]   # q.k = 128 -> s = 1.0
+    v[0, 0] = CODE[1.0]
+    v[0, 1] = CODE[2.0]
+    p = _hand(k, v, topk=[[0]], block_table=[[0]], seq_lens=[2])
+    out, lse = R.sparse_decode(p)
+    e0, e1 = np.exp(0.5), np.exp(1.0)
+    np.testing.assert_allclose(out[0], (e0 * 1 + e1 * 2) / (e0 + e1), rtol=1e-14)
+    np.testing.assert_allclose(lse[0], np.log(e0 + e1), rtol=1e-14)
+
+
+def _token_values(v, page, values):
+    for t, x in enumerate(values):
+        v[page, t] = CODE[abs(x)] | (8 if x < 0 else 0)
+
+
+def test_diagonal_block_is_cut_at_pos_mod_128_and_stale_tail_hidden():
+    # K all zero: uniform softmax over what is visible. Block 0 lives on page 1,
+    # block 1 (the diagonal one, pos = 129) on page 0.
+    vals = [0.5, 1.0, 1.5, 2.0, 3.0, 4.0, -0.5, -1.0]
+    k, v = _pages(2)
+    _token_values(v, 1, [vals[t % 8] for t in range(128)])
+    _token_values(v, 0, [1.0, 3.0] + [6.0] * 126)  # stale tail: 6.0 must not leak
+    p = _hand(k, v, topk=[[1, 0]], block_table=[[1, 0]], seq_lens=[130])
+    out, lse = R.sparse_decode(p)
+    visible = [vals[t % 8] for t in range(128)] + [1.0, 3.0]
+    np.testing.assert_allclose(out[0], np.mean(visible), rtol=1e-14)
+    np.testing.assert_allclose(lse[0], np.log(130), rtol=1e-14)
+
+
+def test_seq_len_zero_request_outputs_zeros_and_minus_inf():
+    k, v = _pages(1)
+    v[:] = CODE[1.0]
+    p = _hand(k, v, topk=[[0], [0]], block_table=[[0], [0]], seq_lens=[0, 5])
+    out, lse = R.sparse_decode(p)
+    assert np.all(out[0] == 0) and np.all(lse[0] == -np.inf)
+    assert np.all(out[1] == 1.0)
+
+
+def test_q_len_3_positions_across_a_block_boundary():
+    k, v = _pages(2)
+    _token_values(v, 0, [1.0] * 126 + [4.0, -2.0])  # tokens 126, 127 of block 0
+    _token_values(v, 1, [6.0] + [-6.0] * 127)        # token 128 is block 1 offset 0
+    p = _hand(k, v, topk=[[0, 1]] * 3, block_table=[[0, 1]], seq_lens=[129], q_len=3)
+    assert list(p.positions) == [126, 127, 128]
+    out, _ = R.sparse_decode(p)
+    np.testing.assert_allclose(out[0], (126 + 4.0) / 127, rtol=1e-14)
+    np.testing.assert_allclose(out[1], (126 + 4.0 - 2.0) / 128, rtol=1e-14)
+    np.testing.assert_allclose(out[2], (126 + 4.0 - 2.0 + 6.0) / 129, rtol=1e-14)
+
+
+def test_minus_one_and_future_slots_are_ignored():
+    base = random_problem(11, reqs=2, q_len=2, num_kv_heads=2, topk=4, seq_lens=[400, 260],
+                          invalid_fraction=0.0, shuffle_slots=False)
+    out0, lse0 = R.sparse_decode(base)
+    wide = np.full((2, 4, 9), -1, np.int32)
+    wide[..., [0, 2, 4, 6]] = base.topk
+    wide[..., 1] = np.where(base.self_blocks[None, :] >= 3, -1, 3)
+    wide[..., 8] = 50
+    out1, lse1 = R.sparse_decode(dataclasses.replace(base, topk=wide))
+    _close64(out0, out1)
+    np.testing.assert_allclose(lse1, lse0, rtol=1e-14)
+
+
+def test_slot_order_is_irrelevant():
+    p = random_problem(12, reqs=3, q_len=2, num_kv_heads=2, topk=8, seq_lens=[900, 300, 1000])
+    out0, lse0 = R.sparse_decode(p)
+    rng = np.random.default_rng(0)
+    perm = np.stack([np.stack([rng.permutation(p.topk[h, r]) for r in range(p.rows)]) for h in range(2)])
+    out1, lse1 = R.sparse_decode(dataclasses.replace(p, topk=perm.astype(np.int32)))
+    _close64(out0, out1)
+    np.testing.assert_allclose(lse1, lse0, rtol=1e-14)
+
+
+def test_row_with_no_valid_slot_gives_zeros_and_minus_inf():
+    p = random_problem(13, reqs=2, q_len=1, num_kv_heads=2, topk=4, seq_lens=[500, 500])
+    topk = p.topk.copy()
+    topk[1, 0] = [-1, 9, -1, 4]   # -1 and future only, KV head 1 of row 0
+    out, lse = R.sparse_decode(dataclasses.replace(p, topk=topk))
+    assert np.all(out[0, 16:] == 0) and np.all(lse[0, 16:] == -np.inf)
+    assert not np.isnan(out).any()
+    assert np.all(np.isfinite(lse[0, :16]))
+
+
+def test_head_h_reads_kv_head_h_div_16():
+    p = random_problem(14, reqs=1, q_len=1, num_kv_heads=3, topk=4, seq_lens=[512])
+    q = p.q.copy()
+    q[0] = q[0, 16:32][np.arange(48) % 16]  # all heads get KV head 1's queries
+    out, _ = R.sparse_decode(dataclasses.replace(p, q=q))
+    topk = np.repeat(p.topk[1:2], 3, axis=0)  # every KV head selects like head 1
+    same_sel, _ = R.sparse_decode(dataclasses.replace(p, q=q, topk=topk))
+    assert np.array_equal(out[0, 16:32], same_sel[0, 16:32])
+    assert not np.allclose(out[0, :16], out[0, 16:32])
+
+
+def test_both_layouts_give_identical_results():
+    a = random_problem(15, reqs=3, q_len=2, num_kv_heads=2, topk=6, layout="token_rows")
+    b = random_problem(15, reqs=3, q_len=2, num_kv_heads=2, topk=6, layout="planar")
+    assert not np.array_equal(a.pool, b.pool)
+    oa, la = R.sparse_decode(a)
+    ob, lb = R.sparse_decode(b)
+    assert np.array_equal(oa, ob) and np.array_equal(la, lb)
+
+
+def test_oracle_validates_first():
+    p = random_problem(16)
+    with pytest.raises(R.ScaleError):
+        R.sparse_decode(dataclasses.replace(p, sm_scale=-1.0))
+
+
+def test_oracle_never_nan_with_large_logits():
+    p = random_problem(17, reqs=2, q_len=2, num_kv_heads=1, topk=8, q_std=3000.0, kv_std=50.0,
+                       seq_lens=[700, 129])
+    out, lse = R.sparse_decode(p)
+    assert not np.isnan(out).any() and not np.isnan(lse).any()

@@ -1,0 +1,158 @@
+"""reference.problem: derived facts and every validator error path."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import reference as R
+from reference.examples import random_problem
+
+
+def _base(**kw):
+    return random_problem(3, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[300, 0, 129], **kw)
+
+
+def _with(p, **changes):
+    return dataclasses.replace(p, **changes)
+
+
+def test_random_problem_is_valid_and_deterministic():
+    a, b = _base(), _base()
+    a.validate()
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        assert np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
+
+
+def test_positions_and_self_blocks():
+    p = _base()
+    assert list(p.positions) == [298, 299, -2, -1, 127, 128]
+    assert list(p.self_blocks) == [2, 2, -1, -1, 0, 1]
+    assert (p.rows, p.H, p.reqs, p.TOPK) == (6, 32, 3, 6)
+
+
+def test_valid_slots_exclude_minus_one_future_and_padding_rows():
+    p = _base()
+    topk = p.topk.copy()
+    topk[0, 0] = [-1, 0, 2, 3, 7, 1]
+    topk[0, 2] = [0, 1, -1, -1, -1, -1]
+    p = _with(p, topk=topk)
+    assert list(p.valid_slots[0, 0]) == [False, True, True, False, False, True]
+    assert not p.valid_slots[0, 2].any()
+
+
+@pytest.mark.parametrize(
+    "change, err, msg",
+    [
+        (lambda p: {"q": p.q.astype(np.float64)}, R.ShapeError, "q must be float32"),
+        (lambda p: {"q": p.q[:, :16]}, R.HeadCountError, "H = 16 heads but num_kv_heads = 2"),
+        (lambda p: {"q": p.q[:4]}, R.ShapeError, "4 rows but seq_lens has 3 requests"),
+        (lambda p: {"topk": p.topk[:1]}, R.ShapeError, "topk.shape"),
+        (lambda p: {"topk": p.topk.astype(np.int64)}, R.ShapeError, "topk must be int32"),
+        (lambda p: {"pool": p.pool[:, :-1]}, R.ShapeError, "pool.shape"),
+        (lambda p: {"layout": "rows"}, R.ParameterError, "layout = 'rows'"),
+        (lambda p: {"q_len": 0}, R.ParameterError, "q_len = 0"),
+        (lambda p: {"sm_scale": 0.0}, R.ScaleError, "sm_scale = 0.0"),
+        (lambda p: {"k_global_scale": float("nan")}, R.ScaleError, "k_global_scale = nan"),
+        (lambda p: {"v_global_scale": -1.0}, R.ScaleError, "v_global_scale = -1.0"),
+        (lambda p: {"v_global_scale": 1e39}, R.ScaleError, "not a positive finite float32"),
+    ],
+)
+def test_validator_rejects_bad_shapes_and_scalars(change, err, msg):
+    p = _base()
+    with pytest.raises(err, match=msg):
+        _with(p, **change(p)).validate()
+
+
+def test_validator_rejects_non_bf16_query_naming_index():
+    p = _base()
+    q = p.q.copy()
+    q[4, 17, 100] = np.float32(1.0 + 2.0**-12)
+    with pytest.raises(R.QueryValueError, match=r"q\[4, 17, 100\] = .*not a finite bfloat16"):
+        _with(p, q=q).validate()
+    q[4, 17, 100] = np.inf
+    with pytest.raises(R.QueryValueError, match=r"q\[4, 17, 100\]"):
+        _with(p, q=q).validate()
+
+
+def test_validator_rejects_negative_seq_len():
+    p = _base()
+    with pytest.raises(R.SeqLenError, match=r"seq_lens\[1\] = -5 is negative"):
+        _with(p, seq_lens=np.array([300, -5, 129], np.int32)).validate()
+
+
+def test_validator_rejects_seq_len_beyond_block_table():
+    p = _base()
+    cols = p.block_table.shape[1]
+    sl = np.array([300, 0, cols * 128 + 1], np.int32)
+    with pytest.raises(R.SeqLenError, match=rf"seq_lens\[2\] = {cols * 128 + 1} needs {cols + 1} blocks"):
+        _with(p, seq_lens=sl).validate()
+
+
+def test_validator_rejects_topk_below_minus_one():
+    p = _base()
+    topk = p.topk.copy()
+    topk[1, 3, 4] = -2
+    with pytest.raises(R.TopkIdError, match=r"topk\[1, 3, 4\] = -2"):
+        _with(p, topk=topk).validate()
+
+
+def test_validator_rejects_duplicate_valid_ids_but_not_duplicate_invalid_ones():
+    p = _base()
+    topk = p.topk.copy()
+    topk[1, 0] = [-1, 2, -1, 9, 9, 2]
+    with pytest.raises(R.DuplicateSlotError, match=r"topk\[1, 0, 1\] and topk\[1, 0, 5\] both select valid block 2"):
+        _with(p, topk=topk).validate()
+    topk[1, 0] = [-1, 2, -1, 9, 9, 1]
+    _with(p, topk=topk).validate()
+
+
+def test_validator_rejects_page_outside_pool_with_full_message():
+    p = _base()
+    bt = p.block_table.copy()
+    topk = p.topk.copy()
+    topk[:, :2] = [0, 1, -1, -1, -1, -1]
+    topk[1, 0] = [0, 1, 2, -1, -1, -1]
+    bt[0, 2] = 912
+    with pytest.raises(
+        R.PageIndexError,
+        match=rf"topk\[1, 0, 2\] = 2 maps through block_table\[0, 2\] = 912, outside \[0, {p.num_pages}\) pages",
+    ):
+        _with(p, topk=topk, block_table=bt).validate()
+    bt[0, 2] = -1
+    with pytest.raises(R.PageIndexError, match="= -1, outside"):
+        _with(p, topk=topk, block_table=bt).validate()
+
+
+def test_validator_ignores_bad_pages_of_invalid_slots():
+    p = _base()
+    bt = p.block_table.copy()
+    bt[1, :] = 10**6  # request 1 is padding: none of its slots is valid
+    _with(p, block_table=bt).validate()
+
+
+@pytest.mark.parametrize("byte", [0x7F, 0xFF])
+@pytest.mark.parametrize("kind", ["k_scale", "v_scale"])
+def test_validator_rejects_nan_scale_byte_in_read_page(kind, byte):
+    from reference.paged_cache import page_views
+
+    p = _base()
+    topk = p.topk.copy()
+    topk[0, 0] = [1, -1, -1, -1, -1, -1]
+    page = int(p.block_table[0, 1])
+    pool = p.pool.copy()
+    getattr(page_views(pool, p.layout, 2), kind)[page, 0, 77, 3] = byte
+    with pytest.raises(R.NaNScaleByteError, match=rf"page {page}, KV head 0: {kind[0].upper()} scale"):
+        _with(p, topk=topk, pool=pool).validate()
+
+
+def test_validator_accepts_nan_scale_byte_in_unread_page_and_other_head():
+    from reference.paged_cache import page_views
+
+    p = _base()
+    pool = p.pool.copy()
+    used = set(p.slot_pages()[p.valid_slots].tolist())
+    spare = [i for i in range(p.num_pages) if i not in used][0]
+    page_views(pool, p.layout, 2).k_scale[spare] = 0x7F
+    _with(p, pool=pool).validate()

@@ -1,0 +1,218 @@
+"""``python -m vectors``: check a backend, replay a case, manage the catalog.
+
+Exit codes: 0 conformant, 1 not conformant, 2 usage or setup error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+
+import kernels
+
+from .harness import run_case
+from .io import CaseFileError, load_case, save_case
+
+PREFERENCE = ("flydsl", "triton", "torch", "emulate")
+REPRO_DIR = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))
+
+
+class SetupError(Exception):
+    """Exit 2: an unknown or unavailable backend, or a bad argument."""
+
+
+def pick_backend(spec: str | None):
+    """The backend for ``spec``, or the best available one when None."""
+    if spec is None:
+        reasons = []
+        for name in PREFERENCE:
+            try:
+                b = kernels.get_backend(name)
+            except kernels.BackendError as e:
+                reasons.append(f"{name}: {e}")
+                continue
+            why = b.available()
+            if why is None:
+                return b
+            reasons.append(f"{name}: {why}")
+        raise SetupError("no backend available:\n  " + "\n  ".join(reasons))
+    try:
+        b = kernels.get_backend(spec)
+    except kernels.BackendError as e:
+        raise SetupError(str(e)) from e
+    why = b.available()
+    if why is not None:
+        raise SetupError(f"backend {b.name!r} is not available here: {why}")
+    return b
+
+
+def _save_repro(backend, problem, splits: int, report_text: str) -> Path:
+    REPRO_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = REPRO_DIR / "incoming.npz"
+    digest = save_case(tmp, problem, meta={"backend": backend.name, "splits": splits, "report": report_text})
+    path = REPRO_DIR / f"{backend.name}-{digest[:12]}.npz"
+    tmp.replace(path)
+    return path
+
+
+def _progress(msg: str) -> None:
+    end = "\r" if sys.stderr.isatty() else "\n"
+    print(msg, file=sys.stderr, end=end, flush=True)
+
+
+def check_generated(backend, examples: int, seed: int, splits_choice=None, progress_every: int = 10,
+                    shrink: bool = True):
+    """Run ``examples`` hypothesis-generated problems; returns (ok, stats, failure).
+
+    shrink: minimise the first failing problem (off: stop at the first failure).
+    stats: Counter of case class -> [problems, failures]. failure: None, or
+    (problem, splits, text) of the minimised failing problem.
+    """
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+    from hypothesis import strategies as st
+
+    from .strategies import case_classes, problems
+
+    splits_opts = tuple(splits_choice or backend.splits)
+    stats = collections.defaultdict(lambda: [0, 0])
+    state = {"n": 0, "failing": None, "shrinking": False}
+
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
+
+    @hseed(seed)
+    @settings(max_examples=examples, deadline=None, database=None, print_blob=False,
+              suppress_health_check=list(HealthCheck), phases=phases)
+    @given(problems(), st.sampled_from(splits_opts))
+    def prop(problem, splits):
+        try:
+            _, rep = run_case(backend, problem, splits)
+            ok, text = rep.passed, rep.details()
+        except Exception as e:  # a crashing backend is a non-conformant one
+            ok, text = False, f"backend raised {type(e).__name__}: {e}"
+        if not state["shrinking"]:
+            state["n"] += 1
+            for c in case_classes(problem) + [f"splits={splits}"]:
+                stats[c][0] += 1
+                stats[c][1] += 0 if ok else 1
+            if state["n"] % progress_every == 0 or state["n"] == examples:
+                _progress(f"  generated: {state['n']}/{examples} problems checked")
+        if not ok:
+            if not state["shrinking"]:
+                _progress(f"  generated: failure at problem {state['n']}; minimising...")
+            state["shrinking"] = True
+            state["failing"] = (problem, splits, text)
+            raise AssertionError(text)
+
+    try:
+        prop()
+    except AssertionError:
+        return False, stats, state["failing"]
+    return True, stats, None
+
+
+def _print_stats(stats) -> None:
+    if not stats:
+        return
+    w = max(len(k) for k in stats)
+    print(f"  {'case class':<{w}}  problems  failed")
+    for k in sorted(stats):
+        n, f = stats[k]
+        print(f"  {k:<{w}}  {n:8d}  {f:6d}")
+
+
+def cmd_check(args) -> int:
+    backend = pick_backend(args.backend)
+    print(f"backend: {backend.name} (geometry: {backend.geometry or 'exact class'}; splits {list(backend.splits)})")
+    t0 = time.time()
+    ok = True
+    from . import catalog
+
+    if not args.no_golden:
+        if catalog.exists():
+            g_ok, lines = catalog.check_all(backend, progress=_progress)
+            ok &= g_ok
+            for ln in lines:
+                print(ln)
+        else:
+            print("golden vectors: none in this checkout (vectors/manifest.json missing)")
+    if args.examples > 0:
+        print(f"generated problems: {args.examples} (seed {args.seed})")
+        g_ok, stats, failing = check_generated(backend, args.examples, args.seed, args.splits)
+        _print_stats(stats)
+        if failing is not None:
+            problem, splits, text = failing
+            path = _save_repro(backend, problem, splits, text)
+            print("FIRST FAILING PROBLEM (minimised):")
+            print(f"  rows {problem.rows}, Hkv {problem.num_kv_heads}, TOPK {problem.TOPK}, q_len {problem.q_len}, "
+                  f"layout {problem.layout}, splits {splits}")
+            print("  " + text.replace("\n", "\n  "))
+            print(f"saved: {path}")
+            print(f"replay: python -m vectors replay {path} --backend {args.backend or backend.name} --splits {splits}")
+        ok &= g_ok
+    print(f"{'CONFORMANT' if ok else 'NOT CONFORMANT'}: backend {backend.name}, {time.time() - t0:.1f} s")
+    return 0 if ok else 1
+
+
+def cmd_replay(args) -> int:
+    backend = pick_backend(args.backend)
+    try:
+        problem, meta, extra = load_case(args.file)
+    except CaseFileError as e:
+        raise SetupError(str(e)) from e
+    from . import catalog
+
+    expected_error = meta.get("expected_error")
+    if expected_error:
+        ok, text = catalog.check_invalid(problem, expected_error)
+        print(text)
+        return 0 if ok else 1
+    splits_list = [args.splits] if args.splits else meta.get("splits_list") or [meta.get("splits", 1)]
+    ok = True
+    for s in splits_list:
+        if s not in backend.splits:
+            print(f"splits={s}: skipped, backend {backend.name} supports {list(backend.splits)}")
+            continue
+        _, rep = run_case(backend, problem, s)
+        print(f"splits={s}: " + rep.details())
+        ok &= rep.passed
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m vectors", description="NVFP4 sparse decode conformance")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="golden vectors + generated problems against a backend")
+    c.add_argument("--backend", help=f"registered name ({', '.join(kernels.registered())}) or module.path:attr; "
+                                     f"default: the first available of {', '.join(PREFERENCE)}")
+    c.add_argument("--examples", type=int, default=100, help="generated problems (default 100; 0 for none)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the generated problems")
+    c.add_argument("--splits", type=int, action="append", help="only these split counts (repeatable)")
+    c.add_argument("--no-golden", action="store_true", help="skip the golden vectors")
+    c.set_defaults(fn=cmd_check)
+    r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend")
+    r.add_argument("file")
+    r.add_argument("--backend")
+    r.add_argument("--splits", type=int)
+    r.set_defaults(fn=cmd_replay)
+    from . import catalog
+
+    catalog.add_subcommands(sub)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if getattr(args, "examples", 0) < 0:
+        print("error: --examples must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        return args.fn(args)
+    except SetupError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,46 @@
+"""Running a backend on one problem the way the conformance checks do.
+
+The output buffer (for backends that accept ``out=``) is pre-filled with NaN so
+that a row the backend never stores shows up; each problem runs twice and the
+two results must be bitwise equal (a split kernel that leaves its tickets
+dirty fails the second run).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from reference import DecodeProblem
+from reference.compare import Report, compare_backend_output
+
+
+def _call(backend, problem: DecodeProblem, splits: int) -> np.ndarray:
+    try:
+        takes_out = "out" in inspect.signature(backend.__call__).parameters
+    except (TypeError, ValueError):
+        takes_out = False
+    if takes_out:
+        out = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
+        res = backend(problem, splits=splits, out=out)
+        return out if res is None else np.asarray(res)
+    return np.asarray(backend(problem, splits=splits))
+
+
+def run_case(backend, problem: DecodeProblem, splits: int = 1) -> tuple[np.ndarray, Report]:
+    """Run ``backend`` twice on ``problem`` and compare; returns (first output, report).
+
+    The report compares with the exact oracle (geometry None) or the emulation
+    of the backend's geometry with the same ``splits``.
+    """
+    first = _call(backend, problem, splits)
+    second = _call(backend, problem, splits)
+    report = compare_backend_output(problem, first, geometry=backend.geometry, splits=splits)
+    a = np.asarray(first, np.float32)
+    b = np.asarray(second, np.float32)
+    if a.shape == b.shape:
+        report.repeat_mismatch = int((a.view(np.uint32) != b.view(np.uint32)).sum())
+    else:
+        report.repeat_mismatch = int(a.size)
+    return first, report
