@@ -80,6 +80,8 @@ def load_case(path, sha256: str | None = None) -> tuple[DecodeProblem, dict, dic
     data = path.read_bytes()
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise CaseFileError(f"{path}: sha256 {hashlib.sha256(data).hexdigest()} does not match the manifest's {sha256}")
+    if not data.startswith(b"PK\x03\x04"):
+        raise CaseFileError(f"{path}: not a readable npz file (no zip signature)")
     try:
         npz = np.load(io.BytesIO(data), allow_pickle=False)
         arrays = {k: npz[k] for k in npz.files}

@@ -1,0 +1,471 @@
+"""The golden cases: how each is built, what it targets.
+
+Every builder is deterministic: it starts from ``random_problem`` (PCG64
+streams, integer and IEEE-exact codecs) with a fixed seed and then writes
+structured bytes, so regeneration gives the same problem on every machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from reference import DecodeProblem, bf16_round
+from reference.examples import random_problem
+from reference.paged_cache import BLK, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
+
+FLAGS = {
+    "first-invalid-nan": "leading slots all invalid; an unguarded exp2(-inf - -inf) turns the row NaN",
+    "empty-row": "rows that see no key (padding requests, no valid slot): exact zeros, never NaN",
+    "split-merge": "split-KV partials merged, including splits that got no block",
+    "split-rescale": "split maxima far apart: a merge without exp2(big - top) rescaling is wrong",
+    "ticket-reset": "split tickets must be reset: the second launch of the same case must match",
+    "minus-one": "-1 slots that a kernel must not dereference through the block table",
+    "v-scale-swizzle": "V scales with a token-dependent pattern: a linear read gives other values",
+    "v-scale-writer": "every token of a 4-token group has its own V scale (a writer keeping one per 4 tokens is wrong)",
+    "stale-tail": "bytes past seq_len in the last page are loud; attending them moves the output",
+    "fnuz": "scale bytes whose E4M3FNUZ reading differs (every byte halves; 0x80 is NaN; 0x7F is 240)",
+    "e4m3-special": "subnormal, zero and largest E4M3 scale bytes in pages that are read",
+    "e4m3-nan": "an E4M3 NaN scale byte in a read page (invalid input)",
+    "e2m1-ties": "cache written from values on E2M1 ties (a reciprocal-multiply writer rounds them otherwise)",
+    "nibble-order": "every E2M1 code in both nibbles, so a swapped nibble order shows",
+    "scale-group": "scale groups with distinct values, so an off-by-one group index shows",
+    "topk-major": "Hkv > 1 and rows != Hkv with distinct per-head selections: token-major top-k reads other slots",
+    "head-map": "KV heads with very different data: h % Hkv instead of h // 16 reads the wrong head",
+    "position": "q_len > 1 across a block boundary: an off-by-one position moves the causal cut",
+    "causal-earlier": "earlier blocks fully visible next to a cut diagonal block",
+    "xcds": "rows not a multiple of xcds * q_len: FlyDSL's XCD padding must store nothing for pad rows",
+    "stray-read": "slabs no valid slot reads are poisoned with NaN scale bytes",
+    "layout": "the same values in the other page layout",
+    "large-logits": "peaked softmax, P underflowing to subnormal",
+    "topk-wide": "TOPK 33 or 64: slot lanes past 32 in use",
+    "odd-blocks": "an odd number of valid blocks: the last loop trip's second block is masked",
+    "invalid": "invalid input: the host side must reject it with the named ProblemError",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    comment: str
+    flags: tuple
+    build: object
+    splits: tuple = (1, 2, 3, 8)
+    expected_error: str | None = None
+    xcds: tuple = (0, 8)
+
+
+def _replace(p: DecodeProblem, **kw) -> DecodeProblem:
+    return dataclasses.replace(p, **kw)
+
+
+def _base(seed, **kw):
+    kw.setdefault("spare_pages", 0)
+    return random_problem(seed, **kw)
+
+
+def _loud_tail(p: DecodeProblem) -> DecodeProblem:
+    """Largest codes and scale 448 past seq_len in every request's last page."""
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, p.num_kv_heads)
+    for r, sl in enumerate(p.seq_lens):
+        if sl % BLK == 0 or sl == 0:
+            continue
+        pg = p.block_table[r, sl // BLK]
+        t = sl % BLK
+        v.k_data[pg, :, t:] = 0x77
+        v.v_data[pg, :, t:] = 0x77
+        v.k_scale[pg, :, t:] = 0x7E
+        lin = unswizzle_v_scales(v.v_scale[pg])
+        lin[:, t:] = 0x7E
+        v.v_scale[pg] = swizzle_v_scales(lin)
+    return _replace(p, pool=pool)
+
+
+def _poison_unread(p: DecodeProblem) -> DecodeProblem:
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, p.num_kv_heads)
+    read = np.zeros((p.num_pages, p.num_kv_heads), bool)
+    valid = p.valid_slots
+    heads = np.broadcast_to(np.arange(p.num_kv_heads)[:, None, None], valid.shape)
+    read[p.slot_pages()[valid], heads[valid]] = True
+    for pg, h in np.argwhere(~read):
+        v.k_scale[pg, h] = 0x7F
+        v.v_scale[pg, h] = 0xFF
+    return _replace(p, pool=pool)
+
+
+def _set_scales(p: DecodeProblem, which: str, fn) -> DecodeProblem:
+    """Rewrite linear scales of every slab: ``fn(shape, rng) -> uint8 [pages, Hkv, 128, 8]``."""
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, p.num_kv_heads)
+    rng = np.random.default_rng(99)
+    if "k" in which:
+        v.k_scale[...] = fn(v.k_scale.shape, rng)
+    if "v" in which:
+        v.v_scale[...] = swizzle_v_scales(fn(v.v_scale.shape, rng))
+    return _replace(p, pool=pool)
+
+
+def _slots(p: DecodeProblem, fn) -> DecodeProblem:
+    topk = p.topk.copy()
+    fn(topk)
+    return _replace(p, topk=topk)
+
+
+# --- builders ---------------------------------------------------------------
+
+def first_slots_invalid(topk_w=16):
+    p = _base(101, reqs=3, q_len=1, num_kv_heads=1, topk=topk_w, seq_lens=[1100, 700, 300],
+              invalid_fraction=0.0, shuffle_slots=False)
+
+    def f(t):
+        for r in range(p.rows):
+            nv = int((t[0, r] >= 0).sum())
+            valid = t[0, r][t[0, r] >= 0][: topk_w // 2]
+            lead = np.where(np.arange(topk_w - len(valid)) % 2 == 0, -1, 40 + r)
+            t[0, r] = np.concatenate([lead, valid])
+            assert nv >= 1
+    return _slots(p, f)
+
+
+def no_valid_slot_rows():
+    p = _base(102, reqs=3, q_len=2, num_kv_heads=2, topk=8, seq_lens=[400, 300, 500])
+
+    def f(t):
+        t[0, 1] = [-1, 9, -1, 7, 20, -1, -1, 5]
+        t[1, 4] = -1
+    return _slots(p, f)
+
+
+def padding_requests(q_len=1):
+    return _base(103 + q_len, reqs=6, q_len=q_len, num_kv_heads=2, topk=8,
+                 seq_lens=[500, 0, 130, 0, 0, 1] if q_len == 1 else [500, 130, 1, 0, 0, 0])
+
+
+def minus_one_slots(first_request: bool):
+    p = _base(106 + first_request, reqs=3, q_len=1, num_kv_heads=1, topk=8, seq_lens=[400, 520, 260], spare_pages=1,
+              invalid_fraction=0.0, shuffle_slots=False)
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, 1)
+    bt = p.block_table.copy()
+    # The entry just before each row's table (and the last one, where numpy
+    # wraps -1) points at a loud page, so a dereferenced -1 shows.
+    loud = p.num_pages - 1
+    v.v_data[loud] = 0x77
+    v.k_data[loud] = 0x77
+    bt[bt < 0] = loud
+
+    def f(t):
+        for r in range(p.rows):
+            if first_request and r != 0:
+                continue
+            t[0, r, 1::2] = -1
+    return _slots(_replace(p, pool=pool, block_table=bt), f)
+
+
+def v_scale_swizzle():
+    p = _base(108, reqs=2, q_len=1, num_kv_heads=2, topk=4, seq_lens=[512, 300])
+
+    def pattern(shape, rng):
+        t = np.arange(BLK)[:, None]
+        s = np.arange(8)[None, :]
+        # Exponent varies with token and group: no linear re-read reproduces it.
+        return np.broadcast_to((0x28 + (t * 3 + s * 5) % 24).astype(np.uint8), shape).copy()
+    return _set_scales(p, "v", pattern)
+
+
+def v_scale_per_token():
+    p = _base(109, reqs=2, q_len=2, num_kv_heads=1, topk=4, seq_lens=[256, 390])
+
+    def pattern(shape, rng):
+        t = np.arange(BLK)[:, None]
+        base = rng.integers(0x30, 0x3C, shape, dtype=np.uint8)
+        return (base + (t % 4 * 2).astype(np.uint8)).astype(np.uint8)
+    return _set_scales(p, "v", pattern)
+
+
+def stale_tail(seq_lens):
+    return _loud_tail(_base(110 + seq_lens[0] % 7, reqs=len(seq_lens), q_len=1, num_kv_heads=1, topk=8,
+                            seq_lens=seq_lens))
+
+
+def scale_bytes(kind: str):
+    p = _base(120, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[400, 260])
+    special = {
+        "neg_zero": np.array([0x80, 0x38, 0x30, 0x80], np.uint8),
+        "subnormal": np.array([0x01, 0x02, 0x05, 0x07, 0x81, 0x86, 0x38], np.uint8),
+        "zero": np.array([0x00, 0x00, 0x38, 0x34], np.uint8),
+        "max": np.array([0x7E, 0xFE, 0x7D, 0x77], np.uint8),
+    }[kind]
+
+    def pattern(shape, rng):
+        return rng.choice(special, shape).astype(np.uint8)
+    return _set_scales(p, "kv", pattern)
+
+
+def nan_scale(byte: int, which: str):
+    p = _base(121, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[400, 260])
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, 1)
+    page = int(p.slot_pages()[p.valid_slots][0])
+    getattr(v, which)[page, 0, 5, 3] = byte
+    return _replace(p, pool=pool)
+
+
+def every_code():
+    p = _base(122, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[512, 200])
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, 1)
+    codes = (np.arange(BLK)[:, None] + np.arange(128)[None, :] * 7) % 16
+    for data in (v.k_data, v.v_data):
+        for pg in range(p.num_pages):
+            data[pg, 0] = pack_e2m1(np.roll(codes, pg, axis=0))
+    return _replace(p, pool=pool)
+
+
+def scale_groups():
+    p = _base(123, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[384, 256])
+
+    def pattern(shape, rng):
+        return np.broadcast_to((0x28 + 3 * np.arange(8)).astype(np.uint8), shape).copy()
+    return _set_scales(p, "kv", pattern)
+
+
+def e2m1_ties():
+    p = _base(124, reqs=2, q_len=1, num_kv_heads=1, topk=3, seq_lens=[300, 200], spare_pages=0)
+    rng = np.random.default_rng(124)
+    shape = (p.num_pages, 1, BLK, 128)
+    ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    vals = rng.choice(ties, shape) * rng.choice([-1.0, 1.0], shape)
+    vals[..., ::16] = 6.0  # amax 6 per group with g = 1/4: sf = 4, x / (4 g) lands on the tie
+    g = 0.25
+    pool = build_pool(vals, vals, layout="token_rows", k_global_scale=g, v_global_scale=g)
+    return _replace(p, pool=pool, k_global_scale=g, v_global_scale=g)
+
+
+def head_major(hk, reqs, q_len):
+    return _base(130 + hk, reqs=reqs, q_len=q_len, num_kv_heads=hk, topk=6,
+                 seq_lens=[400 - 90 * r for r in range(reqs)], invalid_fraction=0.3)
+
+
+def head_mapping(hk):
+    p = _base(140 + hk, reqs=2, q_len=1, num_kv_heads=hk, topk=4, seq_lens=[512, 300])
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, hk)
+    for h in range(hk):
+        v.v_scale[:, h] = 0x30 + 4 * h  # KV head h's values scale by 2**(h/2)
+        v.k_scale[:, h] = 0x38 - 2 * h
+    return _replace(p, pool=pool)
+
+
+def positions(seq_len, q_len):
+    return _loud_tail(_base(150 + q_len, reqs=2, q_len=q_len, num_kv_heads=1, topk=4,
+                            seq_lens=[seq_len, seq_len + 128], invalid_fraction=0.0))
+
+
+def causal_earlier():
+    return _base(155, reqs=2, q_len=1, num_kv_heads=1, topk=8, seq_lens=[7 * 128 + 3, 5 * 128 + 64],
+                 invalid_fraction=0.0)
+
+
+def splits_case(n_valid):
+    p = _base(160 + n_valid, reqs=2, q_len=1, num_kv_heads=1, topk=8, seq_lens=[1024, 1024],
+              invalid_fraction=0.0, shuffle_slots=False)
+
+    def f(t):
+        for r in range(p.rows):
+            t[0, r, n_valid:] = -1
+    return _slots(p, f)
+
+
+def split_rescale():
+    p = _base(170, reqs=1, q_len=1, num_kv_heads=1, topk=8, seq_lens=[1024], invalid_fraction=0.0,
+              shuffle_slots=False)
+    pool = p.pool.copy()
+    v = page_views(pool, p.layout, 1)
+    # Block in slot 6 gets keys aligned with q: its scores dwarf every other.
+    page = p.block_table[0, p.topk[0, 0, 6]]
+    sign = np.where(p.q[0, 0] >= 0, 0, 8)
+    codes = np.broadcast_to(7 | sign, (BLK, 128))
+    v.k_data[page, 0] = pack_e2m1(codes)
+    v.k_scale[page, 0] = 0x40
+    return _replace(p, pool=pool, q=bf16_round(p.q * 2))
+
+
+def xcds_rows():
+    return _base(175, reqs=5, q_len=3, num_kv_heads=1, topk=6, seq_lens=[300, 129, 0, 200, 390])
+
+
+def poisoned():
+    return _poison_unread(_base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0],
+                                spare_pages=3))
+
+
+def layout_case(layout):
+    return _base(177, reqs=3, q_len=2, num_kv_heads=2, topk=6, layout=layout, seq_lens=[500, 260, 129])
+
+
+def large_logits():
+    return _base(178, reqs=2, q_len=2, num_kv_heads=1, topk=8, q_std=24.0, kv_std=4.0, seq_lens=[900, 400])
+
+
+def wide_topk(k):
+    return _base(180 + k, reqs=1, q_len=1, num_kv_heads=1, topk=k, seq_lens=[k * 128], invalid_fraction=0.0,
+                 spare_pages=0)
+
+
+def odd_blocks():
+    return splits_case(5)
+
+
+def shared_prefix():
+    p = _base(185, reqs=3, q_len=1, num_kv_heads=1, topk=6, seq_lens=[640, 640, 300])
+    bt = p.block_table.copy()
+    bt[1, :3] = bt[0, :3]  # requests 0 and 1 share their first three pages (prefix caching)
+    return _replace(p, block_table=bt)
+
+
+# --- invalid input ------------------------------------------------------------
+
+def _inv_base():
+    return _base(190, reqs=2, q_len=2, num_kv_heads=2, topk=4, seq_lens=[400, 260])
+
+
+def inv_shape():
+    p = _inv_base()
+    return _replace(p, q=p.q[:3])
+
+
+def inv_heads():
+    p = _inv_base()
+    return _replace(p, q=p.q[:, :24])
+
+
+def inv_q(value):
+    p = _inv_base()
+    q = p.q.copy()
+    q[1, 5, 9] = value
+    return _replace(p, q=q)
+
+
+def inv_seq(value):
+    p = _inv_base()
+    return _replace(p, seq_lens=np.array([400, value], np.int32))
+
+
+def inv_topk_below():
+    return _slots(_inv_base(), lambda t: t.__setitem__((1, 2, 3), -5))
+
+
+def inv_duplicate():
+    def f(t):
+        t[0, 0] = [1, -1, 1, 0]
+    return _slots(_inv_base(), f)
+
+
+def inv_page(value):
+    p = _inv_base()
+    bt = p.block_table.copy()
+
+    def f(t):
+        t[:, 0] = [0, -1, -1, -1]
+    p = _slots(p, f)
+    bt[0, 0] = value
+    return _replace(p, block_table=bt)
+
+
+def inv_scale(field, value):
+    return _replace(_inv_base(), **{field: value})
+
+
+CASES = [
+    Case("first-slots-invalid", "Half the slots of every row lead with -1 and future ids before the valid ones.",
+         ("first-invalid-nan",), lambda: first_slots_invalid()),
+    Case("no-valid-slot-rows", "Rows (and single KV heads of rows) whose slots are all -1 or future.",
+         ("empty-row", "first-invalid-nan"), no_valid_slot_rows),
+    Case("padding-requests", "A CUDA-graph batch: half the requests have seq_len 0, merged over 1..8 splits.",
+         ("empty-row", "split-merge"), lambda: padding_requests(1), splits=tuple(range(1, 9))),
+    Case("padding-requests-qlen2", "Trailing seq_len-0 requests with q_len 2, and a request with seq_len 1.",
+         ("empty-row", "position"), lambda: padding_requests(2)),
+    Case("minus-one-slots", "Every second slot is -1 and the table's unused entries point at a loud page.",
+         ("minus-one",), lambda: minus_one_slots(False)),
+    Case("minus-one-first-request", "-1 slots in request 0, where a dereference reads before the table.",
+         ("minus-one",), lambda: minus_one_slots(True)),
+    Case("v-scale-swizzle", "V scales vary with token and group: only the swizzled read gives these values.",
+         ("v-scale-swizzle",), v_scale_swizzle),
+    Case("v-scale-per-token", "Each token of every 4-token group has its own V scale.",
+         ("v-scale-swizzle", "v-scale-writer"), v_scale_per_token),
+    Case("stale-tail-1", "seq_len % 128 == 1: 127 loud stale tokens after the last real one.",
+         ("stale-tail",), lambda: stale_tail([129, 257])),
+    Case("stale-tail-64", "seq_len % 128 == 64 with loud stale tokens.", ("stale-tail",),
+         lambda: stale_tail([320, 64])),
+    Case("stale-tail-127", "seq_len % 128 == 127: one loud stale token.", ("stale-tail",),
+         lambda: stale_tail([255, 127])),
+    Case("e4m3-neg-zero", "Scale byte 0x80 (-0: a zero group, NaN on an uncorrected FNUZ path) in read pages.",
+         ("fnuz", "e4m3-special"), lambda: scale_bytes("neg_zero")),
+    Case("e4m3-subnormal", "Subnormal scale bytes (m * 2**-9) in K and V.", ("e4m3-special", "fnuz"),
+         lambda: scale_bytes("subnormal")),
+    Case("e4m3-zero", "Zero scale bytes: whole groups of zeros.", ("e4m3-special",), lambda: scale_bytes("zero")),
+    Case("e4m3-max", "Scale bytes 0x7E/0xFE (448) and neighbours: FNUZ reads them halved.",
+         ("fnuz", "e4m3-special"), lambda: scale_bytes("max")),
+    Case("e4m3-nan-k-7f", "K scale byte 0x7F (NaN) in a read page.", ("e4m3-nan", "invalid"),
+         lambda: nan_scale(0x7F, "k_scale"), expected_error="NaNScaleByteError"),
+    Case("e4m3-nan-v-ff", "V scale byte 0xFF (NaN) in a read page.", ("e4m3-nan", "invalid"),
+         lambda: nan_scale(0xFF, "v_scale"), expected_error="NaNScaleByteError"),
+    Case("e2m1-every-code", "Every E2M1 code at every nibble position, shifted per page.", ("nibble-order",),
+         every_code),
+    Case("scale-groups", "Each of the 8 scale groups of a row has its own scale.", ("scale-group",), scale_groups),
+    Case("e2m1-ties", "Cache quantised from values on every E2M1 tie (division, ties to even).",
+         ("e2m1-ties",), e2m1_ties),
+    Case("head-major-hkv2", "Hkv 2, 6 rows, per-head selections differ.", ("topk-major",),
+         lambda: head_major(2, 3, 2)),
+    Case("head-major-hkv4", "Hkv 4, 6 rows (3 requests x q_len 2), per-head selections differ.", ("topk-major",),
+         lambda: head_major(4, 3, 2)),
+    Case("head-map-hkv3", "KV heads scaled differently (Hkv 3).", ("head-map",), lambda: head_mapping(3)),
+    Case("head-map-hkv4", "KV heads scaled differently (Hkv 4).", ("head-map",), lambda: head_mapping(4)),
+    Case("qlen3-boundary", "q_len 3 at seq_len 129: positions 126, 127, 128 straddle a block.",
+         ("position", "stale-tail"), lambda: positions(129, 3)),
+    Case("qlen4-boundary", "q_len 4 at seq_len 258.", ("position",), lambda: positions(258, 4)),
+    Case("causal-earlier", "Seven fully visible earlier blocks beside a diagonal block cut at 2.",
+         ("causal-earlier",), causal_earlier),
+    Case("splits-5-blocks", "5 valid blocks over 1..8 splits (empty splits from 6 on).",
+         ("split-merge", "odd-blocks", "ticket-reset"), lambda: splits_case(5), splits=tuple(range(1, 9))),
+    Case("splits-1-block", "One valid block over 1..8 splits: all but one split empty.",
+         ("split-merge", "odd-blocks"), lambda: splits_case(1), splits=tuple(range(1, 9))),
+    Case("split-rescale", "One block's scores dwarf the rest: split maxima far apart.",
+         ("split-rescale", "large-logits"), split_rescale, splits=tuple(range(1, 9))),
+    Case("xcds-rows", "15 rows (5 requests x q_len 3): not a multiple of 8 x 3.", ("xcds", "empty-row"),
+         xcds_rows),
+    Case("poisoned-unread", "Every slab no valid slot reads holds NaN scale bytes.", ("stray-read",), poisoned),
+    Case("layout-token-rows", "A mixed batch in the token_rows layout.", ("layout",),
+         lambda: layout_case("token_rows")),
+    Case("layout-planar", "The same batch in the planar layout.", ("layout",), lambda: layout_case("planar")),
+    Case("large-logits", "Scores in the hundreds: P underflows to subnormal.", ("large-logits",), large_logits),
+    Case("topk-64", "All 64 slots valid and full.", ("topk-wide",), lambda: wide_topk(64), splits=(1, 8)),
+    Case("topk-33", "33 slots, all valid: the 33rd slot lane.", ("topk-wide", "odd-blocks"), lambda: wide_topk(33),
+         splits=(1, 2, 8)),
+    Case("shared-prefix", "Two requests share their first three pages.", ("causal-earlier",), shared_prefix),
+    Case("invalid-rows", "q has 3 rows for 2 requests x q_len 2.", ("invalid",), inv_shape,
+         expected_error="ShapeError"),
+    Case("invalid-heads", "24 query heads for Hkv 2.", ("invalid",), inv_heads, expected_error="HeadCountError"),
+    Case("invalid-q-not-bf16", "A query value with bits below bf16.", ("invalid",),
+         lambda: inv_q(np.float32(1 + 2.0**-12)), expected_error="QueryValueError"),
+    Case("invalid-q-inf", "An infinite query value.", ("invalid",), lambda: inv_q(np.float32(np.inf)),
+         expected_error="QueryValueError"),
+    Case("invalid-seq-negative", "seq_lens[1] = -3.", ("invalid",), lambda: inv_seq(-3), expected_error="SeqLenError"),
+    Case("invalid-seq-beyond-table", "seq_len needing more blocks than the table has.", ("invalid",),
+         lambda: inv_seq(4000), expected_error="SeqLenError"),
+    Case("invalid-topk-below", "A top-k id of -5.", ("invalid",), inv_topk_below, expected_error="TopkIdError"),
+    Case("invalid-duplicate", "Valid block 1 selected twice in one slot list.", ("invalid",), inv_duplicate,
+         expected_error="DuplicateSlotError"),
+    Case("invalid-page-high", "A valid slot maps to page 912 of a small pool.", ("invalid",), lambda: inv_page(912),
+         expected_error="PageIndexError"),
+    Case("invalid-page-minus-one", "A valid slot maps to a -1 table entry.", ("invalid", "minus-one"),
+         lambda: inv_page(-1), expected_error="PageIndexError"),
+    Case("invalid-k-global-zero", "k_global_scale = 0.", ("invalid",), lambda: inv_scale("k_global_scale", 0.0),
+         expected_error="ScaleError"),
+    Case("invalid-v-global-nan", "v_global_scale = NaN.", ("invalid",),
+         lambda: inv_scale("v_global_scale", float("nan")), expected_error="ScaleError"),
+]
