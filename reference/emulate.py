@@ -31,6 +31,7 @@ from .paged_cache import BLK, D, page_views, unswizzle_v_scales
 from .problem import HG, DecodeProblem
 
 LOG2E = 1.4426950408889634
+_CHUNK_BLOCKS = 16
 F32_EPS = 2.0**-24  # unit roundoff of float32
 
 
@@ -107,24 +108,26 @@ def exp2_f32(x: np.ndarray) -> np.ndarray:
 def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """float32 ``a * b + c`` with one rounding; a, b, c float32 (broadcast).
 
-    ``a * b`` is exact in float64 (24 + 24 bits). The float64 sum is made
-    round-to-odd from its exact error (TwoSum); rounding a round-to-odd value
-    with 53 bits to 24 bits gives the correctly rounded result.
+    ``a * b`` is exact in float64 (24 + 24 bits), so the float64 sum has one
+    rounding; rounding that to float32 is right unless the float64 sum lies
+    exactly on a float32 midpoint while being inexact. Only there is the
+    exact error (TwoSum) used to break the tie in the right direction.
     """
     x = np.asarray(a, np.float64) * np.asarray(b, np.float64)
     y = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore"):
-        s = x + y
-        bb = s - x
-        err = (x - (s - bb)) + (y - bb)
-    finite = np.isfinite(s)
-    err = np.where(finite, err, 0.0)
+        s = np.asarray(x + y)
     bits = s.view(np.int64)
-    even = (bits & 1) == 0
-    fix = (err != 0) & even & finite
-    # Step away from zero if the error has s's sign, towards zero otherwise.
-    step = np.where((err > 0) == (s > 0), 1, -1)
-    s = np.where(fix, (bits + step).view(np.float64), s)
+    # A float32 midpoint has, below float32's 24 bits, a 1 followed by 28 zeros.
+    tie = (bits & 0x1FFFFFFF) == 0x10000000
+    if tie.any():
+        xb, yb = np.broadcast_to(x, s.shape)[tie], np.broadcast_to(y, s.shape)[tie]
+        st = s[tie]
+        bb = st - xb
+        err = (xb - (st - bb)) + (yb - bb)
+        step = np.where(err == 0, 0, np.where((err > 0) == (st > 0), 1, -1))
+        s = s.copy()
+        s[tie] = (st.view(np.int64) + step).view(np.float64)
     return s.astype(np.float32)
 
 
@@ -178,6 +181,10 @@ def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geomet
 
     problem: a valid ``DecodeProblem`` (validated here). splits: >= 1.
     """
+    return _emulate(problem, splits, geometry, details=True)
+
+
+def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: bool) -> Emulation:
     if not isinstance(splits, (int, np.integer)) or splits < 1:
         raise ValueError(f"splits = {splits!r}, must be an integer >= 1")
     problem.validate()
@@ -205,10 +212,14 @@ def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geomet
     # Relative float32 noise bound of p for each (pair, head), grown as keys are seen.
     eta = np.zeros((P, HG))
     vsum = np.zeros((P, D))
-    for t in range(T):
-        pi, zi = np.nonzero(slots[:, :, t] >= 0)
+    # Steps over a bounded set of (pair, split) blocks keep temporaries small
+    # enough for the allocator to reuse (large fresh arrays cost page faults).
+    step_rows = max(1, _CHUNK_BLOCKS // S)
+    for t, lo in ((t, lo) for t in range(T) for lo in range(0, P, step_rows)):
+        pi, zi = np.nonzero(slots[lo : lo + step_rows, :, t] >= 0)
         if not len(pi):
             continue
+        pi = pi + lo
         sl = slots[pi, zi, t]
         pg, hd = pages[pi, sl], heads[pi]
         k = _dequant_rows(views.k_data[pg, hd], views.k_scale[pg, hd])
@@ -219,11 +230,12 @@ def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geomet
         s = _f32(np.matmul(qq, k.transpose(0, 1, 3, 2)))  # [A, W, 16, KPW]
         vis = mask[pi, sl][:, :, None, :]
         s = np.where(vis, s, np.float32(-np.inf))
-        # |s_kernel - s_emul| <= 128 * u * sum_d |q_d k_d| for any summation order;
-        # max_s moves by the same, and both reach p through exp2(s*c - max*c).
-        sabs = np.matmul(qa[pi][:, None], np.abs(k).transpose(0, 1, 3, 2))
-        sabs = np.where(vis, sabs, 0.0).max(axis=(1, 3))  # [A, 16]
-        np.maximum.at(eta, pi, np.log(2) * float(c) * 2 * D * F32_EPS * sabs * (1 + 1e-6))
+        if details:
+            # |s_kernel - s_emul| <= 128 * u * sum_d |q_d k_d| for any summation order;
+            # max_s moves by the same, and both reach p through exp2(s*c - max*c).
+            sabs = np.matmul(qa[pi][:, None], np.abs(k).transpose(0, 1, 3, 2))
+            sabs = np.where(vis, sabs, 0.0).max(axis=(1, 3))  # [A, 16]
+            np.maximum.at(eta, pi, np.log(2) * float(c) * 2 * D * F32_EPS * sabs * (1 + 1e-6))
 
         mo = m[pi, zi]
         mx = s.max(axis=-1)
@@ -241,20 +253,21 @@ def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geomet
         pb = bf16_round(p) if G.p_bf16 else p
         pv = np.matmul(pb.astype(np.float64), v)  # [A, W, 16, D]
         O[pi, zi] = _f32(_f32(O[pi, zi] * alpha[..., None]).astype(np.float64) + pv)
-        va = np.abs(v)
-        np.add.at(vsum, pi, np.einsum("awk,awkd->ad", vis[:, :, 0, :].astype(np.float64), va))
-        Oabs[pi, zi] = Oabs[pi, zi] * alpha[..., None] + np.matmul(pb.astype(np.float64), va)
-        if G.p_bf16:
-            # Per key, on top of the score noise: the roundings of max * c and of
-            # the fma move the exponent by u * |value| on either side (2 ln2 u
-            # relative in p per unit of exponent), and each side's exp2 adds up
-            # to 2 u; 8 u covers the latter with room.
-            with np.errstate(invalid="ignore"):
-                own = (2 * np.log(2) * (np.abs(arg) + np.abs(m_use)[..., None]) + 8) * F32_EPS
-            risk_eta = eta[pi][:, None, :, None] + own
-            at_risk = (p > 0) & (_bf16_midpoint_distance(p) <= risk_eta)
-            fw = np.where(at_risk, bf16_ulp(p), 0.0)
-            Fabs[pi, zi] = Fabs[pi, zi] * alpha[..., None] + np.matmul(fw, va)
+        if details:
+            va = np.abs(v)
+            np.add.at(vsum, pi, np.einsum("awk,awkd->ad", vis[:, :, 0, :].astype(np.float64), va))
+            Oabs[pi, zi] = Oabs[pi, zi] * alpha[..., None] + np.matmul(pb.astype(np.float64), va)
+            if G.p_bf16:
+                # Per key, on top of the score noise: the roundings of max * c and of
+                # the fma move the exponent by u * |value| on either side (2 ln2 u
+                # relative in p per unit of exponent), and each side's exp2 adds up
+                # to 2 u; 8 u covers the latter with room.
+                with np.errstate(invalid="ignore"):
+                    own = (2 * np.log(2) * (np.abs(arg) + np.abs(m_use)[..., None]) + 8) * F32_EPS
+                risk_eta = eta[pi][:, None, :, None] + own
+                at_risk = (p > 0) & (_bf16_midpoint_distance(p) <= risk_eta)
+                fw = np.where(at_risk, bf16_ulp(p), 0.0)
+                Fabs[pi, zi] = Fabs[pi, zi] * alpha[..., None] + np.matmul(fw, va)
         m[pi, zi] = m_new
 
     # Wave (stream) merge.
@@ -318,4 +331,4 @@ def emulate(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEE
     the implementation's ``Geometry`` (default the seed's: 4 waves x 32 keys,
     8 keys summed per lane, P rounded to bf16).
     """
-    return emulate_details(problem, splits=splits, geometry=geometry).out
+    return _emulate(problem, splits, geometry, details=False).out

@@ -138,8 +138,16 @@ def bf16_round(x) -> np.ndarray:
     rounded on bfloat16's subnormal grid (2**-133); values at or beyond the
     midpoint above the largest bfloat16 become infinities; NaN stays NaN.
     """
+    a = np.asarray(x)
+    if a.dtype == np.float32:
+        # Integer round-to-nearest-even on the bit pattern; the carry into the
+        # exponent gives the right power of two or infinity, and the float32
+        # subnormal bits are bf16's subnormal grid.
+        u = a.view(np.uint32)
+        r = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) & np.uint32(0xFFFF0000)).view(np.float32)
+        return np.where(np.isnan(a), a, r)
     with np.errstate(invalid="ignore"):
-        a = np.asarray(x).astype(np.float64)
+        a = a.astype(np.float64)
     finite = np.isfinite(a)
     safe = np.where(finite, a, 0.0)
     _, e = np.frexp(safe)
