@@ -87,5 +87,7 @@ def _lazy(module: str, attr: str) -> Callable[[], Backend]:
 
 register("reference", _lazy(".reference_backends", "ReferenceBackend"))
 register("emulate", _lazy(".reference_backends", "EmulateBackend"))
+register("torch", _lazy(".torch_backend", "TorchBackend"))
+register("triton", _lazy(".triton_decode", "TritonBackend"))
 
 __all__ = ["Backend", "BackendError", "get_backend", "register", "registered"]

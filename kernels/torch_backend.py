@@ -1,0 +1,137 @@
+"""Backend ``torch``: vectorised torch on any device, the exact class.
+
+Gathers the selected pages, dequantises exactly (two 256-entry tables: E2M1
+byte pairs and E4M3 scales; every ``e2m1 * e4m3`` is exact in float32),
+computes the masked softmax in float32 (TF32 off) and rounds the output once
+to bf16. ``splits`` is accepted for every count and does not change the
+result: the softmax is computed whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference import DecodeProblem
+from reference.formats import E2M1_MAGNITUDES, E4M3FN_TABLE
+from reference.paged_cache import BLK, D, _UNSW_FLAT
+
+try:
+    import torch
+except ImportError:  # the backend reports itself unavailable
+    torch = None
+
+
+def _tables(device):
+    b = np.arange(256)
+    pairs = np.stack([
+        np.where(b & 0x8, -1.0, 1.0) * E2M1_MAGNITUDES[b & 0x7],
+        np.where(b & 0x80, -1.0, 1.0) * E2M1_MAGNITUDES[(b >> 4) & 0x7],
+    ], axis=-1).astype(np.float32)
+    scales = np.nan_to_num(E4M3FN_TABLE, nan=0.0).astype(np.float32)
+    return (torch.from_numpy(pairs).to(device), torch.from_numpy(scales).to(device),
+            torch.from_numpy(_UNSW_FLAT.astype(np.int64)).to(device))
+
+
+def _views(pool, layout: str, hk: int):
+    n = pool.shape[0]
+    if layout == "token_rows":
+        t = pool.view(n, 2 * hk, BLK, 72)
+        return t[:, :hk, :, :64], t[:, :hk, :, 64:], t[:, hk:, :, :64], t[:, hk:, :, 64:]
+    if layout != "planar":
+        raise ValueError(f"layout = {layout!r}, expected 'token_rows' or 'planar'")
+    a, b = hk * BLK * 64, hk * BLK * 8
+    return (pool[:, :a].reshape(n, hk, BLK, 64), pool[:, a:a + b].reshape(n, hk, BLK, 8),
+            pool[:, a + b:2 * a + b].reshape(n, hk, BLK, 64), pool[:, 2 * a + b:].reshape(n, hk, BLK, 8))
+
+
+def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
+           sm_scale: float, k_global_scale: float, v_global_scale: float):
+    """Sparse NVFP4 decode on torch tensors of one device (no validation: see ``TorchBackend``).
+
+    q: bf16 ``[rows, H, 128]``; pool: uint8 ``[pages, page_bytes]``; topk: int32
+    ``[Hkv, rows, TOPK]``; block_table: int32 ``[reqs, max_blocks]``; seq_lens:
+    int32 ``[reqs]``. Returns bf16 ``[rows, H, 128]``.
+    """
+    dev = q.device
+    hk, rows, tk = topk.shape
+    pairs, scales, unsw = _tables(dev)
+    kd, ks, vd, vs = _views(pool, layout, hk)
+    r = torch.arange(rows, device=dev)
+    pos = seq_lens.long()[r // q_len] - q_len + r % q_len
+    self_blk = torch.where(pos >= 0, torch.div(pos, BLK, rounding_mode="floor"), torch.full_like(pos, -1))
+    ids = topk.long()
+    valid = (ids >= 0) & (ids <= self_blk[None, :, None])
+    req = (r // q_len)[None, :, None].expand_as(ids)
+    col = torch.where(valid, ids, torch.zeros_like(ids)).clamp(max=block_table.shape[1] - 1)
+    pages = torch.where(valid, block_table.long()[req, col], torch.zeros_like(ids))
+    heads = torch.arange(hk, device=dev)[:, None, None].expand_as(ids)
+
+    def deq(data, sc):
+        vals = pairs[data.long()].reshape(*data.shape[:-1], 8, 16)
+        return (vals * scales[sc.long()][..., None]).reshape(*data.shape[:-1], D)
+
+    k = deq(kd[pages, heads], ks[pages, heads])  # [Hkv, rows, TOPK, 128, 128]
+    vsl = vs[pages, heads].reshape(hk, rows, tk, BLK * 8)[..., unsw].reshape(hk, rows, tk, BLK, 8)
+    v = deq(vd[pages, heads], vsl)
+    # Invalid slots were gathered from page 0, which may hold anything.
+    k = torch.where(valid[..., None, None], k, torch.zeros((), device=dev))
+    v = torch.where(valid[..., None, None], v, torch.zeros((), device=dev))
+    off = torch.arange(BLK, device=dev)
+    diag = ids == self_blk[None, :, None]
+    lim = torch.where(pos >= 0, pos % BLK, torch.full_like(pos, -1))[None, :, None, None]
+    see = valid[..., None] & (~diag[..., None] | (off <= lim))  # [Hkv, rows, TOPK, 128]
+    qf = q.float().reshape(rows, hk, 16, D).permute(1, 0, 2, 3)  # [Hkv, rows, 16, D]
+    k = k.reshape(hk, rows, tk * BLK, D)
+    v = v.reshape(hk, rows, tk * BLK, D)
+    s = torch.matmul(qf, k.transpose(-1, -2)) * (sm_scale * k_global_scale)
+    see = see.reshape(hk, rows, 1, tk * BLK)
+    s = s.masked_fill(~see, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    l = p.sum(dim=-1, keepdim=True)
+    o = torch.matmul(p, v)
+    o = torch.where(l > 0, o * (v_global_scale / l.clamp(min=1e-38)), torch.zeros_like(o))
+    return o.permute(1, 0, 2, 3).reshape(rows, hk * 16, D).to(torch.bfloat16)
+
+
+class TorchBackend:
+    """``torch`` backend: exact class, every split count, CPU or CUDA."""
+
+    name = "torch"
+    geometry = None
+    splits = tuple(range(1, 9))
+
+    def __init__(self, device: str | None = None):
+        self.device = device
+
+    def available(self) -> str | None:
+        if torch is None:
+            return "torch is not installed (pip install -e '.[torch]')"
+        return None
+
+    def _device(self):
+        if self.device:
+            return torch.device(self.device)
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
+        """float32 ``[rows, H, 128]`` holding the bf16 output; validates first."""
+        problem.validate()
+        dev = self._device()
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            out = decode(
+                torch.from_numpy(problem.q).to(dev).to(torch.bfloat16),
+                torch.from_numpy(problem.pool).to(dev),
+                torch.from_numpy(problem.topk).to(dev),
+                torch.from_numpy(problem.block_table).to(dev),
+                torch.from_numpy(problem.seq_lens).to(dev),
+                layout=problem.layout, num_kv_heads=problem.num_kv_heads, q_len=problem.q_len,
+                sm_scale=problem.sm_scale, k_global_scale=problem.k_global_scale,
+                v_global_scale=problem.v_global_scale,
+            )
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+        return out.float().cpu().numpy()
