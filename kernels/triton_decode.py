@@ -60,10 +60,11 @@ if triton is not None:
     @triton.jit
     def _decode_kernel(
         q_ptr, pool_ptr, topk_ptr, bt_ptr, seq_ptr, out_ptr, part_ptr, ml_ptr, e2m1_ptr, e4m3_ptr,
-        rows, q_len, bt_stride, page_b, c, v_global,
-        HKV: tl.constexpr, TOPK: tl.constexpr, TOPK_P: tl.constexpr, SPLITS: tl.constexpr,
-        PLANAR: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr,
+        rows, q_len, bt_stride, page_b, c, v_global, HKV, TOPK, SPLITS, PLANAR,
+        SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr,
     ):
+        # Shapes and the layout are runtime values; the slot loop's bound SLOTS
+        # (>= TOPK) is a constexpr bucket, so few kernels are compiled.
         row = tl.program_id(0)
         kvh = tl.program_id(1)
         z = tl.program_id(2)
@@ -72,7 +73,7 @@ if triton is not None:
         self_blk = tl.where(pos >= 0, pos // 128, -1)
         lim = tl.where(pos >= 0, pos % 128, -1)
         slot_base = (kvh * rows + row) * TOPK
-        j = tl.arange(0, TOPK_P)
+        j = tl.arange(0, 64)
         ids = tl.load(topk_ptr + slot_base + j, mask=j < TOPK, other=-1)
         ok_all = (ids >= 0) & (ids <= self_blk)
         if MUTANT == 3:
@@ -95,8 +96,8 @@ if triton is not None:
         l = tl.zeros([16], tl.float32)
         acc = tl.zeros([16, 128], tl.float32)
         rank = 0
-        for i in range(TOPK):
-            blk = tl.load(topk_ptr + slot_base + i)
+        for i in range(SLOTS):
+            blk = tl.load(topk_ptr + slot_base + i, mask=i < TOPK, other=-1)
             ok = (blk >= 0) & (blk <= self_blk)
             if MUTANT == 3:
                 ok = ok | ((blk == -1) & (pos >= 0))
@@ -105,7 +106,7 @@ if triton is not None:
             if mine:
                 page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
                 base = page * page_b
-                if PLANAR:
+                if PLANAR != 0:
                     k_rows = base + (kvh * 128 + t) * 64
                     ks_rows = base + HKV * 128 * 64 + (kvh * 128 + t) * 8
                     v_rows = base + HKV * 128 * 72 + (kvh * 128 + t) * 64
@@ -168,7 +169,7 @@ if triton is not None:
             tl.store(ml_ptr + (pid * 16 + h) * 2 + 1, l)
 
     @triton.jit
-    def _merge_kernel(part_ptr, ml_ptr, out_ptr, v_global, HKV: tl.constexpr, SPLITS: tl.constexpr,
+    def _merge_kernel(part_ptr, ml_ptr, out_ptr, v_global, HKV, SPLITS: tl.constexpr,
                       UPCAST: tl.constexpr, MUTANT: tl.constexpr):
         row = tl.program_id(0)
         kvh = tl.program_id(1)
@@ -221,6 +222,8 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     seq_lens: int32 ``[reqs]``. Returns bf16 ``[rows, H, 128]`` (``out`` if given).
     """
     hk, rows, tk = topk.shape
+    if not 1 <= tk <= 64:
+        raise ValueError(f"TOPK = {tk}, the kernel supports 1..64")
     dev = q.device
     if out is None:
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
@@ -235,11 +238,11 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     _decode_kernel[grid](
         q, pool, topk, block_table, seq_lens, out, part, ml, e2m1, e4m3,
         rows, q_len, block_table.shape[1], page_bytes(hk), c, float(np.float32(v_global_scale)),
-        HKV=hk, TOPK=tk, TOPK_P=max(16, 1 << (tk - 1).bit_length()), SPLITS=splits,
-        PLANAR=layout == "planar", UPCAST=_interpret(), MUTANT=mutant,
+        hk, tk, splits, int(layout == "planar"),
+        SLOTS=tk if _interpret() else max(16, 1 << (tk - 1).bit_length()), UPCAST=_interpret(), MUTANT=mutant,
     )
     if splits > 1:
-        _merge_kernel[(rows, hk)](part, ml, out, float(np.float32(v_global_scale)), HKV=hk, SPLITS=splits,
+        _merge_kernel[(rows, hk)](part, ml, out, float(np.float32(v_global_scale)), hk, SPLITS=splits,
                                   UPCAST=_interpret(), MUTANT=mutant)
     return out
 

@@ -80,7 +80,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
 
     splits_opts = tuple(splits_choice or backend.splits)
     stats = collections.defaultdict(lambda: [0, 0])
-    state = {"n": 0, "failing": None, "shrinking": False}
+    state = {"n": 0, "failing": None, "shrinking": False, "elements": 0, "max_ratio": 0.0, "max_ulp": 0.0}
 
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
 
@@ -89,6 +89,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
               suppress_health_check=list(HealthCheck), phases=phases)
     @given(problems(), st.sampled_from(splits_opts))
     def prop(problem, splits):
+        rep = None
         try:
             _, rep = run_case(backend, problem, splits)
             ok, text = rep.passed, rep.details()
@@ -96,6 +97,10 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             ok, text = False, f"backend raised {type(e).__name__}: {e}"
         if not state["shrinking"]:
             state["n"] += 1
+            if rep is not None:
+                state["elements"] += rep.n_elements
+                state["max_ratio"] = max(state["max_ratio"], rep.max_bound_ratio)
+                state["max_ulp"] = max(state["max_ulp"], rep.max_ulp)
             for c in case_classes(problem) + [f"splits={splits}"]:
                 stats[c][0] += 1
                 stats[c][1] += 0 if ok else 1
@@ -108,14 +113,24 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             state["failing"] = (problem, splits, text)
             raise AssertionError(text)
 
+    totals = {k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")}
     try:
         prop()
     except AssertionError:
+        totals.update({k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")})
+        stats["__totals__"] = totals
         return False, stats, state["failing"]
+    totals.update({k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")})
+    stats["__totals__"] = totals
     return True, stats, None
 
 
 def _print_stats(stats) -> None:
+    totals = stats.pop("__totals__", None)
+    if totals:
+        print(f"  {totals['n']} problems, {totals['elements']} output elements compared, "
+              f"largest |diff|/bound {totals['max_ratio']:.3g}, largest bf16 ulp distance {totals['max_ulp']:g} "
+              f"(large only where outputs cancel to near zero)")
     if not stats:
         return
     w = max(len(k) for k in stats)

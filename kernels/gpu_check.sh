@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU conformance run and benchmark, repeatable on any CUDA/ROCm machine
+# with torch, triton, numpy and hypothesis:  bash kernels/gpu_check.sh [smoke|full]
+#   smoke: golden vectors for triton and torch, 20 generated problems each, the benchmark.
+#   full:  thousands of generated problems (parallel shards), golden vectors,
+#          the four Triton mutants.
+# Logs go to $OUT (default ./gpu-results).
+set -u
+mode=${1:-smoke}
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+python3 -c 'import torch, triton, numpy, hypothesis; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "hypothesis", hypothesis.__version__, torch.cuda.get_device_name())' | tee "$out/env.txt"
+if [ "$mode" = smoke ]; then
+  python3 -m vectors check --backend triton --examples 20 --seed 1 > "$out/triton.txt" 2>&1; echo "triton rc=$?" | tee -a "$out/triton.txt"
+  python3 -m vectors check --backend torch --examples 20 --seed 1 > "$out/torch.txt" 2>&1; echo "torch rc=$?" | tee -a "$out/torch.txt"
+  python3 -m kernels.bench 2>&1 | tee "$out/bench.txt"
+  exit 0
+fi
+shards=${SHARDS:-10}
+per=${PER_SHARD:-200}
+for s in $(seq 1 "$shards"); do
+  timeout 480 python3 -m vectors check --backend triton --examples "$per" --seed "$s" --no-golden > "$out/tr_$s.log" 2>/dev/null &
+done
+for s in $(seq 1 4); do
+  timeout 480 python3 -m vectors check --backend torch --examples "$per" --seed "$((100 + s))" --no-golden > "$out/to_$s.log" 2>/dev/null &
+done
+for m in causal v_scale_linear minus_one merge_no_rescale; do
+  timeout 480 python3 -m vectors check --backend "kernels.triton_decode:$m" --examples 40 --seed 7 > "$out/mut_$m.log" 2>/dev/null &
+done
+wait
+{ for f in "$out"/tr_*.log; do echo "== $f"; cat "$f"; done; } > "$out/triton_generated.txt"
+{ for f in "$out"/to_*.log; do echo "== $f"; cat "$f"; done; } > "$out/torch_generated.txt"
+{ for f in "$out"/mut_*.log; do echo "== $f"; grep -E "FAIL vs|CONFORMANT|problems," "$f" | head -5; done; } > "$out/mutants.txt"
+rm -f "$out"/tr_*.log "$out"/to_*.log "$out"/mut_*.log
+grep -h "CONFORMANT\|problems, " "$out/triton_generated.txt" "$out/torch_generated.txt"
+cat "$out/mutants.txt"
