@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--topk", type=int, default=16)
     ap.add_argument("--no-torch", action="store_true", help="skip the torch backend column")
+    ap.add_argument("--warps", default="", help="comma-separated num_warps to sweep (default: the kernel's)")
     args = ap.parse_args(argv)
     import torch
 
@@ -80,7 +81,13 @@ def main(argv=None) -> int:
         kw = dict(layout="token_rows", num_kv_heads=hk, q_len=q_len, sm_scale=128**-0.5,
                   k_global_scale=0.05, v_global_scale=0.05)
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
-        t_tr = _time(lambda: triton_decode.decode(q, pool, ids, bt, seq, splits=splits, out=out, **kw), args.reps)
+        warps = [int(w) for w in args.warps.split(",") if w] or [triton_decode.NUM_WARPS]
+        times = {w: _time(lambda: triton_decode.decode(q, pool, ids, bt, seq, splits=splits, out=out, num_warps=w,
+                                                       **kw), args.reps) for w in warps}
+        best = min(times, key=times.get)
+        t_tr = times[best]
+        if len(warps) > 1:
+            print("      num_warps sweep (us): " + ", ".join(f"{w}: {t * 1e6:.1f}" for w, t in times.items()))
         nbytes = rows * hk * args.topk * 128 * 72 * 2 + q.numel() * 2 * 2
         src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
