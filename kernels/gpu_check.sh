@@ -18,20 +18,24 @@ if [ "$mode" = smoke ]; then
   exit 0
 fi
 shards=${SHARDS:-10}
-per=${PER_SHARD:-200}
+per=${PER_SHARD:-250}
+# Shard 1 of each backend also runs the golden vectors.
+golden() { if [ "$1" = 1 ]; then echo ""; else echo "--no-golden"; fi; }
 for s in $(seq 1 "$shards"); do
-  timeout 480 python3 -m vectors check --backend triton --examples "$per" --seed "$s" --no-golden > "$out/tr_$s.log" 2>/dev/null &
+  timeout 420 python3 -m vectors check --backend triton --examples "$per" --seed "$s" $(golden "$s") > "$out/tr_$s.log" 2>/dev/null &
 done
-for s in $(seq 1 4); do
-  timeout 480 python3 -m vectors check --backend torch --examples "$per" --seed "$((100 + s))" --no-golden > "$out/to_$s.log" 2>/dev/null &
+for s in $(seq 1 3); do
+  timeout 420 python3 -m vectors check --backend torch --examples "$per" --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>/dev/null &
 done
 for m in causal v_scale_linear minus_one merge_no_rescale; do
-  timeout 480 python3 -m vectors check --backend "kernels.triton_decode:$m" --examples 40 --seed 7 > "$out/mut_$m.log" 2>/dev/null &
+  timeout 420 python3 -m vectors check --backend "kernels.triton_decode:$m" --examples 40 --seed 7 > "$out/mut_$m.log" 2>/dev/null &
 done
 wait
 { for f in "$out"/tr_*.log; do echo "== $f"; cat "$f"; done; } > "$out/triton_generated.txt"
 { for f in "$out"/to_*.log; do echo "== $f"; cat "$f"; done; } > "$out/torch_generated.txt"
 { for f in "$out"/mut_*.log; do echo "== $f"; grep -E "FAIL vs|CONFORMANT|problems," "$f" | head -5; done; } > "$out/mutants.txt"
 rm -f "$out"/tr_*.log "$out"/to_*.log "$out"/mut_*.log
-grep -h "CONFORMANT\|problems, " "$out/triton_generated.txt" "$out/torch_generated.txt"
+grep -h "CONFORMANT\|problems, \|golden vectors:" "$out/triton_generated.txt" "$out/torch_generated.txt"
+grep -h " FAIL " "$out/triton_generated.txt" "$out/torch_generated.txt" | head -5
 cat "$out/mutants.txt"
+python3 -m kernels.bench --reps 30 2>&1 | tee "$out/bench.txt"
