@@ -10,6 +10,9 @@ mode=${1:-smoke}
 out=${OUT:-gpu-results}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+# Many shards share the CPU (the references run there): one BLAS/OpenMP thread
+# each, or they oversubscribe the cores and stall.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 python3 -c 'import torch, triton, numpy, hypothesis; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "hypothesis", hypothesis.__version__, torch.cuda.get_device_name())' | tee "$out/env.txt"
 if [ "$mode" = smoke ]; then
   python3 -m vectors check --backend triton --examples 20 --seed 1 > "$out/triton.txt" 2>&1; echo "triton rc=$?" | tee -a "$out/triton.txt"
