@@ -9,6 +9,17 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# Triton decides at import whether kernels are interpreted: on a machine with
+# no GPU the triton backend can only run on the CPU interpreter.
+if "TRITON_INTERPRET" not in os.environ:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+    except ImportError:
+        pass
+
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
 settings.register_profile(

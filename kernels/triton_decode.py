@@ -157,7 +157,7 @@ if triton is not None:
 
         out_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
         if SPLITS == 1:
-            inv = tl.where(l > 0, v_global / l, 0.0)
+            inv = tl.where(l > 0, v_global / tl.where(l > 0, l, 1.0), 0.0)
             res = acc * inv[:, None]
             if UPCAST:
                 res = _bf16_rne(res)
@@ -191,7 +191,7 @@ if triton is not None:
                 w = tl.exp2(mz - top)
             l_all = l_all + lz * w
             acc = acc + tl.load(part_ptr + ((pid0 + zz) * 16 + h)[:, None] * 128 + d[None, :]) * w[:, None]
-        inv = tl.where(l_all > 0, v_global / l_all, 0.0)
+        inv = tl.where(l_all > 0, v_global / tl.where(l_all > 0, l_all, 1.0), 0.0)
         out_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
         res = acc * inv[:, None]
         if UPCAST:
@@ -261,6 +261,11 @@ class TritonBackend:
         self.mutant = MUTANTS.get(mutant, 0)
         if mutant:
             self.name = f"triton-mutant:{mutant}"
+
+    @property
+    def interpreted(self) -> bool:
+        """True when running on the CPU interpreter (slow: tests keep problems small)."""
+        return _interpret()
 
     def available(self) -> str | None:
         if triton is None:

@@ -1,0 +1,33 @@
+"""kernels.torch_backend: golden vectors, the tensor entry point, TF32 left alone."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
+
+from kernels import get_backend  # noqa: E402
+from kernels.torch_backend import decode  # noqa: E402
+from reference.examples import random_problem  # noqa: E402
+from vectors import catalog  # noqa: E402
+
+
+def test_torch_backend_passes_every_golden_vector():
+    ok, lines = catalog.check_all(get_backend("torch"))
+    assert ok, "\n".join(lines)
+
+
+def test_tensor_entry_point_matches_the_backend():
+    p = random_problem(21, reqs=3, q_len=2, num_kv_heads=2, topk=6, layout="planar")
+    b = get_backend("torch")
+    out = decode(torch.from_numpy(p.q).to(torch.bfloat16), torch.from_numpy(p.pool), torch.from_numpy(p.topk),
+                 torch.from_numpy(p.block_table), torch.from_numpy(p.seq_lens), layout=p.layout,
+                 num_kv_heads=p.num_kv_heads, q_len=p.q_len, sm_scale=p.sm_scale,
+                 k_global_scale=p.k_global_scale, v_global_scale=p.v_global_scale)
+    assert out.dtype == torch.bfloat16
+    assert np.array_equal(out.float().numpy(), b(p))
+
+
+def test_backend_restores_the_tf32_setting():
+    before = torch.backends.cuda.matmul.allow_tf32
+    get_backend("torch")(random_problem(2))
+    assert torch.backends.cuda.matmul.allow_tf32 == before
