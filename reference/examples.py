@@ -15,6 +15,26 @@ from .paged_cache import BLK, D, build_pool
 from .problem import HG, DecodeProblem
 
 
+def paged_block_table(seq_lens, rng, *, spare_pages: int, extra_cols: int) -> tuple[np.ndarray, int]:
+    """A block table giving every request's blocks distinct pages of a shuffled pool.
+
+    seq_lens: int ``[reqs]``; rng: numpy Generator. Returns ``(block_table int32
+    [reqs, max_blocks], num_pages)``: ``max_blocks`` is the most blocks any
+    request needs plus ``extra_cols`` (unused entries are -1); the pool has
+    ``spare_pages`` pages that no request uses (at least one page in all).
+    """
+    nblk = -(-np.asarray(seq_lens).astype(np.int64) // BLK)
+    max_blocks = max(1, int(nblk.max(initial=0)) + extra_cols)
+    num_pages = max(1, int(nblk.sum()) + spare_pages)
+    perm = rng.permutation(num_pages)
+    block_table = np.full((len(nblk), max_blocks), -1, np.int32)
+    at = 0
+    for r, n in enumerate(nblk):
+        block_table[r, :n] = perm[at : at + n]
+        at += n
+    return block_table, num_pages
+
+
 def random_problem(
     seed: int,
     *,
@@ -47,16 +67,7 @@ def random_problem(
     seq_lens = np.asarray(seq_lens, np.int32)
     if seq_lens.shape != (reqs,):
         raise ValueError(f"seq_lens has shape {seq_lens.shape}, expected ({reqs},)")
-    nblk = -(-seq_lens.astype(np.int64) // BLK)
-    max_blocks = max(1, int(nblk.max(initial=0)) + 1)
-    used = int(nblk.sum())
-    num_pages = used + spare_pages
-    perm = rng.permutation(num_pages)
-    block_table = np.full((reqs, max_blocks), -1, np.int32)
-    at = 0
-    for r in range(reqs):
-        block_table[r, : nblk[r]] = perm[at : at + nblk[r]]
-        at += nblk[r]
+    block_table, num_pages = paged_block_table(seq_lens, rng, spare_pages=spare_pages, extra_cols=1)
     rows = reqs * q_len
     H = HG * num_kv_heads
     q = bf16_round(rng.standard_normal((rows, H, D)) * q_std)

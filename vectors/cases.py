@@ -65,8 +65,9 @@ def _base(seed, **kw):
     return random_problem(seed, **kw)
 
 
-def _loud_tail(p: DecodeProblem) -> DecodeProblem:
-    """Largest codes and scale 448 past seq_len in every request's last page."""
+def loud_tail(p: DecodeProblem) -> DecodeProblem:
+    """A copy with the largest codes and scale 448 past seq_len in every request's
+    last page: finite (the problem stays valid), but any leak moves the output."""
     pool = p.pool.copy()
     v = page_views(pool, p.layout, p.num_kv_heads)
     for r, sl in enumerate(p.seq_lens):
@@ -83,7 +84,8 @@ def _loud_tail(p: DecodeProblem) -> DecodeProblem:
     return _replace(p, pool=pool)
 
 
-def _poison_unread(p: DecodeProblem) -> DecodeProblem:
+def poison_unread(p: DecodeProblem) -> DecodeProblem:
+    """A copy whose (page, KV head) slabs that no valid slot reads hold NaN scale bytes."""
     pool = p.pool.copy()
     v = page_views(pool, p.layout, p.num_kv_heads)
     read = np.zeros((p.num_pages, p.num_kv_heads), bool)
@@ -187,7 +189,7 @@ def v_scale_per_token():
 
 
 def stale_tail(seq_lens):
-    return _loud_tail(_base(110 + seq_lens[0] % 7, reqs=len(seq_lens), q_len=1, num_kv_heads=1, topk=8,
+    return loud_tail(_base(110 + seq_lens[0] % 7, reqs=len(seq_lens), q_len=1, num_kv_heads=1, topk=8,
                             seq_lens=seq_lens))
 
 
@@ -261,7 +263,7 @@ def head_mapping(hk):
 
 
 def positions(seq_len, q_len):
-    return _loud_tail(_base(150 + q_len, reqs=2, q_len=q_len, num_kv_heads=1, topk=4,
+    return loud_tail(_base(150 + q_len, reqs=2, q_len=q_len, num_kv_heads=1, topk=4,
                             seq_lens=[seq_len, seq_len + 128], invalid_fraction=0.0))
 
 
@@ -299,7 +301,7 @@ def xcds_rows():
 
 
 def poisoned():
-    return _poison_unread(_base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0],
+    return poison_unread(_base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0],
                                 spare_pages=3))
 
 

@@ -15,8 +15,11 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from reference import LAYOUTS, DecodeProblem, bf16_round
-from reference.paged_cache import BLK, D, page_bytes, page_views, swizzle_v_scales, unswizzle_v_scales
+from reference.examples import paged_block_table
+from reference.paged_cache import BLK, D, page_bytes, page_views
 from reference.problem import HG
+
+from .cases import loud_tail, poison_unread
 
 SPECIAL_SEQ_LENS = (0, 1, 127, 128, 129, 256, 383, 384, 385)
 SLOT_MODES = ("mixed", "all_visible", "none_valid", "invalid_first", "own_block_only", "no_own_block")
@@ -70,16 +73,8 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
 
-    nblk = -(-seq_lens.astype(np.int64) // BLK)
     extra_cols = draw(st.integers(0, 2))
-    max_blocks = max(1, int(nblk.max(initial=0)) + extra_cols)
-    num_pages = max(1, int(nblk.sum()) + spare)
-    perm = rng.permutation(num_pages)
-    block_table = np.full((reqs, max_blocks), -1, np.int32)
-    at = 0
-    for r in range(reqs):
-        block_table[r, : nblk[r]] = perm[at : at + nblk[r]]
-        at += nblk[r]
+    block_table, num_pages = paged_block_table(seq_lens, rng, spare_pages=spare, extra_cols=extra_cols)
     rows = reqs * q_len
 
     pool = rng.integers(0, 256, (num_pages, page_bytes(hk)), dtype=np.uint8)
@@ -106,38 +101,11 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
         seq_lens=seq_lens, q_len=q_len, sm_scale=D**-0.5, k_global_scale=k_global,
         v_global_scale=v_global,
     )
-    _mark_tails_and_poison(problem, views, rng, poison)
+    problem = loud_tail(problem)
+    if poison:
+        problem = poison_unread(problem)
     _record_events(problem, modes)
     return problem
-
-
-def _mark_tails_and_poison(problem: DecodeProblem, views, rng, poison: bool) -> None:
-    """Make stale tails loud and unread slabs NaN, so stray reads show up.
-
-    In each request's last page the tokens past ``seq_len`` get the largest
-    codes and scale 448 (finite, so the problem stays valid, but any leak
-    moves the output). With ``poison``, each (page, KV head) slab that no valid
-    slot reads gets NaN scale bytes (0x7F).
-    """
-    hk = problem.num_kv_heads
-    for r, sl in enumerate(problem.seq_lens):
-        if sl % BLK == 0:
-            continue
-        pg = problem.block_table[r, sl // BLK]
-        views.k_data[pg, :, sl % BLK :] = 0x77
-        views.v_data[pg, :, sl % BLK :] = 0x77
-        views.k_scale[pg, :, sl % BLK :] = 0x7E
-        lin = unswizzle_v_scales(views.v_scale[pg])
-        lin[:, sl % BLK :] = 0x7E
-        views.v_scale[pg] = swizzle_v_scales(lin)
-    if poison:
-        read = np.zeros((problem.num_pages, hk), bool)
-        valid = problem.valid_slots
-        heads = np.broadcast_to(np.arange(hk)[:, None, None], valid.shape)
-        read[problem.slot_pages()[valid], heads[valid]] = True
-        for pg, h in np.argwhere(~read):
-            views.k_scale[pg, h, rng.integers(0, BLK), rng.integers(0, 8)] = 0x7F
-            views.v_scale[pg, h] = 0x7F
 
 
 def case_classes(p: DecodeProblem) -> list[str]:
