@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--topk", type=int, default=16)
     ap.add_argument("--no-torch", action="store_true", help="skip the torch backend column")
     ap.add_argument("--warps", default="", help="comma-separated num_warps to sweep (default: the kernel's)")
+    ap.add_argument("--splits", default="", help="comma-separated split counts to sweep (default: one per size)")
     args = ap.parse_args(argv)
     import torch
 
@@ -76,18 +77,19 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for rows, hk, q_len in [(1, 1, 1), (16, 1, 1), (64, 4, 1), (64, 4, 4), (128, 4, 2), (256, 1, 1),
                             (256, 4, 1), (256, 4, 4)]:
-        splits = max(1, min(8, -(-2 * sms // (rows * hk))))
+        split_opts = [int(x) for x in args.splits.split(",") if x] or [max(1, min(8, -(-2 * sms // (rows * hk))))]
         q, pool, ids, bt, seq = _problem(rows, hk, q_len, args.topk, dev)
         kw = dict(layout="token_rows", num_kv_heads=hk, q_len=q_len, sm_scale=128**-0.5,
                   k_global_scale=0.05, v_global_scale=0.05)
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
         warps = [int(w) for w in args.warps.split(",") if w] or [triton_decode.NUM_WARPS]
-        times = {w: _time(lambda: triton_decode.decode(q, pool, ids, bt, seq, splits=splits, out=out, num_warps=w,
-                                                       **kw), args.reps) for w in warps}
+        times = {(w, sp): _time(lambda: triton_decode.decode(q, pool, ids, bt, seq, splits=sp, out=out, num_warps=w,
+                                                             **kw), args.reps) for w in warps for sp in split_opts}
         best = min(times, key=times.get)
         t_tr = times[best]
-        if len(warps) > 1:
-            print("      num_warps sweep (us): " + ", ".join(f"{w}: {t * 1e6:.1f}" for w, t in times.items()))
+        splits = best[1]
+        if len(times) > 1:
+            print("      sweep (warps, splits): us = " + ", ".join(f"{k}: {t * 1e6:.0f}" for k, t in times.items()))
         nbytes = rows * hk * args.topk * 128 * 72 * 2 + q.numel() * 2 * 2
         src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
