@@ -33,9 +33,11 @@ class Backend(Protocol):
     geometry: Geometry | None
     splits: tuple[int, ...]
 
-    def available(self) -> str | None: ...
+    def available(self) -> str | None:
+        """None when usable here, otherwise the reason."""
 
-    def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray: ...
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
+        """float32 ``[rows, H, 128]`` holding the bf16 output."""
 
 
 class BackendError(Exception):
@@ -81,6 +83,7 @@ def get_backend(spec: str) -> Backend:
 
 def _lazy(module: str, attr: str) -> Callable[[], Backend]:
     def make():
+        """Import the backend's module only when it is asked for."""
         return getattr(importlib.import_module(module, __name__), attr)()
     return make
 

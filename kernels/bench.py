@@ -55,6 +55,7 @@ def _problem(rows: int, hk: int, q_len: int, topk: int, dev, seed: int = 0):
 
 
 def main(argv=None) -> int:
+    """Print the benchmark table; exit 2 without a GPU."""
     ap = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--topk", type=int, default=16)

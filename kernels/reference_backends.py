@@ -15,6 +15,7 @@ class ReferenceBackend:
     splits = tuple(range(1, 9))
 
     def available(self) -> str | None:
+        """Always usable: pure numpy."""
         return None
 
     def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
@@ -30,6 +31,7 @@ class EmulateBackend:
     splits = tuple(range(1, 9))
 
     def available(self) -> str | None:
+        """Always usable: pure numpy."""
         return None
 
     def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:

@@ -67,6 +67,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     heads = torch.arange(hk, device=dev)[:, None, None].expand_as(ids)
 
     def deq(data, sc):
+        """uint8 codes [..., 64] and linear scales [..., 8] -> float32 [..., 128]."""
         vals = pairs[data.long()].reshape(*data.shape[:-1], 8, 16)
         return (vals * scales[sc.long()][..., None]).reshape(*data.shape[:-1], D)
 
@@ -106,6 +107,7 @@ class TorchBackend:
         self.device = device
 
     def available(self) -> str | None:
+        """None when torch imports, else the reason."""
         if torch is None:
             return "torch is not installed (pip install -e '.[torch]')"
         return None

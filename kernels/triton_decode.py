@@ -277,6 +277,7 @@ class TritonBackend:
         return _interpret()
 
     def available(self) -> str | None:
+        """None with triton and a GPU (or TRITON_INTERPRET=1), else the reason."""
         if triton is None:
             return "triton or torch is not installed (pip install -e '.[triton]')"
         if not (_interpret() or torch.cuda.is_available()):

@@ -77,6 +77,7 @@ def _timed(fn, reps: int) -> tuple[float, int]:
 
 
 def main(argv=None) -> int:
+    """Print the benchmark table of the reference functions against the float32 floor."""
     ap = argparse.ArgumentParser(prog="python -m reference.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions; the minimum is reported")
     ap.add_argument("--what", default="oracle,emulate", help="comma-separated: oracle, emulate")

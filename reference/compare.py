@@ -73,6 +73,7 @@ def ulp_distance(a, b) -> np.ndarray:
     both sides); float64 result, ``inf`` where exactly one is NaN, 0 where both are.
     """
     def key(x):
+        """bf16 bit patterns as integers ordered like the values (-0 == +0)."""
         bits = (bf16_round(np.asarray(x, np.float32)).view(np.uint32) >> 16).astype(np.int64)
         return np.where(bits & 0x8000, -(bits & 0x7FFF), bits)
 
@@ -136,13 +137,16 @@ class Report:
 
     @property
     def passed(self) -> bool:
+        """True when every element is within its bound, no run differed, the shape was right."""
         return self.shape_error is None and self.n_fail == 0 and self.repeat_mismatch == 0
 
     @property
     def fail_fraction(self) -> float:
+        """Fraction of compared elements outside their bound."""
         return self.n_fail / max(self.n_elements, 1)
 
     def summary(self) -> str:
+        """One line: PASS/FAIL, counts, the largest deviations."""
         if self.shape_error:
             return f"FAIL vs {self.against}: {self.shape_error}"
         head = "PASS" if self.passed else "FAIL"
@@ -160,6 +164,7 @@ class Report:
         return s
 
     def details(self) -> str:
+        """The summary, then NaN/unwritten rows and the worst mismatches, one a line."""
         lines = [self.summary()]
         if self.unwritten_rows:
             lines.append(f"  rows not written: {self.unwritten_rows[:20]}")

@@ -59,10 +59,12 @@ class Geometry:
 
     @property
     def streams(self) -> int:
+        """Independent running-max streams per 128-key block (the seed's 4 waves)."""
         return BLK // self.keys_per_max
 
     @property
     def lanes(self) -> int:
+        """Lane partial sums of l per head and stream."""
         return self.keys_per_max // self.keys_per_lane
 
 
@@ -312,6 +314,7 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     out = bf16_round(pre)
 
     def back(x):
+        """[Hkv*rows, 16, n] pair-major -> [rows, H, n]."""
         return x.reshape(hk, rows, HG, -1).transpose(1, 0, 2, 3).reshape(rows, hk * HG, -1)
 
     return Emulation(

@@ -287,6 +287,7 @@ class PageLayout:
 
     @property
     def page_bytes(self) -> int:
+        """Bytes of one page for this KV-head count."""
         return page_bytes(self.num_kv_heads)
 
     def views(self, pool: np.ndarray) -> PageViews:

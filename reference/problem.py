@@ -104,22 +104,27 @@ class DecodeProblem:
 
     @property
     def rows(self) -> int:
+        """Query rows: reqs * q_len."""
         return int(self.q.shape[0])
 
     @property
     def H(self) -> int:
+        """Query heads: 16 * Hkv."""
         return int(self.q.shape[1])
 
     @property
     def reqs(self) -> int:
+        """Requests (length of seq_lens)."""
         return int(self.seq_lens.shape[0])
 
     @property
     def TOPK(self) -> int:
+        """Selection slots per (KV head, row)."""
         return int(self.topk.shape[2])
 
     @property
     def num_pages(self) -> int:
+        """Pages in the pool."""
         return int(self.pool.shape[0])
 
     @property

@@ -47,6 +47,10 @@ FLAGS = {
 
 @dataclasses.dataclass(frozen=True)
 class Case:
+    """One golden case: its name, what it targets (comment, flags), how it is
+    built, the split counts (and FlyDSL xcds values) it is run with, and for an
+    invalid-input case the ``ProblemError`` subclass the host side must raise."""
+
     name: str
     comment: str
     flags: tuple
@@ -118,7 +122,7 @@ def _slots(p: DecodeProblem, fn) -> DecodeProblem:
 
 # --- builders ---------------------------------------------------------------
 
-def first_slots_invalid(topk_w=16):
+def _first_slots_invalid(topk_w=16):
     p = _base(101, reqs=3, q_len=1, num_kv_heads=1, topk=topk_w, seq_lens=[1100, 700, 300],
               invalid_fraction=0.0, shuffle_slots=False)
 
@@ -132,7 +136,7 @@ def first_slots_invalid(topk_w=16):
     return _slots(p, f)
 
 
-def no_valid_slot_rows():
+def _no_valid_slot_rows():
     p = _base(102, reqs=3, q_len=2, num_kv_heads=2, topk=8, seq_lens=[400, 300, 500])
 
     def f(t):
@@ -141,12 +145,12 @@ def no_valid_slot_rows():
     return _slots(p, f)
 
 
-def padding_requests(q_len=1):
+def _padding_requests(q_len=1):
     return _base(103 + q_len, reqs=6, q_len=q_len, num_kv_heads=2, topk=8,
                  seq_lens=[500, 0, 130, 0, 0, 1] if q_len == 1 else [500, 130, 1, 0, 0, 0])
 
 
-def minus_one_slots(first_request: bool):
+def _minus_one_slots(first_request: bool):
     p = _base(106 + first_request, reqs=3, q_len=1, num_kv_heads=1, topk=8, seq_lens=[400, 520, 260], spare_pages=1,
               invalid_fraction=0.0, shuffle_slots=False)
     pool = p.pool.copy()
@@ -167,7 +171,7 @@ def minus_one_slots(first_request: bool):
     return _slots(_replace(p, pool=pool, block_table=bt), f)
 
 
-def v_scale_swizzle():
+def _v_scale_swizzle():
     p = _base(108, reqs=2, q_len=1, num_kv_heads=2, topk=4, seq_lens=[512, 300])
 
     def pattern(shape, rng):
@@ -178,7 +182,7 @@ def v_scale_swizzle():
     return _set_scales(p, "v", pattern)
 
 
-def v_scale_per_token():
+def _v_scale_per_token():
     p = _base(109, reqs=2, q_len=2, num_kv_heads=1, topk=4, seq_lens=[256, 390])
 
     def pattern(shape, rng):
@@ -188,12 +192,12 @@ def v_scale_per_token():
     return _set_scales(p, "v", pattern)
 
 
-def stale_tail(seq_lens):
+def _stale_tail(seq_lens):
     return loud_tail(_base(110 + seq_lens[0] % 7, reqs=len(seq_lens), q_len=1, num_kv_heads=1, topk=8,
                             seq_lens=seq_lens))
 
 
-def scale_bytes(kind: str):
+def _scale_bytes(kind: str):
     p = _base(120, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[400, 260])
     special = {
         "neg_zero": np.array([0x80, 0x38, 0x30, 0x80], np.uint8),
@@ -207,7 +211,7 @@ def scale_bytes(kind: str):
     return _set_scales(p, "kv", pattern)
 
 
-def nan_scale(byte: int, which: str):
+def _nan_scale(byte: int, which: str):
     p = _base(121, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[400, 260])
     pool = p.pool.copy()
     v = page_views(pool, p.layout, 1)
@@ -216,7 +220,7 @@ def nan_scale(byte: int, which: str):
     return _replace(p, pool=pool)
 
 
-def every_code():
+def _every_code():
     p = _base(122, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[512, 200])
     pool = p.pool.copy()
     v = page_views(pool, p.layout, 1)
@@ -227,7 +231,7 @@ def every_code():
     return _replace(p, pool=pool)
 
 
-def scale_groups():
+def _scale_groups():
     p = _base(123, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[384, 256])
 
     def pattern(shape, rng):
@@ -235,7 +239,7 @@ def scale_groups():
     return _set_scales(p, "kv", pattern)
 
 
-def e2m1_ties():
+def _e2m1_ties():
     p = _base(124, reqs=2, q_len=1, num_kv_heads=1, topk=3, seq_lens=[300, 200], spare_pages=0)
     rng = np.random.default_rng(124)
     shape = (p.num_pages, 1, BLK, 128)
@@ -247,12 +251,12 @@ def e2m1_ties():
     return _replace(p, pool=pool, k_global_scale=g, v_global_scale=g)
 
 
-def head_major(hk, reqs, q_len):
+def _head_major(hk, reqs, q_len):
     return _base(130 + hk, reqs=reqs, q_len=q_len, num_kv_heads=hk, topk=6,
                  seq_lens=[400 - 90 * r for r in range(reqs)], invalid_fraction=0.3)
 
 
-def head_mapping(hk):
+def _head_mapping(hk):
     p = _base(140 + hk, reqs=2, q_len=1, num_kv_heads=hk, topk=4, seq_lens=[512, 300])
     pool = p.pool.copy()
     v = page_views(pool, p.layout, hk)
@@ -262,17 +266,17 @@ def head_mapping(hk):
     return _replace(p, pool=pool)
 
 
-def positions(seq_len, q_len):
+def _positions(seq_len, q_len):
     return loud_tail(_base(150 + q_len, reqs=2, q_len=q_len, num_kv_heads=1, topk=4,
                             seq_lens=[seq_len, seq_len + 128], invalid_fraction=0.0))
 
 
-def causal_earlier():
+def _causal_earlier():
     return _base(155, reqs=2, q_len=1, num_kv_heads=1, topk=8, seq_lens=[7 * 128 + 3, 5 * 128 + 64],
                  invalid_fraction=0.0)
 
 
-def splits_case(n_valid):
+def _splits_case(n_valid):
     p = _base(160 + n_valid, reqs=2, q_len=1, num_kv_heads=1, topk=8, seq_lens=[1024, 1024],
               invalid_fraction=0.0, shuffle_slots=False)
 
@@ -282,7 +286,7 @@ def splits_case(n_valid):
     return _slots(p, f)
 
 
-def split_rescale():
+def _split_rescale():
     p = _base(170, reqs=1, q_len=1, num_kv_heads=1, topk=8, seq_lens=[1024], invalid_fraction=0.0,
               shuffle_slots=False)
     pool = p.pool.copy()
@@ -296,33 +300,33 @@ def split_rescale():
     return _replace(p, pool=pool, q=bf16_round(p.q * 2))
 
 
-def xcds_rows():
+def _xcds_rows():
     return _base(175, reqs=5, q_len=3, num_kv_heads=1, topk=6, seq_lens=[300, 129, 0, 200, 390])
 
 
-def poisoned():
+def _poisoned():
     return poison_unread(_base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0],
                                 spare_pages=3))
 
 
-def layout_case(layout):
+def _layout_case(layout):
     return _base(177, reqs=3, q_len=2, num_kv_heads=2, topk=6, layout=layout, seq_lens=[500, 260, 129])
 
 
-def large_logits():
+def _large_logits():
     return _base(178, reqs=2, q_len=2, num_kv_heads=1, topk=8, q_std=24.0, kv_std=4.0, seq_lens=[900, 400])
 
 
-def wide_topk(k):
+def _wide_topk(k):
     return _base(180 + k, reqs=1, q_len=1, num_kv_heads=1, topk=k, seq_lens=[k * 128], invalid_fraction=0.0,
                  spare_pages=0)
 
 
-def odd_blocks():
-    return splits_case(5)
+def _odd_blocks():
+    return _splits_case(5)
 
 
-def shared_prefix():
+def _shared_prefix():
     p = _base(185, reqs=3, q_len=1, num_kv_heads=1, topk=6, seq_lens=[640, 640, 300])
     bt = p.block_table.copy()
     bt[1, :3] = bt[0, :3]  # requests 0 and 1 share their first three pages (prefix caching)
@@ -335,39 +339,39 @@ def _inv_base():
     return _base(190, reqs=2, q_len=2, num_kv_heads=2, topk=4, seq_lens=[400, 260])
 
 
-def inv_shape():
+def _inv_shape():
     p = _inv_base()
     return _replace(p, q=p.q[:3])
 
 
-def inv_heads():
+def _inv_heads():
     p = _inv_base()
     return _replace(p, q=p.q[:, :24])
 
 
-def inv_q(value):
+def _inv_q(value):
     p = _inv_base()
     q = p.q.copy()
     q[1, 5, 9] = value
     return _replace(p, q=q)
 
 
-def inv_seq(value):
+def _inv_seq(value):
     p = _inv_base()
     return _replace(p, seq_lens=np.array([400, value], np.int32))
 
 
-def inv_topk_below():
+def _inv_topk_below():
     return _slots(_inv_base(), lambda t: t.__setitem__((1, 2, 3), -5))
 
 
-def inv_duplicate():
+def _inv_duplicate():
     def f(t):
         t[0, 0] = [1, -1, 1, 0]
     return _slots(_inv_base(), f)
 
 
-def inv_page(value):
+def _inv_page(value):
     p = _inv_base()
     bt = p.block_table.copy()
 
@@ -378,96 +382,96 @@ def inv_page(value):
     return _replace(p, block_table=bt)
 
 
-def inv_scale(field, value):
+def _inv_scale(field, value):
     return _replace(_inv_base(), **{field: value})
 
 
 CASES = [
     Case("first-slots-invalid", "Half the slots of every row lead with -1 and future ids before the valid ones.",
-         ("first-invalid-nan",), lambda: first_slots_invalid()),
+         ("first-invalid-nan",), lambda: _first_slots_invalid()),
     Case("no-valid-slot-rows", "Rows (and single KV heads of rows) whose slots are all -1 or future.",
-         ("empty-row", "first-invalid-nan"), no_valid_slot_rows),
+         ("empty-row", "first-invalid-nan"), _no_valid_slot_rows),
     Case("padding-requests", "A CUDA-graph batch: half the requests have seq_len 0, merged over 1..8 splits.",
-         ("empty-row", "split-merge"), lambda: padding_requests(1), splits=tuple(range(1, 9))),
+         ("empty-row", "split-merge"), lambda: _padding_requests(1), splits=tuple(range(1, 9))),
     Case("padding-requests-qlen2", "Trailing seq_len-0 requests with q_len 2, and a request with seq_len 1.",
-         ("empty-row", "position"), lambda: padding_requests(2)),
+         ("empty-row", "position"), lambda: _padding_requests(2)),
     Case("minus-one-slots", "Every second slot is -1 and the table's unused entries point at a loud page.",
-         ("minus-one",), lambda: minus_one_slots(False)),
+         ("minus-one",), lambda: _minus_one_slots(False)),
     Case("minus-one-first-request", "-1 slots in request 0, where a dereference reads before the table.",
-         ("minus-one",), lambda: minus_one_slots(True)),
+         ("minus-one",), lambda: _minus_one_slots(True)),
     Case("v-scale-swizzle", "V scales vary with token and group: only the swizzled read gives these values.",
-         ("v-scale-swizzle",), v_scale_swizzle),
+         ("v-scale-swizzle",), _v_scale_swizzle),
     Case("v-scale-per-token", "Each token of every 4-token group has its own V scale.",
-         ("v-scale-swizzle", "v-scale-writer"), v_scale_per_token),
+         ("v-scale-swizzle", "v-scale-writer"), _v_scale_per_token),
     Case("stale-tail-1", "seq_len % 128 == 1: 127 loud stale tokens after the last real one.",
-         ("stale-tail",), lambda: stale_tail([129, 257])),
+         ("stale-tail",), lambda: _stale_tail([129, 257])),
     Case("stale-tail-64", "seq_len % 128 == 64 with loud stale tokens.", ("stale-tail",),
-         lambda: stale_tail([320, 64])),
+         lambda: _stale_tail([320, 64])),
     Case("stale-tail-127", "seq_len % 128 == 127: one loud stale token.", ("stale-tail",),
-         lambda: stale_tail([255, 127])),
+         lambda: _stale_tail([255, 127])),
     Case("e4m3-neg-zero", "Scale byte 0x80 (-0: a zero group, NaN on an uncorrected FNUZ path) in read pages.",
-         ("fnuz", "e4m3-special"), lambda: scale_bytes("neg_zero")),
+         ("fnuz", "e4m3-special"), lambda: _scale_bytes("neg_zero")),
     Case("e4m3-subnormal", "Subnormal scale bytes (m * 2**-9) in K and V.", ("e4m3-special", "fnuz"),
-         lambda: scale_bytes("subnormal")),
-    Case("e4m3-zero", "Zero scale bytes: whole groups of zeros.", ("e4m3-special",), lambda: scale_bytes("zero")),
+         lambda: _scale_bytes("subnormal")),
+    Case("e4m3-zero", "Zero scale bytes: whole groups of zeros.", ("e4m3-special",), lambda: _scale_bytes("zero")),
     Case("e4m3-max", "Scale bytes 0x7E/0xFE (448) and neighbours: FNUZ reads them halved.",
-         ("fnuz", "e4m3-special"), lambda: scale_bytes("max")),
+         ("fnuz", "e4m3-special"), lambda: _scale_bytes("max")),
     Case("e4m3-nan-k-7f", "K scale byte 0x7F (NaN) in a read page.", ("e4m3-nan", "invalid"),
-         lambda: nan_scale(0x7F, "k_scale"), expected_error="NaNScaleByteError"),
+         lambda: _nan_scale(0x7F, "k_scale"), expected_error="NaNScaleByteError"),
     Case("e4m3-nan-v-ff", "V scale byte 0xFF (NaN) in a read page.", ("e4m3-nan", "invalid"),
-         lambda: nan_scale(0xFF, "v_scale"), expected_error="NaNScaleByteError"),
+         lambda: _nan_scale(0xFF, "v_scale"), expected_error="NaNScaleByteError"),
     Case("e2m1-every-code", "Every E2M1 code at every nibble position, shifted per page.", ("nibble-order",),
-         every_code),
-    Case("scale-groups", "Each of the 8 scale groups of a row has its own scale.", ("scale-group",), scale_groups),
+         _every_code),
+    Case("scale-groups", "Each of the 8 scale groups of a row has its own scale.", ("scale-group",), _scale_groups),
     Case("e2m1-ties", "Cache quantised from values on every E2M1 tie (division, ties to even).",
-         ("e2m1-ties",), e2m1_ties),
+         ("e2m1-ties",), _e2m1_ties),
     Case("head-major-hkv2", "Hkv 2, 6 rows, per-head selections differ.", ("topk-major",),
-         lambda: head_major(2, 3, 2)),
+         lambda: _head_major(2, 3, 2)),
     Case("head-major-hkv4", "Hkv 4, 6 rows (3 requests x q_len 2), per-head selections differ.", ("topk-major",),
-         lambda: head_major(4, 3, 2)),
-    Case("head-map-hkv3", "KV heads scaled differently (Hkv 3).", ("head-map",), lambda: head_mapping(3)),
-    Case("head-map-hkv4", "KV heads scaled differently (Hkv 4).", ("head-map",), lambda: head_mapping(4)),
+         lambda: _head_major(4, 3, 2)),
+    Case("head-map-hkv3", "KV heads scaled differently (Hkv 3).", ("head-map",), lambda: _head_mapping(3)),
+    Case("head-map-hkv4", "KV heads scaled differently (Hkv 4).", ("head-map",), lambda: _head_mapping(4)),
     Case("qlen3-boundary", "q_len 3 at seq_len 129: positions 126, 127, 128 straddle a block.",
-         ("position", "stale-tail"), lambda: positions(129, 3)),
-    Case("qlen4-boundary", "q_len 4 at seq_len 258.", ("position",), lambda: positions(258, 4)),
+         ("position", "stale-tail"), lambda: _positions(129, 3)),
+    Case("qlen4-boundary", "q_len 4 at seq_len 258.", ("position",), lambda: _positions(258, 4)),
     Case("causal-earlier", "Seven fully visible earlier blocks beside a diagonal block cut at 2.",
-         ("causal-earlier",), causal_earlier),
+         ("causal-earlier",), _causal_earlier),
     Case("splits-5-blocks", "5 valid blocks over 1..8 splits (empty splits from 6 on).",
-         ("split-merge", "odd-blocks", "ticket-reset"), lambda: splits_case(5), splits=tuple(range(1, 9))),
+         ("split-merge", "odd-blocks", "ticket-reset"), lambda: _splits_case(5), splits=tuple(range(1, 9))),
     Case("splits-1-block", "One valid block over 1..8 splits: all but one split empty.",
-         ("split-merge", "odd-blocks"), lambda: splits_case(1), splits=tuple(range(1, 9))),
+         ("split-merge", "odd-blocks"), lambda: _splits_case(1), splits=tuple(range(1, 9))),
     Case("split-rescale", "One block's scores dwarf the rest: split maxima far apart.",
-         ("split-rescale", "large-logits"), split_rescale, splits=tuple(range(1, 9))),
+         ("split-rescale", "large-logits"), _split_rescale, splits=tuple(range(1, 9))),
     Case("xcds-rows", "15 rows (5 requests x q_len 3): not a multiple of 8 x 3.", ("xcds", "empty-row"),
-         xcds_rows),
-    Case("poisoned-unread", "Every slab no valid slot reads holds NaN scale bytes.", ("stray-read",), poisoned),
+         _xcds_rows),
+    Case("poisoned-unread", "Every slab no valid slot reads holds NaN scale bytes.", ("stray-read",), _poisoned),
     Case("layout-token-rows", "A mixed batch in the token_rows layout.", ("layout",),
-         lambda: layout_case("token_rows")),
-    Case("layout-planar", "The same batch in the planar layout.", ("layout",), lambda: layout_case("planar")),
-    Case("large-logits", "Scores in the hundreds: P underflows to subnormal.", ("large-logits",), large_logits),
-    Case("topk-64", "All 64 slots valid and full.", ("topk-wide",), lambda: wide_topk(64), splits=(1, 8)),
-    Case("topk-33", "33 slots, all valid: the 33rd slot lane.", ("topk-wide", "odd-blocks"), lambda: wide_topk(33),
+         lambda: _layout_case("token_rows")),
+    Case("layout-planar", "The same batch in the planar layout.", ("layout",), lambda: _layout_case("planar")),
+    Case("large-logits", "Scores in the hundreds: P underflows to subnormal.", ("large-logits",), _large_logits),
+    Case("topk-64", "All 64 slots valid and full.", ("topk-wide",), lambda: _wide_topk(64), splits=(1, 8)),
+    Case("topk-33", "33 slots, all valid: the 33rd slot lane.", ("topk-wide", "odd-blocks"), lambda: _wide_topk(33),
          splits=(1, 2, 8)),
-    Case("shared-prefix", "Two requests share their first three pages.", ("causal-earlier",), shared_prefix),
-    Case("invalid-rows", "q has 3 rows for 2 requests x q_len 2.", ("invalid",), inv_shape,
+    Case("shared-prefix", "Two requests share their first three pages.", ("causal-earlier",), _shared_prefix),
+    Case("invalid-rows", "q has 3 rows for 2 requests x q_len 2.", ("invalid",), _inv_shape,
          expected_error="ShapeError"),
-    Case("invalid-heads", "24 query heads for Hkv 2.", ("invalid",), inv_heads, expected_error="HeadCountError"),
+    Case("invalid-heads", "24 query heads for Hkv 2.", ("invalid",), _inv_heads, expected_error="HeadCountError"),
     Case("invalid-q-not-bf16", "A query value with bits below bf16.", ("invalid",),
-         lambda: inv_q(np.float32(1 + 2.0**-12)), expected_error="QueryValueError"),
-    Case("invalid-q-inf", "An infinite query value.", ("invalid",), lambda: inv_q(np.float32(np.inf)),
+         lambda: _inv_q(np.float32(1 + 2.0**-12)), expected_error="QueryValueError"),
+    Case("invalid-q-inf", "An infinite query value.", ("invalid",), lambda: _inv_q(np.float32(np.inf)),
          expected_error="QueryValueError"),
-    Case("invalid-seq-negative", "seq_lens[1] = -3.", ("invalid",), lambda: inv_seq(-3), expected_error="SeqLenError"),
+    Case("invalid-seq-negative", "seq_lens[1] = -3.", ("invalid",), lambda: _inv_seq(-3), expected_error="SeqLenError"),
     Case("invalid-seq-beyond-table", "seq_len needing more blocks than the table has.", ("invalid",),
-         lambda: inv_seq(4000), expected_error="SeqLenError"),
-    Case("invalid-topk-below", "A top-k id of -5.", ("invalid",), inv_topk_below, expected_error="TopkIdError"),
-    Case("invalid-duplicate", "Valid block 1 selected twice in one slot list.", ("invalid",), inv_duplicate,
+         lambda: _inv_seq(4000), expected_error="SeqLenError"),
+    Case("invalid-topk-below", "A top-k id of -5.", ("invalid",), _inv_topk_below, expected_error="TopkIdError"),
+    Case("invalid-duplicate", "Valid block 1 selected twice in one slot list.", ("invalid",), _inv_duplicate,
          expected_error="DuplicateSlotError"),
-    Case("invalid-page-high", "A valid slot maps to page 912 of a small pool.", ("invalid",), lambda: inv_page(912),
+    Case("invalid-page-high", "A valid slot maps to page 912 of a small pool.", ("invalid",), lambda: _inv_page(912),
          expected_error="PageIndexError"),
     Case("invalid-page-minus-one", "A valid slot maps to a -1 table entry.", ("invalid", "minus-one"),
-         lambda: inv_page(-1), expected_error="PageIndexError"),
-    Case("invalid-k-global-zero", "k_global_scale = 0.", ("invalid",), lambda: inv_scale("k_global_scale", 0.0),
+         lambda: _inv_page(-1), expected_error="PageIndexError"),
+    Case("invalid-k-global-zero", "k_global_scale = 0.", ("invalid",), lambda: _inv_scale("k_global_scale", 0.0),
          expected_error="ScaleError"),
     Case("invalid-v-global-nan", "v_global_scale = NaN.", ("invalid",),
-         lambda: inv_scale("v_global_scale", float("nan")), expected_error="ScaleError"),
+         lambda: _inv_scale("v_global_scale", float("nan")), expected_error="ScaleError"),
 ]

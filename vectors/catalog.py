@@ -43,6 +43,7 @@ CONTRACT_VERSION = 1
 
 
 def exists() -> bool:
+    """True when this checkout has a catalog manifest."""
     return MANIFEST.is_file()
 
 
@@ -155,6 +156,7 @@ def _dump(manifest: dict) -> str:
 def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> tuple[bool, str]:
     """The validator (and the backend's host side, if given) must raise ``expected_error``."""
     def raised(fn):
+        """(exception class name or None, message) of calling fn."""
         try:
             fn()
         except ProblemError as e:
@@ -221,6 +223,7 @@ def _progress(msg):
 
 
 def cmd_regen(args) -> int:
+    """``regen [--check]``: rewrite the catalog, or compare a fresh regeneration byte for byte."""
     previous = load_manifest() if exists() else None
     if not args.check:
         if DATA.exists():
@@ -253,6 +256,7 @@ def cmd_regen(args) -> int:
 
 
 def cmd_list(args) -> int:
+    """``list [--flag F]``: one line per case and its comment."""
     m = load_manifest()
     for c in m["cases"]:
         if args.flag and args.flag not in c["flags"]:
@@ -264,6 +268,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_add(args) -> int:
+    """``add FILE --comment C --flags F..``: promote a case file into the catalog."""
     m = load_manifest()
     unknown = [f for f in args.flags if f not in m["notes"]]
     if unknown:
@@ -300,6 +305,7 @@ def cmd_add(args) -> int:
 
 
 def add_subcommands(sub) -> None:
+    """Register regen, list and add on the CLI's subparsers."""
     r = sub.add_parser("regen", help="regenerate every golden case (with --check: compare, change nothing)")
     r.add_argument("--check", action="store_true")
     r.set_defaults(fn=cmd_regen)

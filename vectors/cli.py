@@ -89,6 +89,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
               suppress_health_check=list(HealthCheck), phases=phases)
     @given(problems(), st.sampled_from(splits_opts))
     def prop(problem, splits):
+        """One generated problem: run, compare, record coverage; raise on failure."""
         rep = None
         try:
             _, rep = run_case(backend, problem, splits)
@@ -141,6 +142,7 @@ def _print_stats(stats) -> None:
 
 
 def cmd_check(args) -> int:
+    """``check``: golden vectors and generated problems against one backend."""
     backend = pick_backend(args.backend)
     print(f"backend: {backend.name} (geometry: {backend.geometry or 'exact class'}; splits {list(backend.splits)})")
     t0 = time.time()
@@ -174,6 +176,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_replay(args) -> int:
+    """``replay FILE``: one case file against one backend, its report printed."""
     backend = pick_backend(args.backend)
     try:
         problem, meta, extra = load_case(args.file)
@@ -199,6 +202,7 @@ def cmd_replay(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
     ap = argparse.ArgumentParser(prog="python -m vectors", description="NVFP4 sparse decode conformance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check", help="golden vectors + generated problems against a backend")
@@ -221,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Entry point of ``python -m vectors``; returns the exit status."""
     ap = build_parser()
     args = ap.parse_args(argv)
     if getattr(args, "examples", 0) < 0:
