@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import kernels
 from vectors.harness import run_case
-from vectors.strategies import problems
+from vectors.strategies import problems, record_launch, xcds
 
 
 @pytest.fixture
@@ -29,9 +29,10 @@ def test_backend_conforms_on_generated_problems(backend):
     examples = 8 if small else settings().max_examples
 
     @settings(max_examples=examples)
-    @given(strategy, st.sampled_from(backend.splits))
-    def prop(problem, splits):
-        _, rep = run_case(backend, problem, splits)
+    @given(strategy, st.sampled_from(backend.splits), xcds)
+    def prop(problem, splits, xcds_):
+        record_launch(problem, splits, xcds_)
+        _, rep = run_case(backend, problem, splits, xcds_)
         assert rep.passed, rep.details()
 
     prop()

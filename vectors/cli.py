@@ -76,7 +76,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
 
-    from .strategies import case_classes, problems
+    from .strategies import case_classes, problems, record_launch, xcds
 
     splits_opts = tuple(splits_choice or backend.splits)
     stats = collections.defaultdict(lambda: [0, 0])
@@ -87,12 +87,13 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     @hseed(seed)
     @settings(max_examples=examples, deadline=None, database=None, print_blob=False,
               suppress_health_check=list(HealthCheck), phases=phases)
-    @given(problems(), st.sampled_from(splits_opts))
-    def prop(problem, splits):
+    @given(problems(), st.sampled_from(splits_opts), xcds)
+    def prop(problem, splits, xcds_):
         """One generated problem: run, compare, record coverage; raise on failure."""
         rep = None
         try:
-            _, rep = run_case(backend, problem, splits)
+            record_launch(problem, splits, xcds_)
+            _, rep = run_case(backend, problem, splits, xcds_)
             ok, text = rep.passed, rep.details()
         except Exception as e:  # a crashing backend is a non-conformant one
             ok, text = False, f"backend raised {type(e).__name__}: {e}"
@@ -102,7 +103,8 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
                 state["elements"] += rep.n_elements
                 state["max_ratio"] = max(state["max_ratio"], rep.max_bound_ratio)
                 state["max_ulp"] = max(state["max_ulp"], rep.max_ulp)
-            for c in case_classes(problem) + [f"splits={splits}"]:
+            launch = [f"splits={splits}"] + ([f"xcds={xcds_}"] if xcds_ else [])
+            for c in case_classes(problem) + launch:
                 stats[c][0] += 1
                 stats[c][1] += 0 if ok else 1
             if state["n"] % progress_every == 0 or state["n"] == examples:
@@ -111,7 +113,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             if not state["shrinking"]:
                 _progress(f"  generated: failure at problem {state['n']}; minimising...")
             state["shrinking"] = True
-            state["failing"] = (problem, splits, text)
+            state["failing"] = (problem, splits, text, xcds_)
             raise AssertionError(text)
 
     totals = {k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")}
@@ -162,11 +164,11 @@ def cmd_check(args) -> int:
         g_ok, stats, failing = check_generated(backend, args.examples, args.seed, args.splits)
         _print_stats(stats)
         if failing is not None:
-            problem, splits, text = failing
+            problem, splits, text, xcds_ = failing
             path = _save_repro(backend, problem, splits, text)
             print("FIRST FAILING PROBLEM (minimised):")
             print(f"  rows {problem.rows}, Hkv {problem.num_kv_heads}, TOPK {problem.TOPK}, q_len {problem.q_len}, "
-                  f"layout {problem.layout}, splits {splits}")
+                  f"layout {problem.layout}, splits {splits}, xcds {xcds_}")
             print("  " + text.replace("\n", "\n  "))
             print(f"saved: {path}")
             print(f"replay: python -m vectors replay {path} --backend {args.backend or backend.name} --splits {splits}")

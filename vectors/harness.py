@@ -16,26 +16,29 @@ from reference import DecodeProblem
 from reference.compare import Report, compare_backend_output
 
 
-def _call(backend, problem: DecodeProblem, splits: int) -> np.ndarray:
+def _call(backend, problem: DecodeProblem, splits: int, xcds: int) -> np.ndarray:
     try:
-        takes_out = "out" in inspect.signature(backend.__call__).parameters
+        params = inspect.signature(backend.__call__).parameters
     except (TypeError, ValueError):
-        takes_out = False
-    if takes_out:
+        params = {}
+    kw = {"xcds": xcds} if "xcds" in params else {}
+    if "out" in params:
         out = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
-        res = backend(problem, splits=splits, out=out)
+        res = backend(problem, splits=splits, out=out, **kw)
         return out if res is None else np.asarray(res)
-    return np.asarray(backend(problem, splits=splits))
+    return np.asarray(backend(problem, splits=splits, **kw))
 
 
-def run_case(backend, problem: DecodeProblem, splits: int = 1) -> tuple[np.ndarray, Report]:
+def run_case(backend, problem: DecodeProblem, splits: int = 1, xcds: int = 0) -> tuple[np.ndarray, Report]:
     """Run ``backend`` twice on ``problem`` and compare; returns (first output, report).
 
-    The report compares with the exact oracle (geometry None) or the emulation
-    of the backend's geometry with the same ``splits``.
+    ``xcds`` reaches only backends whose ``__call__`` takes it (FlyDSL's XCD
+    placement; it must not change the result). The report compares with the
+    exact oracle (geometry None) or the emulation of the backend's geometry
+    with the same ``splits``.
     """
-    first = _call(backend, problem, splits)
-    second = _call(backend, problem, splits)
+    first = _call(backend, problem, splits, xcds)
+    second = _call(backend, problem, splits, xcds)
     report = compare_backend_output(problem, first, geometry=backend.geometry, splits=splits)
     a = np.asarray(first, np.float32)
     b = np.asarray(second, np.float32)

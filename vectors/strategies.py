@@ -151,3 +151,11 @@ def _record_events(p: DecodeProblem, modes) -> None:
 
 
 splits = st.integers(1, 8)
+xcds = st.sampled_from([0, 8])
+
+
+def record_launch(problem: DecodeProblem, splits_: int, xcds_: int) -> None:
+    """Coverage events for a launch's parameters."""
+    event(f"splits={splits_}")
+    if xcds_ and problem.rows % (xcds_ * problem.q_len):
+        event("xcds=8, rows not a multiple of 8 * q_len")
