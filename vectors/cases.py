@@ -474,4 +474,6 @@ CASES = [
          expected_error="ScaleError"),
     Case("invalid-v-global-nan", "v_global_scale = NaN.", ("invalid",),
          lambda: _inv_scale("v_global_scale", float("nan")), expected_error="ScaleError"),
+    Case("invalid-layout", "An unknown page layout name.", ("invalid", "layout"),
+         lambda: _replace(_inv_base(), layout="paged"), expected_error="ParameterError"),
 ]
