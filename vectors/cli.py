@@ -188,7 +188,7 @@ def cmd_replay(args) -> int:
 
     expected_error = meta.get("expected_error")
     if expected_error:
-        ok, text = catalog.check_invalid(problem, expected_error)
+        ok, text = catalog.check_invalid(problem, expected_error, backend)
         print(text)
         return 0 if ok else 1
     splits_list = [args.splits] if args.splits else meta.get("splits_list") or [meta.get("splits", 1)]
