@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels
-from vectors.harness import run_case
+from vectors.harness import run_case, save_repro
 from vectors.strategies import problems, record_launch, xcds
 
 
@@ -22,7 +22,7 @@ def backend(backend_spec):
     return b
 
 
-def test_backend_conforms_on_generated_problems(backend):
+def test_backend_conforms_on_generated_problems(backend, backend_spec):
     # The Triton CPU interpreter runs each program in Python: keep its problems small.
     small = getattr(backend, "interpreted", False)
     strategy = problems(max_reqs=2, max_kv_heads=2, max_topk=8, max_q_len=2) if small else problems(max_reqs=4)
@@ -33,6 +33,9 @@ def test_backend_conforms_on_generated_problems(backend):
     def prop(problem, splits, xcds_):
         record_launch(problem, splits, xcds_)
         _, rep = run_case(backend, problem, splits, xcds_)
-        assert rep.passed, rep.details()
+        if not rep.passed:
+            path = save_repro(backend.name, problem, splits, rep.details())
+            pytest.fail(f"{rep.details()}\nsaved: {path}\nreplay: python -m vectors replay {path} "
+                        f"--backend {backend_spec} --splits {splits}")
 
     prop()

@@ -48,3 +48,15 @@ def test_second_run_that_differs_fails():
     _, rep = run_case(BufferBackend(drift=True), p, 2)
     assert not rep.passed and rep.repeat_mismatch > 0
     assert "second run differs" in rep.summary()
+
+
+def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
+    from vectors.harness import save_repro
+    from vectors.io import load_case
+
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
+    p = random_problem(4, reqs=2, topk=3)
+    path = save_repro("mutant:x", p, 2, "FAIL ...")
+    assert path.parent == tmp_path and path.name.startswith("mutant_x-")
+    q, meta, _ = load_case(path)
+    assert meta["splits"] == 2 and np.array_equal(q.topk, p.topk)

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import sys
 import time
-from pathlib import Path
 
 import kernels
 
-from .harness import run_case
-from .io import CaseFileError, load_case, save_case
+from .harness import run_case, save_repro
+from .io import CaseFileError, load_case
 
 PREFERENCE = ("flydsl", "triton", "torch", "emulate")
-REPRO_DIR = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))
 
 
 class SetupError(Exception):
@@ -48,15 +45,6 @@ def pick_backend(spec: str | None):
     if why is not None:
         raise SetupError(f"backend {b.name!r} is not available here: {why}")
     return b
-
-
-def _save_repro(backend, problem, splits: int, report_text: str) -> Path:
-    REPRO_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = REPRO_DIR / "incoming.npz"
-    digest = save_case(tmp, problem, meta={"backend": backend.name, "splits": splits, "report": report_text})
-    path = REPRO_DIR / f"{backend.name}-{digest[:12]}.npz"
-    tmp.replace(path)
-    return path
 
 
 def _progress(msg: str) -> None:
@@ -165,7 +153,7 @@ def cmd_check(args) -> int:
         _print_stats(stats)
         if failing is not None:
             problem, splits, text, xcds_ = failing
-            path = _save_repro(backend, problem, splits, text)
+            path = save_repro(backend.name, problem, splits, text)
             print("FIRST FAILING PROBLEM (minimised):")
             print(f"  rows {problem.rows}, Hkv {problem.num_kv_heads}, TOPK {problem.TOPK}, q_len {problem.q_len}, "
                   f"layout {problem.layout}, splits {splits}, xcds {xcds_}")
