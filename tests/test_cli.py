@@ -21,6 +21,11 @@ def test_check_emulate_passes_with_exit_0():
     assert "CONFORMANT: backend emulate" in r.stdout and "case class" in r.stdout
 
 
+def test_unsupported_split_count_exits_2():
+    r = _run("check", "--backend", "emulate", "--splits", "9", "--examples", "1")
+    assert r.returncode == 2 and "--splits [9]: backend emulate supports" in r.stderr
+
+
 def test_unknown_backend_exits_2():
     r = _run("check", "--backend", "nope", "--examples", "1")
     assert r.returncode == 2 and "unknown backend 'nope'" in r.stderr

@@ -134,6 +134,9 @@ def _print_stats(stats) -> None:
 def cmd_check(args) -> int:
     """``check``: golden vectors and generated problems against one backend."""
     backend = pick_backend(args.backend)
+    bad = [sp for sp in (args.splits or []) if sp not in backend.splits]
+    if bad:
+        raise SetupError(f"--splits {bad}: backend {backend.name} supports {list(backend.splits)}")
     print(f"backend: {backend.name} (geometry: {backend.geometry or 'exact class'}; splits {list(backend.splits)})")
     t0 = time.time()
     ok = True
