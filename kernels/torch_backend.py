@@ -9,11 +9,13 @@ result: the softmax is computed whole.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from reference import DecodeProblem
-from reference.formats import E2M1_MAGNITUDES, E4M3FN_TABLE
-from reference.paged_cache import BLK, D, _UNSW_FLAT
+from reference.formats import E4M3FN_TABLE, e2m1_decode
+from reference.paged_cache import BLK, D, _UNSW_FLAT, unpack_e2m1
 
 try:
     import torch
@@ -21,14 +23,14 @@ except ImportError:  # the backend reports itself unavailable
     torch = None
 
 
+@functools.lru_cache(maxsize=None)
 def _tables(device):
-    b = np.arange(256)
-    pairs = np.stack([
-        np.where(b & 0x8, -1.0, 1.0) * E2M1_MAGNITUDES[b & 0x7],
-        np.where(b & 0x80, -1.0, 1.0) * E2M1_MAGNITUDES[(b >> 4) & 0x7],
-    ], axis=-1).astype(np.float32)
-    scales = np.nan_to_num(E4M3FN_TABLE, nan=0.0).astype(np.float32)
-    return (torch.from_numpy(pairs).to(device), torch.from_numpy(scales).to(device),
+    """On ``device``: byte -> its two E2M1 values (float32 ``[256, 2]``), E4M3 byte ->
+    value (float32, NaN bytes read as 0: the validator rejects them in read pages),
+    and the V-scale unswizzle permutation."""
+    pairs = unpack_e2m1(np.arange(256, dtype=np.uint8)[:, None])
+    scales = np.nan_to_num(E4M3FN_TABLE, nan=0.0)
+    return (torch.from_numpy(e2m1_decode(pairs)).to(device), torch.from_numpy(scales).to(device),
             torch.from_numpy(_UNSW_FLAT.astype(np.int64)).to(device))
 
 

@@ -23,12 +23,14 @@ rescaling.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
 from reference import DecodeProblem, Geometry
-from reference.formats import E2M1_MAGNITUDES, E4M3FN_TABLE
+from reference.emulate import softmax_constant
+from reference.formats import E4M3FN_TABLE, e2m1_decode
 from reference.paged_cache import page_bytes
 
 try:
@@ -208,17 +210,13 @@ if triton is not None:
         tl.store(out_ptr + out_off, res.to(tl.bfloat16))
 
 
-_TABLES: dict = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _tables(device):
-    key = str(device)
-    if key not in _TABLES:
-        b = np.arange(16)
-        e2m1 = (np.where(b & 8, -1.0, 1.0) * E2M1_MAGNITUDES[b & 7]).astype(np.float32)
-        e4m3 = np.nan_to_num(E4M3FN_TABLE, nan=0.0).astype(np.float32)
-        _TABLES[key] = (torch.from_numpy(e2m1).to(device), torch.from_numpy(e4m3).to(device))
-    return _TABLES[key]
+    """E2M1 code and E4M3 byte tables (float32) on ``device``; NaN bytes read as 0
+    (the validator rejects them in every page a valid slot reads)."""
+    e2m1 = e2m1_decode(np.arange(16, dtype=np.uint8))
+    e4m3 = np.nan_to_num(E4M3FN_TABLE, nan=0.0)
+    return torch.from_numpy(e2m1).to(device), torch.from_numpy(e4m3).to(device)
 
 
 def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
@@ -237,7 +235,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     if out is None:
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
     e2m1, e4m3 = _tables(dev)
-    c = float(np.float32(np.float32(sm_scale * 1.4426950408889634) * np.float32(k_global_scale)))
+    c = float(softmax_constant(sm_scale, k_global_scale))
     if splits > 1:
         part = torch.empty((rows * hk * splits * 16, 128), dtype=torch.float32, device=dev)
         ml = torch.empty((rows * hk * splits * 16, 2), dtype=torch.float32, device=dev)

@@ -22,6 +22,7 @@ tolerance model needs (see ``Emulation``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -128,7 +129,6 @@ def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         bb = st - xb
         err = (xb - (st - bb)) + (yb - bb)
         step = np.where(err == 0, 0, np.where((err > 0) == (st > 0), 1, -1))
-        s = s.copy()
         s[tie] = (st.view(np.int64) + step).view(np.float64)
     return s.astype(np.float32)
 
@@ -146,10 +146,14 @@ def _bf16_midpoint_distance(p: np.ndarray) -> np.ndarray:
         return np.where(p64 > 0, d / p64, np.inf)
 
 
-def kernel_constant(problem: DecodeProblem) -> np.float32:
+def softmax_constant(sm_scale: float, k_global_scale: float) -> np.float32:
     """The kernel's ``c = fp32(fp32(sm_scale * log2(e)) * k_global)``."""
-    c0 = np.float32(problem.sm_scale * LOG2E)
-    return np.float32(c0 * np.float32(problem.k_global_scale))
+    return np.float32(np.float32(sm_scale * LOG2E) * np.float32(k_global_scale))
+
+
+def kernel_constant(problem: DecodeProblem) -> np.float32:
+    """``softmax_constant`` of a problem's ``sm_scale`` and ``k_global_scale``."""
+    return softmax_constant(problem.sm_scale, problem.k_global_scale)
 
 
 def _split_schedule(valid: np.ndarray, splits: int):
@@ -202,7 +206,6 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     pages = np.maximum(problem.slot_pages(), 0).reshape(hk * rows, topk)
     heads = np.repeat(np.arange(hk), rows)
     q = problem.q.reshape(rows, hk, HG, D).transpose(1, 0, 2, 3).reshape(hk * rows, HG, D).astype(np.float64)
-    qa = np.abs(q)
     slots, T = _split_schedule(valid, S)
     P = hk * rows
 
@@ -217,7 +220,7 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     # Steps over a bounded set of (pair, split) blocks keep temporaries small
     # enough for the allocator to reuse (large fresh arrays cost page faults).
     step_rows = max(1, _CHUNK_BLOCKS // S)
-    for t, lo in ((t, lo) for t in range(T) for lo in range(0, P, step_rows)):
+    for t, lo in itertools.product(range(T), range(0, P, step_rows)):
         pi, zi = np.nonzero(slots[lo : lo + step_rows, :, t] >= 0)
         if not len(pi):
             continue
@@ -235,8 +238,9 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
         if details:
             # |s_kernel - s_emul| <= 128 * u * sum_d |q_d k_d| for any summation order;
             # max_s moves by the same, and both reach p through exp2(s*c - max*c).
-            sabs = np.matmul(qa[pi][:, None], np.abs(k).transpose(0, 1, 3, 2))
+            sabs = np.matmul(np.abs(q[pi])[:, None], np.abs(k).transpose(0, 1, 3, 2))
             sabs = np.where(vis, sabs, 0.0).max(axis=(1, 3))  # [A, 16]
+            # (1 + 1e-6) covers the float64 rounding of this bound's own arithmetic.
             np.maximum.at(eta, pi, np.log(2) * float(c) * 2 * D * F32_EPS * sabs * (1 + 1e-6))
 
         mo = m[pi, zi]

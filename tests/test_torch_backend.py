@@ -28,6 +28,12 @@ def test_tensor_entry_point_matches_the_backend():
 
 
 def test_backend_restores_the_tf32_setting():
-    before = torch.backends.cuda.matmul.allow_tf32
-    get_backend("torch")(random_problem(2))
-    assert torch.backends.cuda.matmul.allow_tf32 == before
+    # Start from True: the backend switches TF32 off, so only a restore brings it back.
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        before = torch.backends.cuda.matmul.allow_tf32
+        get_backend("torch")(random_problem(2))
+        assert torch.backends.cuda.matmul.allow_tf32 == before
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved

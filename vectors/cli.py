@@ -104,16 +104,13 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             state["failing"] = (problem, splits, text, xcds_)
             raise AssertionError(text)
 
-    totals = {k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")}
     try:
         prop()
+        ok = True
     except AssertionError:
-        totals.update({k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")})
-        stats["__totals__"] = totals
-        return False, stats, state["failing"]
-    totals.update({k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")})
-    stats["__totals__"] = totals
-    return True, stats, None
+        ok = False
+    stats["__totals__"] = {k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")}
+    return ok, stats, state["failing"]
 
 
 def _print_stats(stats) -> None:
