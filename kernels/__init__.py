@@ -92,5 +92,6 @@ register("reference", _lazy(".reference_backends", "ReferenceBackend"))
 register("emulate", _lazy(".reference_backends", "EmulateBackend"))
 register("torch", _lazy(".torch_backend", "TorchBackend"))
 register("triton", _lazy(".triton_decode", "TritonBackend"))
+register("flydsl", _lazy(".flydsl_backend", "FlydslBackend"))
 
 __all__ = ["Backend", "BackendError", "get_backend", "register", "registered"]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kernels
+import reference as R
 from vectors import catalog, cases
 from vectors.io import load_case
 
@@ -89,3 +90,26 @@ def test_add_promotes_a_saved_case_and_regen_keeps_it(tmp_path, monkeypatch):
     p, meta, extra = load_case(here / new["file"], sha256=new["sha256"])
     assert "out_emulated_s2" in extra
     assert catalog.cmd_regen(type("A", (), {"check": True})()) == 0
+
+
+def test_check_all_runs_each_case_at_every_xcds_placement_of_the_manifest(monkeypatch):
+    class Placed:
+        name, geometry, splits = "placed", R.SEED_GEOMETRY, (1,)
+
+        def __init__(self):
+            self.seen = []
+
+        def available(self):
+            return None
+
+        def __call__(self, problem, *, splits=1, xcds=0):
+            self.seen.append(xcds)
+            return R.emulate(problem, splits=splits)
+
+    m = catalog.load_manifest()
+    case = next(c for c in m["cases"] if c["result"] == "valid" and 1 in c["splits"])
+    monkeypatch.setattr(catalog, "load_manifest", lambda: {**m, "cases": [case]})
+    b = Placed()
+    ok, lines = catalog.check_all(b)
+    assert ok and sorted(b.seen) == sorted(case["xcds"] * 2) and len(case["xcds"]) > 1
+    assert f"xcds {case['xcds']}" in lines[1]

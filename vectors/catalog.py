@@ -31,7 +31,7 @@ from reference.oracle import oracle_details
 from reference.problem import DecodeProblem
 
 from . import cases as C
-from .harness import run_case
+from .harness import run_case, takes_xcds
 from .io import CaseFileError, load_case, save_case
 
 HERE = Path(__file__).parent
@@ -194,18 +194,21 @@ def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool
         else:
             good = True
             splits = [s for s in c["splits"] if s in backend.splits]
+            placements = c["xcds"] if takes_xcds(backend) else [0]
             details = []
             for s in splits:
-                try:
-                    _, rep = run_case(backend, problem, s)
-                    passed, text = rep.passed, rep.details()
-                except Exception as e:  # noqa: BLE001 - a crash is a failure of this case
-                    passed, text = False, f"backend raised {type(e).__name__}: {e}"
-                good &= passed
-                if not passed:
-                    details.append(f"splits={s}: {text}")
+                for x in placements:
+                    try:
+                        _, rep = run_case(backend, problem, s, x)
+                        passed, text = rep.passed, rep.details()
+                    except Exception as e:  # noqa: BLE001 - a crash is a failure of this case
+                        passed, text = False, f"backend raised {type(e).__name__}: {e}"
+                    good &= passed
+                    if not passed:
+                        details.append(f"splits={s} xcds={x}: {text}")
             status = "PASS" if good else "FAIL"
-            lines.append(f"  {c['id']:3d} {c['name']:<28} {status} (splits {splits})")
+            where = f"splits {splits}" + (f", xcds {placements}" if takes_xcds(backend) else "")
+            lines.append(f"  {c['id']:3d} {c['name']:<28} {status} ({where})")
             for d in details:
                 lines.append("      " + d.replace("\n", "\n      "))
                 lines.append(f"      replay: python -m vectors replay {HERE / c['file']} --backend {backend.name}")

@@ -18,11 +18,20 @@ from reference import DecodeProblem
 from reference.compare import Report, compare_backend_output
 
 
-def _call(backend, problem: DecodeProblem, splits: int, xcds: int) -> np.ndarray:
+def _params(backend):
     try:
-        params = inspect.signature(backend.__call__).parameters
+        return inspect.signature(backend.__call__).parameters
     except (TypeError, ValueError):
-        params = {}
+        return {}
+
+
+def takes_xcds(backend) -> bool:
+    """Whether ``backend.__call__`` takes ``xcds`` (FlyDSL's XCD placement)."""
+    return "xcds" in _params(backend)
+
+
+def _call(backend, problem: DecodeProblem, splits: int, xcds: int) -> np.ndarray:
+    params = _params(backend)
     kw = {"xcds": xcds} if "xcds" in params else {}
     if "out" in params:
         out = np.full((problem.rows, problem.H, 128), np.nan, np.float32)

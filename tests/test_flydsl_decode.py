@@ -1,0 +1,51 @@
+"""kernels.flydsl_decode: every configuration compiles for gfx942 and gfx950
+within its resource budget (compile-only: no GPU runs the kernel here).
+
+Each test compiles one (target, topk) for every split count and XCD setting
+in a fresh process (``COMPILE_ONLY=1``, ``FLYDSL_GPU_ARCH``) and checks the
+assembly (see ``kernels.flydsl_resources``). Where FlyDSL or ``ld.lld`` >= 19
+is missing they skip with the reason, unless ``NVFP4_REQUIRE_COMPILE=1``
+(set by ``.ci/run``) makes that a failure.
+"""
+
+import os
+
+import pytest
+
+from kernels.flydsl_resources import ARCHS, SPLITS, TOPKS, XCDS, compile_configs, format_table, problems, rocm_path
+
+pytestmark = pytest.mark.compile_only
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    why = None
+    try:
+        import flydsl  # noqa: F401
+    except ImportError as e:
+        why = f"FlyDSL is not installed: {e}"
+    rocm, note = rocm_path()
+    why = why or (None if rocm else note)
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+    return rocm
+
+
+@pytest.mark.parametrize("topk", TOPKS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_split_and_xcd_setting_compiles_without_scratch_within_256_registers(toolchain, arch, topk):
+    rows = compile_configs(arch, [(topk, s, x) for s in SPLITS for x in XCDS], toolchain)
+    print(format_table(rows))
+    assert len(rows) == len(SPLITS) * len(XCDS)
+    failed = {(r["splits"], r["xcds"]): problems(r) for r in rows if problems(r)}
+    assert not failed, format_table(rows)
+
+
+def test_out_of_range_topk_or_splits_is_refused_before_compiling(toolchain):
+    from kernels.flydsl_decode import compile_nvfp4_sparse_decode
+
+    for kw in ({"topk": 0}, {"topk": 65}, {"splits": 0}):
+        with pytest.raises(ValueError, match="topk must be in 1..64 and splits >= 1"):
+            compile_nvfp4_sparse_decode(**kw)
