@@ -15,7 +15,7 @@ import numpy as np
 
 from reference import DecodeProblem
 from reference.emulate import LOG2E, SEED_GEOMETRY
-from reference.paged_cache import page_bytes, read_pages, write_pages
+from reference.paged_cache import page_bytes
 
 from .flydsl_lanes import PART_F, k_table
 from .seed_index import grid_x as _grid_x
@@ -53,12 +53,12 @@ def rocm_missing() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _launcher(topk: int, splits: int, xcds: int, arch: str):
+def _launcher(topk: int, splits: int, xcds: int, layout: str, arch: str):
     """The jitted launcher of one configuration; FlyDSL compiles it on first launch
-    and keeps the binary, so each (topk, splits, xcds, arch) compiles once."""
+    and keeps the binary, so each (topk, splits, xcds, layout, arch) compiles once."""
     from .flydsl_decode import compile_nvfp4_sparse_decode
 
-    return compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds)
+    return compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds, layout=layout)
 
 
 class Workspace:
@@ -107,12 +107,13 @@ def _require(cond: bool, what: str) -> None:
 
 
 def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: int, sm_scale: float,
-           k_global_scale: float, v_global_scale: float, splits: int = 1, xcds: int = 0, out=None,
-           workspace: Workspace | None = None):
+           k_global_scale: float, v_global_scale: float, layout: str = "token_rows", splits: int = 1,
+           xcds: int = 0, out=None, workspace: Workspace | None = None):
     """Launch the kernel on GPU tensors; returns ``out``.
 
     q: bf16 ``[rows, H, 128]``, ``H = 16 * num_kv_heads``; pool: uint8
-    ``[pages, page_bytes(num_kv_heads)]`` in the ``token_rows`` layout; topk:
+    ``[pages, page_bytes(num_kv_heads)]`` in ``layout`` (``token_rows`` or
+    ``planar``); topk:
     int32 ``[Hkv, >= rows, TOPK]`` (TOPK <= 64, last two dims contiguous, head
     stride ``topk.stride(0)``); block_table: int32 ``[reqs, max_blocks]`` (row
     stride ``block_table.stride(0)``); seq_lens: int32 ``[reqs]``; out: bf16
@@ -144,6 +145,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     for name, v in (("sm_scale", sm_scale), ("k_global_scale", k_global_scale),
                     ("v_global_scale", v_global_scale)):
         _require(np.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
+    _require(layout in ("token_rows", "planar"), f"layout must be 'token_rows' or 'planar', got {layout!r}")
     _require(splits in SPLITS, f"splits={splits}: the kernel is built and checked for {SPLITS}")
     _require(xcds >= 0, f"xcds must be >= 0, got {xcds}")
     _require(rows * H * 128 * 2 < 2**31, f"q of {rows * H * 128 * 2} bytes exceeds the kernel's 32-bit offsets")
@@ -168,7 +170,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     _require(part.numel() * 4 < 2**31,
              f"split partials of {part.numel() * 4} bytes exceed the kernel's 32-bit offsets; use fewer splits")
     scales = torch.tensor([k_global_scale, v_global_scale], dtype=torch.float32, device=dev)
-    launch = _launcher(int(topk.shape[2]), splits, xcds, arch)
+    launch = _launcher(int(topk.shape[2]), splits, xcds, layout, arch)
     launch(
         q.data_ptr(), pool.data_ptr(), topk.data_ptr(), block_table.data_ptr(), seq_lens.data_ptr(),
         out.data_ptr(), scales.data_ptr(), scales.data_ptr() + 4, ws.table(dev).data_ptr(),
@@ -179,20 +181,9 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     return out
 
 
-def token_rows_pool(problem: DecodeProblem) -> np.ndarray:
-    """The problem's pool in the kernel's ``token_rows`` layout (a copy if planar)."""
-    if problem.layout == "token_rows":
-        return problem.pool
-    hkv = problem.num_kv_heads
-    pool = np.zeros_like(problem.pool)
-    write_pages(pool, "token_rows", hkv, *read_pages(problem.pool, problem.layout, hkv))
-    return pool
-
-
 class FlydslBackend:
     """``flydsl``: the seed kernel on a ROCm GPU; seed geometry (32 keys per running
-    max, 8 keys per lane sum, P rounded to bf16). Planar pools are converted to
-    ``token_rows`` on the host (the kernel reads only that layout)."""
+    max, 8 keys per lane sum, P rounded to bf16); either page layout."""
 
     name = "flydsl"
     geometry = SEED_GEOMETRY
@@ -216,11 +207,11 @@ class FlydslBackend:
         q = torch.from_numpy(problem.q).to(dev).to(torch.bfloat16)
         dev_out = None if out is None else torch.from_numpy(np.asarray(out, np.float32)).to(dev).to(torch.bfloat16)
         res = decode(
-            q, torch.from_numpy(token_rows_pool(problem)).to(dev), torch.from_numpy(problem.topk).to(dev),
+            q, torch.from_numpy(problem.pool).to(dev), torch.from_numpy(problem.topk).to(dev),
             torch.from_numpy(problem.block_table).to(dev), torch.from_numpy(problem.seq_lens).to(dev),
             num_kv_heads=problem.num_kv_heads, q_len=problem.q_len, sm_scale=problem.sm_scale,
             k_global_scale=problem.k_global_scale, v_global_scale=problem.v_global_scale,
-            splits=splits, xcds=xcds, out=dev_out, workspace=self.workspace,
+            layout=problem.layout, splits=splits, xcds=xcds, out=dev_out, workspace=self.workspace,
         )
         host = res.float().cpu().numpy()
         if out is None:

@@ -21,6 +21,9 @@ Where the seed could not work as written, and what changed:
   bytes), so two workgroups fit on both targets; the merge adds the same
   values in the same order.
 
+Added: ``layout="planar"`` compiles a loader for the planar page layout
+(vLLM's writer, FlashInfer's readers); the seed read ``token_rows`` only.
+
 Importing this module needs FlyDSL; compiling needs ``ld.lld`` 19 or newer at
 ``$ROCM_PATH/llvm/bin/ld.lld``; running needs a ROCm GPU (gfx942 or gfx950).
 """
@@ -45,6 +48,7 @@ PRELOAD_HINTS = {"llvm_options": {"amdgpu-kernarg-preload-count": 16}}
 # CDNA buffer descriptor word 3: data format 32-bit float, num format 4 (raw 32-bit).
 _RSRC_FLAGS = (7 << 12) | (4 << 15)
 ARCHS = ("gfx942", "gfx950")
+LAYOUTS = ("token_rows", "planar")
 
 
 def _ir(x):
@@ -224,8 +228,9 @@ def _target() -> str:
     return base
 
 
-def compile_helpers(arch: str):
-    """The target-dependent helpers for ``arch`` (gfx942 or gfx950)."""
+def compile_helpers(arch: str, layout: str):
+    """The helpers for target ``arch`` (gfx942 or gfx950) and page ``layout``
+    (``token_rows`` or ``planar``)."""
     ops = _GpuOps(arch)
 
     def _k_bf16x8(word, scale_pair):
@@ -258,10 +263,10 @@ def compile_helpers(arch: str):
         return acc
 
     def kv_lane_loader(arg_cache, i32_page_byte, kvh, i32_hkv, w, n, g):
-        """``load_block(page)``: the RAW words this lane needs of one page
-        (``token_rows`` layout), at ``flydsl_lanes.block_offsets``, assembled
-        by ``flydsl_lanes.assemble_raw``."""
-        k_data, k_scale, v_data, v_scale = lanes.block_offsets(kvh, i32_hkv, w, n, g)
+        """``load_block(page)``: the RAW words this lane needs of one page, at
+        ``flydsl_lanes.block_offsets`` for the layout, assembled by
+        ``flydsl_lanes.assemble_raw``."""
+        k_data, k_scale, v_data, v_scale = lanes.block_offsets(kvh, i32_hkv, w, n, g, layout)
 
         def load_block(page):
             base = fx.Int64(arg_cache) + fx.Int64(page) * fx.Int64(i32_page_byte)
@@ -285,7 +290,7 @@ def compile_helpers(arch: str):
     return _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader
 
 
-def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0):
+def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, layout: str = "token_rows"):
     """Build the decode kernel for the target FlyDSL compiles for (``FLYDSL_GPU_ARCH``
     or the GPU present: gfx942 or gfx950).
 
@@ -295,6 +300,8 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0):
     topk: top-k width (one lane per slot).
     xcds: if > 0, workgroup w runs on XCD w % xcds and a request's rows and
     a row's splits are placed on one XCD.
+    layout: the page layout the loader reads, ``token_rows`` (the seed's) or
+    ``planar``.
 
     Returns the ``@flyc.jit`` launcher ``launch(arg_q, arg_cache, arg_topk,
     arg_bt, arg_seq, arg_out, arg_ks, arg_vs, arg_lut, arg_part, arg_cnt,
@@ -306,12 +313,15 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0):
     """
     if not (1 <= topk <= 64 and splits >= 1):
         raise ValueError(f"topk must be in 1..64 and splits >= 1, got topk={topk}, splits={splits}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     arch = _target()
-    _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader = compile_helpers(arch)
+    _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader = compile_helpers(arch, layout)
     SPLITS, TOPK, XCDS = splits, topk, xcds
     # Split partials need sc1 unless all splits of a row run on one XCD.
     PART_SCOPE = 0 if XCDS else SC1
     name = f"m3_nvfp4_sparse_decode_k{TOPK}_s{SPLITS}" + (f"_x{XCDS}" if XCDS else "")
+    name += "_planar" if layout == "planar" else ""
 
     @fx.struct
     class Shared:
@@ -333,7 +343,7 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0):
         arg_bt: fx.Int64,  # [reqs, stride] int32
         arg_lut: fx.Int64,  # [256] int32 K table: scale byte -> fp16 pair
         arg_q: fx.Int64,  # [rows, H, 128] bf16
-        arg_cache: fx.Int64,  # [pages, 2 * Hkv, 128, 72] uint8
+        arg_cache: fx.Int64,  # [pages, 2 * Hkv * 128 * 72] uint8 pages in `layout`
         arg_ks: fx.Int64,  # fp32 global K scale
         arg_vs: fx.Int64,  # fp32 global V scale
         arg_out: fx.Int64,  # [rows, H, 128] bf16

@@ -56,8 +56,9 @@ def k_data_byte(g):
 
 
 def k_scale_byte(g):
-    """First of the 2 scale bytes (groups ``2g, 2g + 1``) lane group ``g`` loads."""
-    return DATA + g * 2
+    """First of the 2 scale bytes (groups ``2g, 2g + 1``) lane group ``g`` loads
+    from a key's 8-byte scale row."""
+    return g * 2
 
 
 def k_scale_word(s0, s1):
@@ -84,8 +85,8 @@ def v_scale_row(w, g, h, n):
 
 
 def v_scale_byte(n):
-    """Byte of that scale row where the 4-token word starts (column ``(s % 2) * 4``)."""
-    return DATA + ((n % 4) // 2) * 4
+    """Byte of that 8-byte scale row where the 4-token word starts (column ``(s % 2) * 4``)."""
+    return ((n % 4) // 2) * 4
 
 
 def v_dim(n, dt):
@@ -108,22 +109,36 @@ def out_dim(g, e, dt):
     return g * 32 + e * 8 + dt
 
 
-def block_offsets(kvh, hkv, w, n, g):
-    """Where in a ``token_rows`` page the lane's loads start, in units of the load.
+def page_byte(layout, hkv, part, kvh, t, col):
+    """Byte of a page holding column ``col`` of token ``t``'s row of ``part`` of head ``kvh``.
+
+    part: ``"kd"``/``"vd"`` (64-byte data rows) or ``"ks"``/``"vs"`` (8-byte
+    scale rows, V's as stored, swizzled). ``token_rows``: slab ``kvh`` (K) or
+    ``hkv + kvh`` (V) of 72-byte rows, data then scales. ``planar``: K data,
+    K scales, V data, V scales one after another, each ``[hkv, 128, width]``."""
+    scale = part in ("ks", "vs")
+    if layout == "token_rows":
+        slab = kvh if part in ("kd", "ks") else hkv + kvh
+        return (slab * BLK + t) * ROW + (DATA if scale else 0) + col
+    if layout != "planar":
+        raise ValueError(f"layout must be 'token_rows' or 'planar', got {layout!r}")
+    base = {"kd": 0, "ks": hkv * (BLK * DATA), "vd": hkv * (BLK * ROW), "vs": hkv * (BLK * (ROW + DATA))}[part]
+    return base + (kvh * BLK + t) * (8 if scale else DATA) + col
+
+
+def block_offsets(kvh, hkv, w, n, g, layout="token_rows"):
+    """Where in a page the lane's loads start, in units of the load.
 
     Returns ``(k_data, k_scale, v_data, v_scale)``: 2 word offsets of 4-word K
     data loads (keys ``st = 0, 1``), 2 half-word offsets of the K scale pairs,
     8 word offsets of V data words (tokens ``j = 0..7``) and 2 word offsets of
-    V scale words (``h = 0, 1``). K of head ``kvh`` is slab ``kvh``, V slab
-    ``hkv + kvh``; a row is ``ROW`` bytes."""
-    row_words = ROW // 4
-    k_rows = [kvh * BLK + k_key(w, n, st) for st in range(2)]
-    v_slab = (hkv + kvh) * BLK
+    V scale words (``h = 0, 1``), in ``layout`` (see ``page_byte``)."""
+    keys = [k_key(w, n, st) for st in range(2)]
     return (
-        [r * row_words + k_data_byte(g) // 4 for r in k_rows],
-        [(r * ROW + k_scale_byte(g)) // 2 for r in k_rows],
-        [(v_slab + v_key(w, g, j)) * row_words + v_data_byte(n) // 4 for j in range(8)],
-        [(v_slab + v_scale_row(w, g, h, n)) * row_words + v_scale_byte(n) // 4 for h in range(2)],
+        [page_byte(layout, hkv, "kd", kvh, t, k_data_byte(g)) // 4 for t in keys],
+        [page_byte(layout, hkv, "ks", kvh, t, k_scale_byte(g)) // 2 for t in keys],
+        [page_byte(layout, hkv, "vd", kvh, v_key(w, g, j), v_data_byte(n)) // 4 for j in range(8)],
+        [page_byte(layout, hkv, "vs", kvh, v_scale_row(w, g, h, n), v_scale_byte(n)) // 4 for h in range(2)],
     )
 
 

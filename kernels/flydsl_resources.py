@@ -1,7 +1,8 @@
 """Compile the FlyDSL kernel without a GPU and check its resources.
 
     python -m kernels.flydsl_resources [--arch gfx942 --arch gfx950]
-        [--topk 1 16 33 64] [--splits 1 2 4 8] [--xcds 0 8] [--jobs 2] [--json PATH]
+        [--topk 1 16 33 64] [--splits 1 2 4 8] [--xcds 0 8] [--layout token_rows]
+        [--jobs 2] [--json PATH]
 
 Each configuration is compiled with ``COMPILE_ONLY=1`` and ``FLYDSL_GPU_ARCH``
 set, its final assembly read back, and a table printed, one row per
@@ -40,6 +41,7 @@ ARCHS = ("gfx942", "gfx950")
 TOPKS = (1, 16, 33, 64)
 SPLITS = (1, 2, 4, 8)
 XCDS = (0, 8)
+LAYOUTS = ("token_rows", "planar")
 MAX_REGS = 256
 LDS_PER_CU = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
 
@@ -145,33 +147,34 @@ def problems(row: dict) -> list[str]:
     return bad
 
 
-def _worker(arch: str, configs: list[tuple[int, int, int]]) -> None:
+def _worker(arch: str, configs: list[tuple]) -> None:
     """Compile ``configs`` for ``arch`` in this process (environment set by the parent)."""
     import flydsl.compiler as flyc
 
     from .flydsl_decode import compile_nvfp4_sparse_decode
 
     dump = os.environ["FLYDSL_DUMP_DIR"]
-    for topk, splits, xcds in configs:
+    for topk, splits, xcds, layout in configs:
         t0 = time.perf_counter()
-        launch = compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds)
+        launch = compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds, layout=layout)
         args = [0] * 11 + [0, 1, 1, 16, 1, 1, 1, 1, 1.0, 1, None]
         flyc.compile[launch.compile_hints](launch, *args)
         isa = Path(dump, launch.kernel_name, "22_final_isa.s").read_text()
-        row = {"arch": arch, "topk": topk, "splits": splits, "xcds": xcds,
+        row = {"arch": arch, "topk": topk, "splits": splits, "xcds": xcds, "layout": layout,
                "compile_s": round(time.perf_counter() - t0, 2),
                "lds_expected": expected_lds(launch.shared, splits), **parse_isa(isa)}
         print(json.dumps(row), flush=True)
 
 
-def compile_configs(arch: str, configs: list[tuple[int, int, int]], rocm: str) -> list[dict]:
-    """Compile ``configs`` of ``arch`` in a fresh process; one result row each.
+def compile_configs(arch: str, configs: list[tuple], rocm: str) -> list[dict]:
+    """Compile ``configs`` (``(topk, splits, xcds, layout)``) of ``arch`` in a fresh
+    process; one result row each.
 
     Raises RuntimeError with the compiler's output when the process fails."""
     with tempfile.TemporaryDirectory(prefix=f"flydsl-{arch}-") as dump:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm, ARCH=arch)
-        spec = ",".join(f"{t}:{s}:{x}" for t, s, x in configs)
+        spec = ",".join(":".join(map(str, c)) for c in configs)
         proc = subprocess.run([sys.executable, "-m", "kernels.flydsl_resources", "--worker", arch, spec],
                               capture_output=True, text=True, env=env,
                               cwd=str(Path(__file__).resolve().parent.parent))
@@ -184,13 +187,13 @@ def compile_configs(arch: str, configs: list[tuple[int, int, int]], rocm: str) -
 
 def format_table(rows: list[dict]) -> str:
     """The resource table: one line per configuration, failures named."""
-    head = (f"{'arch':7} {'topk':>4} {'spl':>3} {'xcd':>3} {'regs':>4} {'vgpr':>4} {'agpr':>4} {'sgpr':>4} "
+    head = (f"{'arch':7} {'layout':10} {'topk':>4} {'spl':>3} {'xcd':>3} {'regs':>4} {'vgpr':>4} {'agpr':>4} {'sgpr':>4} "
             f"{'LDS':>6} {'wg':>2} {'scr':>3} {'spill':>5} {'sc1':>3} {'mfma':>4} {'s':>5}  result")
     lines = [head]
     for r in rows:
         bad = problems(r)
         lines.append(
-            f"{r['arch']:7} {r['topk']:>4} {r['splits']:>3} {r['xcds']:>3} {r['regs']:>4} {r['vgpr']:>4} "
+            f"{r['arch']:7} {r['layout']:10} {r['topk']:>4} {r['splits']:>3} {r['xcds']:>3} {r['regs']:>4} {r['vgpr']:>4} "
             f"{r['agpr']:>4} {r['sgpr']:>4} {r['lds']:>6} {workgroups_per_cu(r):>2} {r['scratch']:>3} "
             f"{r['vgpr_spill'] + r['sgpr_spill']:>5} {r['sc1_ops']:>3} {r['mfma']:>4} {r['compile_s']:>5}  "
             + ("ok" if not bad else "FAIL: " + "; ".join(bad)))
@@ -204,13 +207,15 @@ def main(argv=None) -> int:
     p.add_argument("--topk", type=int, nargs="+", default=list(TOPKS))
     p.add_argument("--splits", type=int, nargs="+", default=list(SPLITS))
     p.add_argument("--xcds", type=int, nargs="+", default=list(XCDS))
+    p.add_argument("--layout", nargs="+", choices=LAYOUTS, default=["token_rows"])
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at once")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--worker", nargs=2, metavar=("ARCH", "CONFIGS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         arch, spec = args.worker
-        _worker(arch, [tuple(int(v) for v in c.split(":")) for c in spec.split(",")])
+        parsed = [c.split(":") for c in spec.split(",")]
+        _worker(arch, [(int(t), int(s), int(x), lay) for t, s, x, lay in parsed])
         return 0
     try:
         import flydsl  # noqa: F401
@@ -222,8 +227,8 @@ def main(argv=None) -> int:
         print(note, file=sys.stderr)
         return 2
     archs = args.arch or list(ARCHS)
-    jobs = [(a, [(t, s, x) for s, x in itertools.product(args.splits, args.xcds)])
-            for a in archs for t in args.topk]
+    jobs = [(a, [(t, s, x, lay) for s, x in itertools.product(args.splits, args.xcds)])
+            for a in archs for t in args.topk for lay in args.layout]
     total = sum(len(c) for _, c in jobs)
     print(f"compiling {total} configurations ({note}, {args.jobs} at once)", file=sys.stderr)
     rows = []
@@ -232,7 +237,7 @@ def main(argv=None) -> int:
         for f in concurrent.futures.as_completed(futures):
             rows += f.result()
             print(f"  {len(rows)}/{total} compiled", file=sys.stderr)
-    rows.sort(key=lambda r: (r["arch"], r["topk"], r["splits"], r["xcds"]))
+    rows.sort(key=lambda r: (r["arch"], r["layout"], r["topk"], r["splits"], r["xcds"]))
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")

@@ -4,16 +4,15 @@ Each function restates what the FlyDSL seed (``../shared/seed``) computes on
 the GPU, with the seed's names, so that tests can check it against the
 reference: the launch mapping of workgroups to rows (with XCD padding), the
 ballot/popcount selection of a split's slots, the two-blocks-per-trip walk
-with its masked odd block, and the correction a gfx942 kernel must apply to
-its FNUZ fp8 converter. None of this runs the kernel; it pins down what the
-kernel's integer logic must do.
+with its masked odd block. None of this runs the kernel; it pins down what
+the kernel's integer logic must do. (The fp8 conversion and the lane
+arithmetic the kernel is built from are in ``kernels.flydsl_lanes``.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from reference.formats import e4m3fnuz_decode
 
 BLK = 128
 
@@ -89,12 +88,3 @@ def block_walk(vmask: int, first_valid: int) -> list[tuple[int, bool]]:
         rem = rem_b & (rem_b - 1)
     return out
 
-
-def fnuz_corrected(b: np.ndarray) -> np.ndarray:
-    """What a gfx942 kernel must make of its FNUZ fp8 converter's reading of an
-    OCP E4M3FN scale byte: twice the FNUZ value, and 0 (not NaN) for 0x80.
-    float32, same shape as ``b`` (uint8). 0x7F/0xFF stay wrong (480): they are
-    NaN in E4M3FN and the validator rejects them in read pages."""
-    b = np.asarray(b, np.uint8)
-    v = e4m3fnuz_decode(b) * np.float32(2)
-    return np.where(b == 0x80, np.float32(-0.0), v).astype(np.float32)

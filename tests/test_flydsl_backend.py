@@ -1,7 +1,7 @@
 """kernels.flydsl_backend: the host side of the FlyDSL kernel.
 
 What runs everywhere: the reasons ``available()`` gives, argument checks of
-``decode`` before any launch, the planar-to-token_rows copy, the workspace.
+``decode`` before any launch, the workspace.
 What runs only on a ROCm GPU (marker ``rocm``): the golden vectors and
 generated problems at every split count and both XCD settings, and repeated
 launches that must find the tickets back at zero.
@@ -14,7 +14,6 @@ import pytest
 
 from kernels import flydsl_backend as FB
 from reference.examples import random_problem
-from reference.paged_cache import dequantize_pages
 
 torch = pytest.importorskip("torch", reason="the FlyDSL host side takes torch tensors")
 
@@ -49,16 +48,6 @@ def test_available_gives_a_reason_without_a_rocm_gpu():
     assert why and ("ROCm" in why or "FlyDSL" in why)
 
 
-def test_planar_pool_is_copied_to_token_rows_with_the_same_pages():
-    p = random_problem(2, reqs=2, num_kv_heads=2, topk=4, layout="planar")
-    pool = FB.token_rows_pool(p)
-    assert pool is not p.pool
-    for a, b in zip(dequantize_pages(pool, "token_rows", 2), dequantize_pages(p.pool, "planar", 2)):
-        assert np.array_equal(a, b, equal_nan=True)
-    same = random_problem(2, reqs=2, num_kv_heads=2, topk=4)
-    assert FB.token_rows_pool(same) is same.pool
-
-
 def _args(p, **over):
     args = dict(
         q=torch.from_numpy(p.q).to(torch.bfloat16), pool=torch.from_numpy(p.pool),
@@ -79,6 +68,7 @@ def _args(p, **over):
     (lambda a: {"v_global_scale": float("nan")}, "v_global_scale must be finite and > 0"),
     (lambda a: {"splits": 3}, "splits=3"),
     (lambda a: {"xcds": -1}, "xcds must be >= 0"),
+    (lambda a: {"layout": "rows"}, "layout must be 'token_rows' or 'planar'"),
     (lambda a: {"out": torch.empty(1, dtype=torch.bfloat16)}, "out must be contiguous bf16"),
 ])
 def test_decode_refuses_bad_arguments_by_name_before_launching(change, words):
@@ -126,8 +116,10 @@ def test_flydsl_passes_generated_problems(rocm_backend):
 @pytest.mark.rocm
 @pytest.mark.parametrize("xcds", [0, 8])
 @pytest.mark.parametrize("splits", [2, 4, 8])
-def test_repeated_split_launches_agree_and_leave_the_tickets_at_zero(rocm_backend, splits, xcds):
-    p = random_problem(11, reqs=5, q_len=3, num_kv_heads=2, topk=33, seq_lens=[900, 0, 4000, 129, 2])
+@pytest.mark.parametrize("layout", ["token_rows", "planar"])
+def test_repeated_split_launches_agree_and_leave_the_tickets_at_zero(rocm_backend, layout, splits, xcds):
+    p = random_problem(11, reqs=5, q_len=3, num_kv_heads=2, topk=33, seq_lens=[900, 0, 4000, 129, 2],
+                       layout=layout)
     first = rocm_backend(p, splits=splits, xcds=xcds)
     for _ in range(3):
         assert np.array_equal(rocm_backend(p, splits=splits, xcds=xcds).view(np.uint32), first.view(np.uint32))

@@ -36,16 +36,24 @@ def toolchain():
 @pytest.mark.parametrize("topk", TOPKS)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_split_and_xcd_setting_compiles_without_scratch_within_256_registers(toolchain, arch, topk):
-    rows = compile_configs(arch, [(topk, s, x) for s in SPLITS for x in XCDS], toolchain)
+    rows = compile_configs(arch, [(topk, s, x, "token_rows") for s in SPLITS for x in XCDS], toolchain)
     print(format_table(rows))
     assert len(rows) == len(SPLITS) * len(XCDS)
-    failed = {(r["splits"], r["xcds"]): problems(r) for r in rows if problems(r)}
-    assert not failed, format_table(rows)
+    assert not [r for r in rows if problems(r)], format_table(rows)
 
 
-def test_out_of_range_topk_or_splits_is_refused_before_compiling(toolchain):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_planar_loader_compiles_within_the_same_budget(toolchain, arch):
+    rows = compile_configs(arch, [(16, s, x, "planar") for s in (1, 8) for x in XCDS], toolchain)
+    print(format_table(rows))
+    assert len(rows) == 4 and not [r for r in rows if problems(r)], format_table(rows)
+
+
+def test_out_of_range_topk_splits_or_layout_is_refused_before_compiling(toolchain):
     from kernels.flydsl_decode import compile_nvfp4_sparse_decode
 
     for kw in ({"topk": 0}, {"topk": 65}, {"splits": 0}):
         with pytest.raises(ValueError, match="topk must be in 1..64 and splits >= 1"):
             compile_nvfp4_sparse_decode(**kw)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        compile_nvfp4_sparse_decode(layout="rows")

@@ -129,11 +129,11 @@ def _pool(seed: int, hkv: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, size=(2, page_bytes(hkv)), dtype=np.uint8)
 
 
-def lane_raw(page: np.ndarray, kvh: int, hkv: int, w: int) -> list:
+def lane_raw(page: np.ndarray, kvh: int, hkv: int, w: int, layout: str = "token_rows") -> list:
     """RAW words of all 64 lanes of wave ``w`` from one page, loaded at
     ``block_offsets`` and assembled like the kernel's ``load_block``."""
     words, halves = page.view("<u4"), page.view("<u2")
-    k_data, k_scale, v_data, v_scale = L.block_offsets(kvh, hkv, w, N, G)
+    k_data, k_scale, v_data, v_scale = L.block_offsets(kvh, hkv, w, N, G, layout)
     kd = [[words[off + i] for i in range(4)] for off in k_data]
     ks = [halves[off].astype(np.uint32) for off in k_scale]
     return L.assemble_raw(kd, ks, [words[o] for o in v_data], [words[o] for o in v_scale])
@@ -179,15 +179,15 @@ def seed_v_dim(i, dt):
     return 2 * (16 * (i // 4) + 4 * (i % 4) + dt // 2) + dt % 2
 
 
-def tile_mismatches(pool: np.ndarray, hkv: int, target: str) -> int:
+def tile_mismatches(pool: np.ndarray, hkv: int, target: str, layout: str = "token_rows") -> int:
     """Operand values (K and V, all pages, heads, waves, lanes) that differ from the reference."""
     ops = TARGETS[target]
-    k_ref, v_ref = dequantize_pages(pool, "token_rows", hkv)
+    k_ref, v_ref = dequantize_pages(pool, layout, hkv)
     bad = 0
     for p in range(pool.shape[0]):
         for kvh in range(hkv):
             for w in range(L.NW):
-                kf, vf = dequant(ops, lane_raw(pool[p], kvh, hkv, w))
+                kf, vf = dequant(ops, lane_raw(pool[p], kvh, hkv, w, layout))
                 for st_ in range(2):
                     keys = seed_k_key(w, N, st_)
                     for ks in range(L.NKS):
@@ -207,10 +207,16 @@ def _elementwise_equal(got, want):
     return same_bits | (np.isnan(got) & np.isnan(want))
 
 
+@pytest.mark.parametrize("layout", ["token_rows", "planar"])
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("hkv", [1, 3])
-def test_every_lane_loads_and_dequantises_exactly_its_k_and_v_operands(target, hkv):
-    assert tile_mismatches(_pool(hkv, hkv), hkv, target) == 0
+def test_every_lane_loads_and_dequantises_exactly_its_k_and_v_operands(target, hkv, layout):
+    assert tile_mismatches(_pool(hkv, hkv), hkv, target, layout) == 0
+
+
+def test_an_unknown_layout_is_refused():
+    with pytest.raises(ValueError, match="layout must be 'token_rows' or 'planar', got 'rows'"):
+        L.block_offsets(0, 1, 0, 0, 0, "rows")
 
 
 def _swap_nibbles(x):
@@ -219,14 +225,15 @@ def _swap_nibbles(x):
 
 @pytest.mark.parametrize("name, attr, mutant", [
     ("V scales read linearly", "v_scale_row", lambda w, g, h, n: w * 32 + g * 8 + h * 4 + (n // 2) % 4),
-    ("K scale groups off by one", "k_scale_byte", lambda g: L.DATA + (g * 2 + 2) % 8),
+    ("K scale groups off by one", "k_scale_byte", lambda g: (g * 2 + 2) % 8),
     ("nibble order swapped", "e2m1_pair_code", _swap_nibbles),
     ("V token rows off by one", "v_key", lambda w, g, j: (w * 32 + g * 8 + j + 1) % 128),
     ("K keys of sub-tiles swapped", "k_key", lambda w, n, st_: w * 32 + (n // 4) * 8 + (1 - st_) * 4 + n % 4),
 ])
 def test_the_operand_check_catches_a_wrong_lane_map(monkeypatch, name, attr, mutant):
     monkeypatch.setattr(L, attr, mutant)
-    assert tile_mismatches(_pool(5, 2), 2, "gfx950") > 0, name
+    for layout in ("token_rows", "planar"):
+        assert tile_mismatches(_pool(5, 2), 2, "gfx950", layout) > 0, (name, layout)
 
 
 # --- which elements each MFMA pairs ---------------------------------------------------------
