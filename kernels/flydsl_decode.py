@@ -21,6 +21,11 @@ Where the seed could not work as written, and what changed:
   bytes), so two workgroups fit on both targets; the merge adds the same
   values in the same order.
 
+The seed's index expressions for the query and output words, its ``key_off``
+and its ``dequant_k``/``dequant_v`` loops are the same arithmetic moved into
+``flydsl_lanes`` (``q_word``, ``out_word``, ``score_key``, ``dequant_k``,
+``dequant_v``), so the CPU tests run the text the kernel is traced from.
+
 Added: ``layout="planar"`` compiles a loader for the planar page layout
 (vLLM's writer, FlashInfer's readers); the seed read ``token_rows`` only.
 
@@ -404,35 +409,24 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
         qr = buffer_ops.create_buffer_resource_from_addr(
             arg_q, num_records_bytes=fx.Int64(i32_rows) * fx.Int64(i32_H) * (D * 2)
         )
-        q_row = (rowc * i32_H + kvh * HG + n) * (D // 2) + g * 16
+        q_row = (rowc * i32_H + kvh * HG) * (D // 2)
         qf = [
-            fx.Vector(buffer_ops.buffer_load(qr, q_row + ks * 4, vec_width=4, dtype=fx.Int32))
+            fx.Vector(buffer_ops.buffer_load(qr, q_row + lanes.q_word(n, g, ks), vec_width=4, dtype=fx.Int32))
             for ks in range_constexpr(NKS)
         ]
         load_block = kv_lane_loader(arg_cache, i32_page_byte, kvh, i32_hkv, w, n, g)
 
         def dequant_k(raw):
-            kf = []
-            for st in range_constexpr(2):
-                tabs = []
-                for grp in range_constexpr(2):
-                    sb = raw[8].shrui(fx.Int32(8 * (2 * st + grp))) & fx.Int32(0xFF)
-                    tabs.append(fx.Int32(smem.lut.ptr[sb]))
-                kf.append(
-                    [
-                        Vec.from_elements(_k_bf16x8(raw[st * 4 + ks], tabs[ks // 2]), fx.Int32)
-                        for ks in range_constexpr(NKS)
-                    ]
-                )
-            return kf
+            kf = lanes.dequant_k(raw, lambda sb: fx.Int32(smem.lut.ptr[sb]), _k_bf16x8)
+            return [[Vec.from_elements(words, fx.Int32) for words in kst] for kst in kf]
 
         def dequant_v(raw):
-            sp = [cvt_fp8x2_f16(raw[17 + j // 2], j % 2 == 1) for j in range_constexpr(4)]
-            return [Vec.from_elements(_v_bf16x8(raw[9 + dt], sp), fx.Int32) for dt in range_constexpr(NDT)]
+            vf = lanes.dequant_v(raw, cvt_fp8x2_f16, _v_bf16x8)
+            return [Vec.from_elements(words, fx.Int32) for words in vf]
 
         fx.gpu.barrier()  # LUT in LDS
         zero4 = Vec.filled(4, 0.0, fx.Float32)
-        key_off = [8 * g + 4 * st + e for st in range_constexpr(2) for e in range_constexpr(4)]
+        key_off = [lanes.score_key(g, st, e) for st in range_constexpr(2) for e in range_constexpr(4)]
         first = (n_v > 0).select(fx.Int32(fx.math.cttz(vmask).to(fx.Int32)), fx.Int32(0))
 
         def slot_at(mask):
@@ -517,13 +511,13 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
                 arg_out,
                 num_records_bytes=fx.Int64(i32_rows) * fx.Int64(i32_H) * (D * 2),
             )
-            o_row = (row * i32_H + kvh * HG + n) * (D // 2) + g * 16
+            o_row = (row * i32_H + kvh * HG) * (D // 2)
             for e in range_constexpr(4):
                 val = Vec.from_elements(
                     [pk_bf16(acc[2 * j][e] * inv, acc[2 * j + 1][e] * inv) for j in range_constexpr(4)],
                     fx.Int32,
                 )
-                buffer_ops.buffer_store(val, outr, o_row + e * 4, mask=row < i32_rows)
+                buffer_ops.buffer_store(val, outr, o_row + lanes.out_word(n, g, e), mask=row < i32_rows)
 
         # Combine the waves' partials in wave 0.
         o_lds = fx.logical_divide(

@@ -18,10 +18,10 @@ The lane map, for wave ``w`` of 4 and lane ``(n, g) = (lane % 16, lane // 16)``:
   key's data row, and scale bytes ``2g, 2g + 1``.
 - Q operand (MFMA B): head ``n``, the same dims, so the dot product pairs them.
 - Scores (MFMA C): ``a[4st + e]`` is key ``8g + 4st + e`` of the wave's 32.
-- V operand (MFMA A, rows = dims): tile ``dt`` row ``n`` is dim
-  ``32(n // 4) + 8(n % 4) + dt``; the lane holds keys ``32w + 8g + j``,
-  ``j = 0..7``, in the order P holds them. It loads data word ``n`` (bytes
-  ``4n .. 4n + 3``) of 8 token rows and nibble-transposes them.
+- V operand (MFMA A, rows = dims): tile ``dt`` row ``n`` is dim ``8n + dt``;
+  the lane holds keys ``32w + 8g + j``, ``j = 0..7``, in the order P holds
+  them. It loads data word ``n`` (bytes ``4n .. 4n + 3``) of 8 token rows and
+  nibble-transposes them.
 - Output (MFMA C): ``acc[dt][e]`` is dim ``32g + 8e + dt`` of head ``n``.
 """
 
@@ -89,24 +89,22 @@ def v_scale_byte(n):
     return ((n % 4) // 2) * 4
 
 
-def v_dim(n, dt):
-    """Head-dim in row ``n`` of V tile ``dt``."""
-    return (n // 4) * 32 + (n % 4) * 8 + dt
-
-
 def q_word(n, g, ks):
-    """First of the 4 words (8 bf16) of query head ``n`` a lane loads for k-step ``ks``."""
+    """First of the 4 words (8 bf16) of query head ``n`` (of the KV head's 16) that
+    lane ``(n, g)`` loads for k-step ``ks``."""
     return n * (D // 2) + g * 16 + ks * 4
 
 
+def score_key(g, st, e):
+    """Key, within the wave's 32, of score ``a[4 st + e]`` in lane group ``g``
+    (MFMA C row ``4g + e`` of sub-tile ``st``): the seed's ``key_off``."""
+    return 8 * g + 4 * st + e
+
+
 def out_word(n, g, e):
-    """First of the 4 output words lane ``(n, g)`` stores for accumulator element ``e``."""
+    """First of the 4 output words lane ``(n, g)`` stores for accumulator element ``e``
+    (head ``n`` of the KV head's 16)."""
     return n * (D // 2) + g * 16 + e * 4
-
-
-def out_dim(g, e, dt):
-    """Head-dim of accumulator element ``acc[dt][e]`` in lane group ``g``."""
-    return g * 32 + e * 8 + dt
 
 
 def page_byte(layout, hkv, part, kvh, t, col):
@@ -227,6 +225,24 @@ def fp8x2_f16(ops, word, hi):
         signed = ops.bits(ops.fmul(v, ops.f32(2.0))) | ((byte & 0x80) << 24)
         fixed.append(ops.from_bits(ops.select((byte & 0x7F) == 0x7F, 0x7FC00000, signed)))
     return ops.f32x2_to_f16x2(fixed[0], fixed[1])
+
+
+def dequant_k(raw, lookup, k_bf16x8_):
+    """The seed's ``dequant_k``: K operands ``kf[st][ks]`` (4 words, 8 bf16 each) of
+    the lane's two keys, from RAW words ``raw`` (K data ``raw[0..7]``, scale word
+    ``raw[8]``). lookup(scale byte) -> K table entry; k_bf16x8_(word, entry)."""
+    kf = []
+    for st in range(2):
+        tabs = [lookup((raw[8] >> (8 * (2 * st + grp))) & 0xFF) for grp in range(2)]
+        kf.append([k_bf16x8_(raw[st * 4 + ks], tabs[ks // 2]) for ks in range(NKS)])
+    return kf
+
+
+def dequant_v(raw, fp8x2_f16_, v_bf16x8_):
+    """The seed's ``dequant_v``: V operands ``vf[dt]`` (4 words, 8 bf16 each) from the
+    transposed words ``raw[9..16]`` and scale words ``raw[17], raw[18]``."""
+    sp = [fp8x2_f16_(raw[17 + j // 2], j % 2 == 1) for j in range(4)]
+    return [v_bf16x8_(raw[9 + dt], sp) for dt in range(NDT)]
 
 
 def k_table() -> np.ndarray:

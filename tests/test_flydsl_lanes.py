@@ -2,12 +2,14 @@
 
 The kernel traces these very functions, so what holds here holds for the
 index math, nibble transpose and dequantisation it is built from. The page
-loads, the seed's dequant loops and the MFMA operand layouts of both targets
+loads and the MFMA operand layouts of both targets
 (gfx950: one 16x16x32 step, lane ``(i, g)`` holding k ``8g .. 8g + 7``;
 gfx942: two 16x16x16 steps over the lane's first and last four values) are
 restated in numpy, and the operands they form are compared with what
 ``reference`` dequantises.
 """
+
+import functools
 
 import numpy as np
 import pytest
@@ -140,15 +142,11 @@ def lane_raw(page: np.ndarray, kvh: int, hkv: int, w: int, layout: str = "token_
 
 
 def dequant(ops, raw):
-    """The seed's ``dequant_k`` and ``dequant_v`` on numpy: ``kf[st][ks]``, ``vf[dt]``,
+    """The kernel's ``dequant_k`` and ``dequant_v`` on numpy: ``kf[st][ks]``, ``vf[dt]``,
     each 4 words (8 bf16) per lane."""
     table = L.k_table()
-    kf = []
-    for st_ in range(2):
-        tabs = [table[(raw[8] >> np.uint32(8 * (2 * st_ + grp))) & np.uint32(0xFF)] for grp in range(2)]
-        kf.append([L.k_bf16x8(ops, raw[st_ * 4 + ks], tabs[ks // 2]) for ks in range(L.NKS)])
-    sp = [L.fp8x2_f16(ops, raw[17 + j // 2], j % 2 == 1) for j in range(4)]
-    vf = [L.v_bf16x8(ops, raw[9 + dt], sp) for dt in range(L.NDT)]
+    kf = L.dequant_k(raw, lambda sb: table[sb], functools.partial(L.k_bf16x8, ops))
+    vf = L.dequant_v(raw, functools.partial(L.fp8x2_f16, ops), functools.partial(L.v_bf16x8, ops))
     return kf, vf
 
 
@@ -173,10 +171,11 @@ def seed_v_key(w, g, j):
     return w * 32 + 8 * g + j
 
 
-def seed_v_dim(i, dt):
-    """The dim V tile ``dt`` row ``i`` must hold: C row ``4g + e`` is ``acc[dt][e]``, which
-    ``store_out`` writes as bf16 ``dt % 2`` of word ``16g + 4e + dt // 2``."""
-    return 2 * (16 * (i // 4) + 4 * (i % 4) + dt // 2) + dt % 2
+def stored_dim(i, dt):
+    """The dim V tile ``dt`` row ``i`` must hold: the one the output stores for it. C row
+    ``i = 4g + e`` is ``acc[dt][e]`` of lane group ``g``, which ``store_out`` writes as
+    bf16 ``dt % 2`` of word ``out_word(n, g, e) + dt // 2``."""
+    return 2 * (L.out_word(0, i // 4, i % 4) + dt // 2) + dt % 2
 
 
 def tile_mismatches(pool: np.ndarray, hkv: int, target: str, layout: str = "token_rows") -> int:
@@ -196,7 +195,7 @@ def tile_mismatches(pool: np.ndarray, hkv: int, target: str, layout: str = "toke
                         bad += int((~_elementwise_equal(operand(kf[st_][ks]), want)).sum())
                 for dt in range(L.NDT):
                     keys = seed_v_key(w, G[:, None], np.arange(8))
-                    want = v_ref[p, kvh][keys, seed_v_dim(N, dt)[:, None]]
+                    want = v_ref[p, kvh][keys, stored_dim(N, dt)[:, None]]
                     bad += int((~_elementwise_equal(operand(vf[dt]), want)).sum())
     return bad
 
@@ -268,6 +267,9 @@ def test_score_mfma_pairs_each_keys_dims_with_the_same_query_dims_once(layout):
     for w in range(L.NW):
         for st_ in range(2):
             assert np.array_equal(L.k_key(w, np.arange(16), st_), seed_k_key(w, np.arange(16), st_))
+            for g in range(4):
+                for e in range(4):  # the key the causal mask assumes for C row 4g + e is the key loaded there
+                    assert L.k_key(w, 4 * g + e, st_) == w * 32 + L.score_key(g, st_, e)
 
 
 def _q_dims(n, g, ks, e):
@@ -284,16 +286,12 @@ def test_pv_mfma_pairs_each_v_token_with_its_probability_and_stores_the_right_di
                 for g, e in _pairs(layout):
                     keys_v += list(L.v_key(w, g, e))          # V operand: lane (i, g), element e
                     keys_p += list(seed_v_key(w, g, e))       # P operand: lane (n, g) holds p[e]
+                    assert list(keys_p[-len(e):]) == list(w * 32 + L.score_key(g, e // 4, e % 4))
                 assert keys_v == keys_p and sorted(keys_v) == list(range(32 * w, 32 * w + 32))
-    for dt in range(L.NDT):
-        for m in range(16):
-            # C row m = 4g + e of tile dt is V row m's dim, stored as bf16 2j + b of word out_word + j
-            g, e = m // 4, m % 4
-            assert L.v_dim(m, dt) == L.out_dim(g, e, dt) == seed_v_dim(m, dt)
-            j, b = dt // 2, dt % 2
-            assert 2 * (L.out_word(0, g, e) + j) + b == L.out_dim(g, e, dt)
-    dims = sorted(int(L.v_dim(m, dt)) for m in range(16) for dt in range(L.NDT))
-    assert dims == list(range(L.D))
+    # Row m of V tile dt holds dim 2 * v_data_byte(m) + dt (nibble dt of the word loaded).
+    loaded = [[2 * L.v_data_byte(m) + dt for dt in range(L.NDT)] for m in range(16)]
+    stored = [[stored_dim(m, dt) for dt in range(L.NDT)] for m in range(16)]
+    assert loaded == stored and sorted(sum(stored, [])) == list(range(L.D))
 
 
 @pytest.mark.parametrize("layout", ["x32", "2x16"])
