@@ -270,6 +270,9 @@ def test_score_mfma_pairs_each_keys_dims_with_the_same_query_dims_once(layout):
             for g in range(4):
                 for e in range(4):  # the key the causal mask assumes for C row 4g + e is the key loaded there
                     assert L.k_key(w, 4 * g + e, st_) == w * 32 + L.score_key(g, st_, e)
+    # The emulation's seed geometry: lane group g sums its scores a[0..7], keys 8g .. 8g + 7, in order.
+    for g in range(4):
+        assert [L.score_key(g, i // 4, i % 4) for i in range(8)] == list(range(8 * g, 8 * g + 8))
 
 
 def _q_dims(n, g, ks, e):
