@@ -17,17 +17,13 @@ from reference import DecodeProblem
 from reference.emulate import LOG2E, SEED_GEOMETRY
 from reference.paged_cache import page_bytes
 
-from .flydsl_lanes import PART_F, k_table
+from .flydsl_lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
 from .seed_index import grid_x as _grid_x
 
 try:
     import torch
 except ImportError:
     torch = None
-
-ARCHS = ("gfx942", "gfx950")
-SPLITS = (1, 2, 4, 8)
-
 
 def flydsl_missing() -> str | None:
     """None when FlyDSL imports, else the reason."""
@@ -38,6 +34,11 @@ def flydsl_missing() -> str | None:
     return None
 
 
+def _arch(device) -> str:
+    """The gfx target of a torch ROCm device, without feature suffixes."""
+    return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+
+
 def rocm_missing() -> str | None:
     """None when torch sees a gfx942 or gfx950 GPU through ROCm, else the reason."""
     if torch is None:
@@ -46,7 +47,7 @@ def rocm_missing() -> str | None:
         return f"torch {torch.__version__} is not a ROCm build (torch.version.hip is None)"
     if not torch.cuda.is_available():
         return "torch sees no ROCm GPU"
-    arch = torch.cuda.get_device_properties(torch.cuda.current_device()).gcnArchName.split(":")[0]
+    arch = _arch(torch.cuda.current_device())
     if arch not in ARCHS:
         return f"the GPU is {arch}; the kernel targets {' and '.join(ARCHS)}"
     return None
@@ -62,11 +63,12 @@ def _launcher(topk: int, splits: int, xcds: int, layout: str, arch: str):
 
 
 class Workspace:
-    """Device buffers reused across launches: the K table, split partials, and
-    the tickets, which the kernel leaves at zero after every launch."""
+    """Device buffers reused across launches: the K table, the global scales, split
+    partials, and the tickets, which the kernel leaves at zero after every launch."""
 
     def __init__(self):
         self._tables: dict = {}
+        self._scales: dict = {}
         self._parts: dict = {}
         self._tickets: dict = {}
 
@@ -75,6 +77,14 @@ class Workspace:
         if device not in self._tables:
             self._tables[device] = torch.from_numpy(k_table().view(np.int32)).to(device)
         return self._tables[device]
+
+    def scales(self, device, k_global: float, v_global: float):
+        """float32 ``[2]`` ``(k_global, v_global)`` on ``device``; the last pair is kept,
+        so a model's constant scales cost no host-to-device copy per launch."""
+        key = (float(k_global), float(v_global))
+        if key != self._scales.get(device, (None,))[0]:
+            self._scales[device] = (key, torch.tensor(key, dtype=torch.float32, device=device))
+        return self._scales[device][1]
 
     def partials(self, device, n: int, splits: int):
         """float32 ``[n, splits, 64, PART_F]`` (contents need no initialisation)."""
@@ -91,14 +101,7 @@ class Workspace:
         return self._tickets[key]
 
 
-_WORKSPACE = None
-
-
-def _default_workspace() -> Workspace:
-    global _WORKSPACE
-    if _WORKSPACE is None:
-        _WORKSPACE = Workspace()
-    return _WORKSPACE
+_WORKSPACE = Workspace()
 
 
 def _require(cond: bool, what: str) -> None:
@@ -145,7 +148,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     for name, v in (("sm_scale", sm_scale), ("k_global_scale", k_global_scale),
                     ("v_global_scale", v_global_scale)):
         _require(np.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
-    _require(layout in ("token_rows", "planar"), f"layout must be 'token_rows' or 'planar', got {layout!r}")
+    _require(layout in LAYOUTS, f"layout must be 'token_rows' or 'planar', got {layout!r}")
     _require(splits in SPLITS, f"splits={splits}: the kernel is built and checked for {SPLITS}")
     _require(xcds >= 0, f"xcds must be >= 0, got {xcds}")
     _require(rows * H * 128 * 2 < 2**31, f"q of {rows * H * 128 * 2} bytes exceeds the kernel's 32-bit offsets")
@@ -157,24 +160,19 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     _require(out.shape == q.shape and out.dtype == torch.bfloat16 and out.is_contiguous() and out.device == dev,
              f"out must be contiguous bf16 {tuple(q.shape)} on {dev}")
 
-    ws = workspace or _default_workspace()
-    arch = torch.cuda.get_device_properties(dev).gcnArchName.split(":")[0]
     gx = _grid_x(rows, q_len, xcds)
-    n = gx * hkv
-    if splits > 1:
-        part = ws.partials(dev, n, splits)
-        tickets = ws.tickets(dev, n)
-    else:
-        part = ws.partials(dev, 1, 1)
-        tickets = ws.tickets(dev, 1)
-    _require(part.numel() * 4 < 2**31,
-             f"split partials of {part.numel() * 4} bytes exceed the kernel's 32-bit offsets; use fewer splits")
-    scales = torch.tensor([k_global_scale, v_global_scale], dtype=torch.float32, device=dev)
-    launch = _launcher(int(topk.shape[2]), splits, xcds, layout, arch)
+    n = gx * hkv if splits > 1 else 1
+    part_bytes = n * splits * 64 * PART_F * 4
+    _require(part_bytes < 2**31,
+             f"split partials of {part_bytes} bytes exceed the kernel's 32-bit offsets; use fewer splits")
+    ws = workspace or _WORKSPACE
+    part, tickets = ws.partials(dev, n, splits), ws.tickets(dev, n)
+    scales = ws.scales(dev, k_global_scale, v_global_scale)
+    launch = _launcher(int(topk.shape[2]), splits, xcds, layout, _arch(dev))
     launch(
         q.data_ptr(), pool.data_ptr(), topk.data_ptr(), block_table.data_ptr(), seq_lens.data_ptr(),
         out.data_ptr(), scales.data_ptr(), scales.data_ptr() + 4, ws.table(dev).data_ptr(),
-        part.data_ptr(), tickets.data_ptr(), part.numel() * 4,
+        part.data_ptr(), tickets.data_ptr(), part_bytes,
         rows, q_len, H, hkv, topk.stride(0), block_table.stride(0), page_bytes(hkv),
         float(np.float32(sm_scale * LOG2E)), gx, torch.cuda.current_stream(dev),
     )

@@ -44,7 +44,7 @@ from flydsl.expr.typing import Vector as Vec
 from flydsl.runtime.device import get_rocm_arch
 
 from . import flydsl_lanes as lanes
-from .flydsl_lanes import BLK, D, HG, KPW, NDT, NKS, NW, PART_F, RAW
+from .flydsl_lanes import ARCHS, BLK, D, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW
 
 SC1 = 16  # buffer-op cache-policy bit that assembles to sc1 (system coherence across XCDs)
 # The first 16 kernel-argument dwords preloaded into SGPRs; at most 256
@@ -52,17 +52,11 @@ SC1 = 16  # buffer-op cache-policy bit that assembles to sc1 (system coherence a
 PRELOAD_HINTS = {"llvm_options": {"amdgpu-kernarg-preload-count": 16}}
 # CDNA buffer descriptor word 3: data format 32-bit float, num format 4 (raw 32-bit).
 _RSRC_FLAGS = (7 << 12) | (4 << 15)
-ARCHS = ("gfx942", "gfx950")
-LAYOUTS = ("token_rows", "planar")
 
 
 def _ir(x):
     """The MLIR value of a FlyDSL numeric, vector or plain value."""
     return fx.as_ir_value(x)
-
-
-def _i32(v: int):
-    return fx.Int32(v - (1 << 32) if v >= 1 << 31 else v)
 
 
 class _BufferOps:
@@ -98,7 +92,7 @@ class _BufferOps:
         return ir.IntegerAttr.get(ir.IntegerType.get_signless(32), cache_modifier)
 
     @classmethod
-    def buffer_load(cls, rsrc, offset, vec_width=1, dtype=fx.Int32, cache_modifier=0, mask=None):
+    def buffer_load(cls, rsrc, offset, vec_width=1, dtype=fx.Int32, cache_modifier=0):
         """Load ``vec_width`` elements of ``dtype`` at element ``offset``; an IR value."""
         elem = dtype.ir_type
         res = elem if vec_width == 1 else ir.VectorType.get([vec_width], elem)
@@ -106,7 +100,7 @@ class _BufferOps:
         return rocdl_ods.RawPtrBufferLoadOp(
             res,
             rsrc,
-            cls._byte_offset(offset, width // 8, mask),
+            cls._byte_offset(offset, width // 8, None),
             _ir(fx.Int32(0)),
             aux=cls._aux(cache_modifier),
         ).result
@@ -198,23 +192,21 @@ class _GpuOps:
         return as_f32(x)
 
     def select(self, cond, a, b):
-        return cond.select(_i32(a) if isinstance(a, int) else a, b)
+        return cond.select(fx.Int32(a), b)
 
     @staticmethod
-    def _half(w, i):
-        h = Vec.from_elements([fx.Int32(w)], fx.Int32).bitcast(fx.Float16)
-        return fx.Float32(Vec(h)[i].to(fx.Float32))
+    def _f16x2(w):
+        """An Int32 word viewed as its two fp16 halves, low first."""
+        return Vec(Vec.from_elements([fx.Int32(w)], fx.Int32).bitcast(fx.Float16))
 
     def f16_lo(self, w):
-        return self._half(w, 0)
+        return fx.Float32(self._f16x2(w)[0].to(fx.Float32))
 
     def f16_hi(self, w):
-        return self._half(w, 1)
+        return fx.Float32(self._f16x2(w)[1].to(fx.Float32))
 
     def f16x2_mul(self, a, b):
-        va = Vec.from_elements([fx.Int32(a)], fx.Int32).bitcast(fx.Float16)
-        vb = Vec.from_elements([fx.Int32(b)], fx.Int32).bitcast(fx.Float16)
-        return fx.Int32(Vec(Vec(va) * Vec(vb)).bitcast(fx.Int32)[0])
+        return fx.Int32(Vec(self._f16x2(a) * self._f16x2(b)).bitcast(fx.Int32)[0])
 
     def f32x2_to_f16x2(self, a, b):
         pair = Vec.from_elements([fx.Float32(a), fx.Float32(b)], fx.Float32).to(fx.Float16)
@@ -247,13 +239,15 @@ def compile_helpers(arch: str, layout: str):
     def cvt_fp8x2_f16(word, hi):
         return lanes.fp8x2_f16(ops, fx.Int32(word), hi)
 
-    def mfma_16x16x32(a, b, c, high_half_first):
+    def mfma_16x16x32(a, b, c, swap):
         """C + A B for 16x16 tiles with K = 32; operands 4 Int32 (8 bf16) per lane.
 
         gfx950: one ``v_mfma_f32_16x16x32_bf16``. gfx942: two
         ``v_mfma_f32_16x16x16_bf16`` over each lane's first and last 4 values
-        (both operands split alike, so the products pair up), low half first
-        unless ``high_half_first``."""
+        (both operands split alike, so the products pair up). ``swap``: the
+        seed always passes False; no operand-swapped form exists here."""
+        if swap:
+            raise ValueError("mfma_16x16x32 has no swapped-operand form")
         if const_expr(arch == "gfx950"):
             av = Vec(a).bitcast(fx.BFloat16)
             bv = Vec(b).bitcast(fx.BFloat16)
@@ -261,7 +255,7 @@ def compile_helpers(arch: str, layout: str):
         a64 = Vec(a).bitcast(fx.Int64)
         b64 = Vec(b).bitcast(fx.Int64)
         acc = Vec(c)
-        for h in [1, 0] if high_half_first else [0, 1]:
+        for h in range(2):
             ah = Vec.from_elements([Vec(a64)[h]], fx.Int64).bitcast(fx.Int16)
             bh = Vec.from_elements([Vec(b64)[h]], fx.Int64).bitcast(fx.Int16)
             acc = Vec(fx.rocdl.mfma_f32_16x16x16bf16_1k(T.f32x4, [ah, bh, acc, 0, 0, 0]))

@@ -43,6 +43,9 @@ DATA = 64
 RAW = 2 * 4 + 1 + NDT + 2   # words per lane per block: K data, K scales, V data, V scales
 PART_F = 4 * NDT + 2        # floats per lane in a split partial: acc, then big and l
 F16_UNIT = 2.0 ** 14        # e2m1 codes are built as e2m1 * 2**-14 in fp16
+ARCHS = ("gfx942", "gfx950")            # the kernel's targets
+LAYOUTS = ("token_rows", "planar")      # the page layouts its loader reads
+SPLITS = (1, 2, 4, 8)                   # split counts built, checked and offered
 
 
 def k_key(w, n, st):
@@ -118,7 +121,7 @@ def page_byte(layout, hkv, part, kvh, t, col):
     if layout == "token_rows":
         slab = kvh if part in ("kd", "ks") else hkv + kvh
         return (slab * BLK + t) * ROW + (DATA if scale else 0) + col
-    if layout != "planar":
+    if layout not in LAYOUTS:
         raise ValueError(f"layout must be 'token_rows' or 'planar', got {layout!r}")
     base = {"kd": 0, "ks": hkv * (BLK * DATA), "vd": hkv * (BLK * ROW), "vs": hkv * (BLK * (ROW + DATA))}[part]
     return base + (kvh * BLK + t) * (8 if scale else DATA) + col
@@ -186,26 +189,23 @@ def f16x2_to_bf16x2(ops, prod):
     return ((ops.bits(lo) >> 16) & 0xFFFF) | ((ops.bits(hi) >> 16) << 16)
 
 
-def k_bf16x8(ops, word, scale_pair):
-    """Dequantise 8 K values of one scale group: 4 bf16-pair words.
-
-    word: 8 nibbles (elements in nibble order); scale_pair: the K table entry,
-    the group's E4M3FN scale as an fp16 pair."""
-    return [
-        f16x2_to_bf16x2(ops, ops.f16x2_mul(e2m1_pair_code(word >> (8 * j)), scale_pair))
-        for j in range(4)
-    ]
-
-
 def v_bf16x8(ops, word, sp):
     """Dequantise 8 V values, one dim of 8 tokens: 4 bf16-pair words.
 
     word: nibble-transposed V word (token ``j`` in nibble ``j``); sp: 4 fp16
-    pairs, ``sp[j]`` the scales of tokens ``2j, 2j + 1``."""
+    pairs, ``sp[j]`` the scales of nibbles ``2j, 2j + 1``."""
     return [
         f16x2_to_bf16x2(ops, ops.f16x2_mul(e2m1_pair_code(word >> (8 * j)), sp[j]))
         for j in range(4)
     ]
+
+
+def k_bf16x8(ops, word, scale_pair):
+    """Dequantise 8 K values of one scale group: 4 bf16-pair words.
+
+    word: 8 nibbles (elements in nibble order); scale_pair: the K table entry,
+    the group's E4M3FN scale as an fp16 pair, shared by all 8."""
+    return v_bf16x8(ops, word, [scale_pair] * 4)
 
 
 def fp8x2_f16(ops, word, hi):

@@ -35,13 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .flydsl_lanes import NDT
+from .flydsl_backend import flydsl_missing
+from .flydsl_lanes import ARCHS, LAYOUTS, NDT, SPLITS
 
-ARCHS = ("gfx942", "gfx950")
 TOPKS = (1, 16, 33, 64)
-SPLITS = (1, 2, 4, 8)
 XCDS = (0, 8)
-LAYOUTS = ("token_rows", "planar")
 MAX_REGS = 256
 LDS_PER_CU = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
 
@@ -66,8 +64,9 @@ def rocm_path() -> tuple[str | None, str]:
         return current, f"ld.lld from {current}"
     for cand in _LLD_CANDIDATES:
         found = cand if os.path.isabs(cand) else shutil.which(cand)
-        if found and os.path.exists(found) and _lld_version(found) >= 19:
-            shim = Path(tempfile.gettempdir()) / f"nvfp4-rocm-shim-{_lld_version(found)}"
+        version = _lld_version(found) if found and os.path.exists(found) else 0
+        if version >= 19:
+            shim = Path(tempfile.gettempdir()) / f"nvfp4-rocm-shim-{version}"
             (shim / "llvm" / "bin").mkdir(parents=True, exist_ok=True)
             link = shim / "llvm" / "bin" / "ld.lld"
             if not link.exists():
@@ -217,10 +216,9 @@ def main(argv=None) -> int:
         parsed = [c.split(":") for c in spec.split(",")]
         _worker(arch, [(int(t), int(s), int(x), lay) for t, s, x, lay in parsed])
         return 0
-    try:
-        import flydsl  # noqa: F401
-    except ImportError as e:
-        print(f"FlyDSL is not installed ({e}); pip install flydsl==0.5.0", file=sys.stderr)
+    missing = flydsl_missing()
+    if missing:
+        print(missing, file=sys.stderr)
         return 2
     rocm, note = rocm_path()
     if rocm is None:

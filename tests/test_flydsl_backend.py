@@ -86,6 +86,9 @@ def test_workspace_keeps_one_zeroed_ticket_buffer_per_size():
     assert ws.tickets("cpu", 6) is t and ws.tickets("cpu", 7) is not t
     assert ws.partials("cpu", 6, 4).shape == (6, 4, 64, FB.PART_F)
     assert ws.table("cpu").dtype == torch.int32 and ws.table("cpu").shape == (256,)
+    s = ws.scales("cpu", 0.5, 2.0)
+    assert s.tolist() == [0.5, 2.0] and ws.scales("cpu", 0.5, 2.0) is s
+    assert ws.scales("cpu", 0.25, 2.0).tolist() == [0.25, 2.0]
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from kernels.flydsl_backend import flydsl_missing
 from kernels.flydsl_resources import ARCHS, SPLITS, TOPKS, XCDS, compile_configs, format_table, problems, rocm_path
 
 pytestmark = pytest.mark.compile_only
@@ -19,13 +20,8 @@ pytestmark = pytest.mark.compile_only
 
 @pytest.fixture(scope="module")
 def toolchain():
-    why = None
-    try:
-        import flydsl  # noqa: F401
-    except ImportError as e:
-        why = f"FlyDSL is not installed: {e}"
     rocm, note = rocm_path()
-    why = why or (None if rocm else note)
+    why = flydsl_missing() or (None if rocm else note)
     if why:
         if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
             pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")

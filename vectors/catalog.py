@@ -181,6 +181,7 @@ def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool
     """Run every catalog case against ``backend``; returns (ok, report lines)."""
     m = load_manifest()
     lines, ok = [f"golden vectors: {len(m['cases'])} cases"], True
+    placed = takes_xcds(backend)
     for i, c in enumerate(m["cases"]):
         if progress:
             progress(f"  golden: [{i + 1}/{len(m['cases'])}] {c['name']}")
@@ -194,7 +195,7 @@ def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool
         else:
             good = True
             splits = [s for s in c["splits"] if s in backend.splits]
-            placements = c["xcds"] if takes_xcds(backend) else [0]
+            placements = c["xcds"] if placed else [0]
             details = []
             for s in splits:
                 for x in placements:
@@ -207,7 +208,7 @@ def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool
                     if not passed:
                         details.append(f"splits={s} xcds={x}: {text}")
             status = "PASS" if good else "FAIL"
-            where = f"splits {splits}" + (f", xcds {placements}" if takes_xcds(backend) else "")
+            where = f"splits {splits}" + (f", xcds {placements}" if placed else "")
             lines.append(f"  {c['id']:3d} {c['name']:<28} {status} ({where})")
             for d in details:
                 lines.append("      " + d.replace("\n", "\n      "))
