@@ -90,8 +90,8 @@ def _lazy(module: str, attr: str) -> Callable[[], Backend]:
 
 register("reference", _lazy(".reference_backends", "ReferenceBackend"))
 register("emulate", _lazy(".reference_backends", "EmulateBackend"))
-register("torch", _lazy(".torch_backend", "TorchBackend"))
-register("triton", _lazy(".triton_decode", "TritonBackend"))
-register("flydsl", _lazy(".flydsl_backend", "FlydslBackend"))
+register("torch", _lazy(".torch.backend", "TorchBackend"))
+register("triton", _lazy(".triton.decode", "TritonBackend"))
+register("flydsl", _lazy(".flydsl.backend", "FlydslBackend"))
 
 __all__ = ["Backend", "BackendError", "get_backend", "register", "registered"]

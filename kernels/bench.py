@@ -65,7 +65,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from kernels import torch_backend, triton_decode
+    from kernels.torch import backend as torch_backend
+    from kernels.triton import decode as triton_decode
 
     if not torch.cuda.is_available():
         print("error: no CUDA/ROCm device", flush=True)

@@ -31,7 +31,7 @@ for s in $(seq 1 3); do
   timeout 420 python3 -m vectors check --backend torch --examples "$per" --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>/dev/null &
 done
 for m in causal v_scale_linear minus_one merge_no_rescale; do
-  timeout 420 python3 -m vectors check --backend "kernels.triton_decode:$m" --examples 40 --seed 7 > "$out/mut_$m.log" 2>/dev/null &
+  timeout 420 python3 -m vectors check --backend "kernels.triton.decode:$m" --examples 40 --seed 7 > "$out/mut_$m.log" 2>/dev/null &
 done
 wait
 { for f in "$out"/tr_*.log; do echo "== $f"; cat "$f"; done; } > "$out/triton_generated.txt"

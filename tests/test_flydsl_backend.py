@@ -1,4 +1,4 @@
-"""kernels.flydsl_backend: the host side of the FlyDSL kernel.
+"""kernels.flydsl.backend: the host side of the FlyDSL kernel.
 
 What runs everywhere: the reasons ``available()`` gives, argument checks of
 ``decode`` before any launch, the workspace.
@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from kernels import flydsl_backend as FB
+from kernels.flydsl import backend as FB
 from reference.examples import random_problem
 
 torch = pytest.importorskip("torch", reason="the FlyDSL host side takes torch tensors")

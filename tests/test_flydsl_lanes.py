@@ -1,4 +1,4 @@
-"""kernels.flydsl_lanes: the FlyDSL kernel's lane arithmetic, run on numpy.
+"""kernels.flydsl.lanes: the FlyDSL kernel's lane arithmetic, run on numpy.
 
 The kernel traces these very functions, so what holds here holds for the
 index math, nibble transpose and dequantisation it is built from. The page
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernels import flydsl_lanes as L
+from kernels.flydsl import lanes as L
 from reference.examples import random_problem
 from reference.formats import e2m1_decode, e4m3fn_decode, e4m3fnuz_decode
 from reference.paged_cache import dequantize_pages, page_bytes

@@ -1,9 +1,9 @@
-"""kernels.flydsl_resources: reading a code object's resources and judging them."""
+"""kernels.flydsl.resources: reading a code object's resources and judging them."""
 
 import pytest
 
-from kernels.flydsl_lanes import NDT
-from kernels.flydsl_resources import format_table, parse_isa, problems, workgroups_per_cu
+from kernels.flydsl.lanes import NDT
+from kernels.flydsl.resources import format_table, parse_isa, problems, workgroups_per_cu
 
 ISA = """
 \tbuffer_store_dwordx4 v0, s[8:11], 0 offen{sc}

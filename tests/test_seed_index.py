@@ -1,10 +1,10 @@
-"""kernels.seed_index: the seed's integer logic against the reference's semantics."""
+"""kernels.flydsl.seed_index: the seed's integer logic against the reference's semantics."""
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernels import seed_index as S
+from kernels.flydsl import seed_index as S
 from reference.emulate import _split_schedule
 
 

@@ -1,4 +1,4 @@
-"""kernels.torch_backend: golden vectors, the tensor entry point, TF32 left alone."""
+"""kernels.torch.backend: golden vectors, the tensor entry point, TF32 left alone."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
 from kernels import get_backend  # noqa: E402
-from kernels.torch_backend import decode  # noqa: E402
+from kernels.torch.backend import decode  # noqa: E402
 from reference.examples import random_problem  # noqa: E402
 from vectors import catalog  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""kernels.triton_decode on the CPU interpreter (or a GPU): golden vectors chosen
+"""kernels.triton.decode on the CPU interpreter (or a GPU): golden vectors chosen
 one per bug class, and the kernel's own mutants caught."""
 
 import os
@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("triton", reason="triton not installed: pip install -e '.[triton]'")
 
 from kernels import get_backend  # noqa: E402
-from kernels.triton_decode import MUTANTS  # noqa: E402
+from kernels.triton.decode import MUTANTS  # noqa: E402
 from reference.examples import random_problem  # noqa: E402
 from vectors import catalog  # noqa: E402
 from vectors.harness import run_case  # noqa: E402
@@ -47,7 +47,7 @@ def test_golden_case(backend, name):
 def test_kernel_mutant_is_caught(backend, mutant):
     if os.environ.get("TRITON_INTERPRET") != "1" and mutant == "minus_one":
         pytest.skip("the -1 mutant reads out of bounds: on a GPU it may fault the context")
-    b = get_backend(f"kernels.triton_decode:{mutant}")
+    b = get_backend(f"kernels.triton.decode:{mutant}")
     p = random_problem(8, reqs=3, q_len=2, num_kv_heads=1, topk=6, seq_lens=[400, 300, 130])
     _, rep = run_case(b, p, 3)
     assert not rep.passed, f"Triton mutant {mutant} passed"

@@ -300,7 +300,7 @@ class TritonBackend:
 
 
 def triton_mutant(name: str):
-    """A factory for ``module:attr`` specs: ``kernels.triton_decode:causal`` etc."""
+    """A factory for ``module:attr`` specs: ``kernels.triton.decode:causal`` etc."""
     return lambda: TritonBackend(name)
 
 

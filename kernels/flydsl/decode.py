@@ -3,7 +3,7 @@
 ``compile_nvfp4_sparse_decode`` below is the seed (``../shared/seed``) with
 its structure and arithmetic kept. The seed called helpers and constants it
 did not define; they are written here, and the lane arithmetic they share
-with the CPU tests lives in ``kernels.flydsl_lanes`` (one source, traced here
+with the CPU tests lives in ``kernels.flydsl.lanes`` (one source, traced here
 and run on numpy there).
 
 Where the seed could not work as written, and what changed:
@@ -14,7 +14,7 @@ Where the seed could not work as written, and what changed:
 - The K table: the seed loaded 512 words (two per scale byte) for a
   ``_k_bf16x8`` it did not include. This ``_k_bf16x8`` multiplies packed fp16
   pairs, so it needs one word per scale byte (the scale as an fp16 pair, see
-  ``flydsl_lanes.k_table``): the LDS table and its load hold 256 words.
+  ``lanes.k_table``): the LDS table and its load hold 256 words.
 - The wave merge staged all four waves' O in LDS (35,856 bytes with the
   rest), which lets only one workgroup onto a gfx942 CU (64 KiB of LDS).
   Wave 0 now keeps its own O in registers and LDS holds waves 1..3 (27,664
@@ -23,7 +23,7 @@ Where the seed could not work as written, and what changed:
 
 The seed's index expressions for the query and output words, its ``key_off``
 and its ``dequant_k``/``dequant_v`` loops are the same arithmetic moved into
-``flydsl_lanes`` (``q_word``, ``out_word``, ``score_key``, ``dequant_k``,
+``lanes`` (``q_word``, ``out_word``, ``score_key``, ``dequant_k``,
 ``dequant_v``), so the CPU tests run the text the kernel is traced from.
 
 Added: ``layout="planar"`` compiles a loader for the planar page layout
@@ -43,8 +43,8 @@ from flydsl.expr.typing import T
 from flydsl.expr.typing import Vector as Vec
 from flydsl.runtime.device import get_rocm_arch
 
-from . import flydsl_lanes as lanes
-from .flydsl_lanes import ARCHS, BLK, D, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW
+from . import lanes
+from .lanes import ARCHS, BLK, D, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW
 
 SC1 = 16  # buffer-op cache-policy bit that assembles to sc1 (system coherence across XCDs)
 # The first 16 kernel-argument dwords preloaded into SGPRs; at most 256
@@ -174,7 +174,7 @@ def pk_bf16(a, b):
 
 
 class _GpuOps:
-    """``flydsl_lanes``'s floating-point operations as FlyDSL instructions for one target."""
+    """``lanes``'s floating-point operations as FlyDSL instructions for one target."""
 
     def __init__(self, arch: str):
         self.fnuz = arch == "gfx942"
@@ -263,8 +263,8 @@ def compile_helpers(arch: str, layout: str):
 
     def kv_lane_loader(arg_cache, i32_page_byte, kvh, i32_hkv, w, n, g):
         """``load_block(page)``: the RAW words this lane needs of one page, at
-        ``flydsl_lanes.block_offsets`` for the layout, assembled by
-        ``flydsl_lanes.assemble_raw``."""
+        ``lanes.block_offsets`` for the layout, assembled by
+        ``lanes.assemble_raw``."""
         k_data, k_scale, v_data, v_scale = lanes.block_offsets(kvh, i32_hkv, w, n, g, layout)
 
         def load_block(page):
@@ -306,7 +306,7 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
     arg_bt, arg_seq, arg_out, arg_ks, arg_vs, arg_lut, arg_part, arg_cnt,
     i64_part_bytes, i32_rows, i32_ql, i32_H, i32_hkv, i32_topk_hs, i32_bt_s,
     i32_page_b, f32_c, i32_grid_x, stream)``: device addresses (Int64) of the
-    tensors ``kernels.flydsl_backend.decode`` documents, their sizes and
+    tensors ``kernels.flydsl.backend.decode`` documents, their sizes and
     strides, ``f32_c = fp32(sm_scale * log2(e))``; with ``kernel_name``,
     ``compile_hints`` and ``shared`` (the LDS struct) attached.
     """

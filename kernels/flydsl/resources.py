@@ -1,6 +1,6 @@
 """Compile the FlyDSL kernel without a GPU and check its resources.
 
-    python -m kernels.flydsl_resources [--arch gfx942 --arch gfx950]
+    python -m kernels.flydsl.resources [--arch gfx942 --arch gfx950]
         [--topk 1 16 33 64] [--splits 1 2 4 8] [--xcds 0 8] [--layout token_rows]
         [--jobs 2] [--json PATH]
 
@@ -35,8 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .flydsl_backend import flydsl_missing
-from .flydsl_lanes import ARCHS, LAYOUTS, NDT, SPLITS
+from .backend import flydsl_missing
+from .lanes import ARCHS, LAYOUTS, NDT, SPLITS
 
 TOPKS = (1, 16, 33, 64)
 XCDS = (0, 8)
@@ -150,7 +150,7 @@ def _worker(arch: str, configs: list[tuple]) -> None:
     """Compile ``configs`` for ``arch`` in this process (environment set by the parent)."""
     import flydsl.compiler as flyc
 
-    from .flydsl_decode import compile_nvfp4_sparse_decode
+    from .decode import compile_nvfp4_sparse_decode
 
     dump = os.environ["FLYDSL_DUMP_DIR"]
     for topk, splits, xcds, layout in configs:
@@ -174,9 +174,9 @@ def compile_configs(arch: str, configs: list[tuple], rocm: str) -> list[dict]:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm, ARCH=arch)
         spec = ",".join(":".join(map(str, c)) for c in configs)
-        proc = subprocess.run([sys.executable, "-m", "kernels.flydsl_resources", "--worker", arch, spec],
+        proc = subprocess.run([sys.executable, "-m", "kernels.flydsl.resources", "--worker", arch, spec],
                               capture_output=True, text=True, env=env,
-                              cwd=str(Path(__file__).resolve().parent.parent))
+                              cwd=str(Path(__file__).resolve().parents[2]))
         rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or len(rows) != len(configs):
             raise RuntimeError(f"compiling {arch} {spec} failed (exit {proc.returncode}):\n"
@@ -201,7 +201,7 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    p = argparse.ArgumentParser(prog="python -m kernels.flydsl_resources", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m kernels.flydsl.resources", description=__doc__.split("\n")[0])
     p.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     p.add_argument("--topk", type=int, nargs="+", default=list(TOPKS))
     p.add_argument("--splits", type=int, nargs="+", default=list(SPLITS))

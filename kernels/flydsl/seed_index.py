@@ -6,7 +6,7 @@ reference: the launch mapping of workgroups to rows (with XCD padding), the
 ballot/popcount selection of a split's slots, the two-blocks-per-trip walk
 with its masked odd block. None of this runs the kernel; it pins down what
 the kernel's integer logic must do. (The fp8 conversion and the lane
-arithmetic the kernel is built from are in ``kernels.flydsl_lanes``.)
+arithmetic the kernel is built from are in ``kernels.flydsl.lanes``.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 moves it to the ROCm GPU and calls ``decode``, the entry point for serving
 code, which takes torch tensors already on the GPU. Nothing here runs without
 a ROCm GPU (gfx942 or gfx950) and FlyDSL; ``available()`` says which is
-missing. The kernel itself is ``kernels.flydsl_decode``.
+missing. The kernel itself is ``kernels.flydsl.decode``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from reference import DecodeProblem
 from reference.emulate import LOG2E, SEED_GEOMETRY
 from reference.paged_cache import page_bytes
 
-from .flydsl_lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
+from .lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
 from .seed_index import grid_x as _grid_x
 
 try:
@@ -57,7 +57,7 @@ def rocm_missing() -> str | None:
 def _launcher(topk: int, splits: int, xcds: int, layout: str, arch: str):
     """The jitted launcher of one configuration; FlyDSL compiles it on first launch
     and keeps the binary, so each (topk, splits, xcds, layout, arch) compiles once."""
-    from .flydsl_decode import compile_nvfp4_sparse_decode
+    from .decode import compile_nvfp4_sparse_decode
 
     return compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds, layout=layout)
 

@@ -1,6 +1,6 @@
 """The FlyDSL kernel's lane arithmetic, one source for numpy and for the GPU.
 
-Every function here is traced into the kernel by ``kernels.flydsl_decode``
+Every function here is traced into the kernel by ``kernels.flydsl.decode``
 and run on numpy integers by the tests, so what the tests check is the text
 the kernel is built from. The rules that make one text give the same bits in
 both places: integers are combined only with ``+ * // % & | << >>`` on

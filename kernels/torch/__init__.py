@@ -1,0 +1,1 @@
+"""The vectorised torch backend (any device, exact class): ``backend``."""

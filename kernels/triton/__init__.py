@@ -1,0 +1,1 @@
+"""The portable Triton kernel (CUDA, ROCm, or the CPU interpreter): ``decode``."""
