@@ -1,0 +1,183 @@
+"""The simulated device's memory: only what the host side allocated.
+
+Every buffer the host hands the kernel is registered with ``Memory.alloc``
+and gets a 64-bit device address; allocations are separated by unmapped
+guard gaps. Any global access that does not fall entirely inside one
+allocation raises ``MemoryFault`` naming the address, the instruction and
+the nearest allocation: the simulator is a stray-read detector no GPU is.
+Registered arrays are the memory itself (no copy), so a large pool made
+with ``np.zeros`` stays sparse: pages nobody touches are never resident.
+
+Buffer resources (V#) follow the CDNA3/CDNA4 ISA: base address in bits
+0..47, stride in 48..61, ``num_records`` in word 2. For raw buffers (stride
+0, the only kind this kernel makes) each dword of an access is checked on
+its own: a dword whose byte offset ``o`` has ``o + size > num_records`` is
+out of range, reads 0, and its store is dropped (the ISA's rule; hardware
+also drops out-of-range atomics). The in-range part must then lie inside
+an allocation, or it is a fault.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from .wave import LANES, MemoryFault
+
+BASE = 0x7F00_0000_0000  # first device address (a canonical user-space-like address)
+GAP = 1 << 20  # unmapped bytes between allocations (more than any instruction offset)
+ALIGN = 1 << 16
+
+
+@dataclass
+class Allocation:
+    """One registered buffer: ``name``, device address ``base``, ``data`` (its
+    bytes as a flat uint8 view of the host array), ``size`` in bytes."""
+
+    name: str
+    base: int
+    data: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+
+class Memory:
+    """The device address space: a sorted list of allocations."""
+
+    def __init__(self):
+        self.allocs: list[Allocation] = []
+        self._bases: list[int] = []
+        self._next = BASE
+
+    def alloc(self, name: str, array: np.ndarray) -> int:
+        """Register ``array`` (C-contiguous, any dtype; written in place by the
+        kernel) as buffer ``name``; returns its device address."""
+        if not array.flags.c_contiguous:
+            raise ValueError(f"buffer {name!r} must be C-contiguous")
+        data = array.reshape(-1).view(np.uint8)
+        base = self._next
+        self.allocs.append(Allocation(name, base, data))
+        self._bases.append(base)
+        self._next = (base + max(data.size, 1) + GAP + ALIGN - 1) // ALIGN * ALIGN
+        return base
+
+    def find(self, addr: int) -> Allocation | None:
+        """The allocation holding byte ``addr``, or None."""
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0 and addr < self.allocs[i].base + self.allocs[i].size:
+            return self.allocs[i]
+        return None
+
+    def describe(self, addr: int) -> str:
+        """Where ``addr`` is relative to the nearest allocation (for fault messages)."""
+        if not self.allocs:
+            return "no buffer is allocated"
+        i = bisect.bisect_right(self._bases, addr) - 1
+        cands = [a for a in self.allocs[max(i, 0):i + 2]]
+        best = min(cands, key=lambda a: min(abs(addr - a.base), abs(addr - (a.base + a.size))))
+        if addr < best.base:
+            return f"{best.base - addr} bytes before buffer {best.name!r} ({best.size} bytes at {best.base:#x})"
+        return f"{addr - best.base - best.size} bytes past the end of buffer {best.name!r} " \
+               f"({best.size} bytes at {best.base:#x})"
+
+    def _resolve(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str):
+        """(allocation, uint64 offsets) for active lanes accessing ``nbytes`` at ``addrs``."""
+        act = addrs[active]
+        lo, hi = int(act.min()), int(act.max())
+        a = self.find(lo)
+        if a is not None and hi + nbytes <= a.base + a.size:
+            return a, addrs - np.uint64(a.base)
+        bad = next(int(x) for x in act if (b := self.find(int(x))) is None or int(x) + nbytes > b.base + b.size)
+        raise MemoryFault(f"{nbytes}-byte access at {bad:#x} outside every allocation ({self.describe(bad)}) "
+                          f"at {where}")
+
+    def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str) -> np.ndarray:
+        """uint8 ``[64, nbytes]``: the bytes at ``addrs`` (uint64 ``[64]``) for
+        ``active`` lanes, zeros elsewhere."""
+        out = np.zeros((LANES, nbytes), np.uint8)
+        if not active.any():
+            return out
+        a, off = self._resolve(addrs, nbytes, active, where)
+        idx = off[active, None].astype(np.int64) + np.arange(nbytes)
+        out[active] = a.data[idx]
+        return out
+
+    def store(self, addrs: np.ndarray, data: np.ndarray, active: np.ndarray, where: str) -> None:
+        """Write uint8 ``[64, nbytes]`` at ``addrs`` for ``active`` lanes, in lane
+        order (a later lane wins where two lanes write the same byte)."""
+        if not active.any():
+            return
+        nbytes = data.shape[1]
+        a, off = self._resolve(addrs, nbytes, active, where)
+        idx = off[active, None].astype(np.int64) + np.arange(nbytes)
+        a.data[idx] = data[active]
+
+    def atomic_add_u32(self, addrs: np.ndarray, values: np.ndarray, active: np.ndarray, where: str) -> np.ndarray:
+        """Lane by lane in lane order: ``old = mem[addr]; mem[addr] = old + value``
+        (uint32, wrapping); returns the old values (uint32 ``[64]``, 0 for inactive lanes)."""
+        old = np.zeros(LANES, np.uint32)
+        if not active.any():
+            return old
+        a, off = self._resolve(addrs, 4, active, where)
+        words = a.data
+        for lane in np.nonzero(active)[0]:
+            o = int(off[lane])
+            cur = int(words[o:o + 4].view(np.uint32)[0])
+            old[lane] = cur
+            words[o:o + 4] = np.frombuffer(np.uint32((cur + int(values[lane])) & 0xFFFFFFFF).tobytes(), np.uint8)
+        return old
+
+
+@dataclass(frozen=True)
+class BufferResource:
+    """A decoded V#: ``base`` address, ``stride`` bytes, ``num_records``."""
+
+    base: int
+    stride: int
+    num_records: int
+
+    @classmethod
+    def from_words(cls, words) -> "BufferResource":
+        """From the four SGPR words of the descriptor."""
+        w0, w1, w2 = (int(w) for w in words[:3])
+        return cls(w0 | (w1 & 0xFFFF) << 32, (w1 >> 16) & 0x3FFF, w2)
+
+    def addresses(self, offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(uint64 addresses, bool in-range) for byte ``offsets`` (int64 ``[64]``)
+        of a ``size``-byte component; raw buffers only (stride 0)."""
+        if self.stride != 0:
+            raise MemoryFault(f"structured buffer (stride {self.stride}) not supported by the simulator")
+        offsets = np.asarray(offsets, np.int64)
+        in_range = (offsets >= 0) & (offsets + size <= self.num_records)
+        return (np.uint64(self.base) + offsets.astype(np.uint64)), in_range
+
+
+class Lds:
+    """One workgroup's LDS: ``size`` bytes; an access outside it is a fault."""
+
+    def __init__(self, size: int, fill: int = 0xFF):
+        # Hardware LDS holds garbage at launch; 0xFF bytes read as NaN floats,
+        # so a kernel that reads LDS it never wrote shows it.
+        self.data = np.full(size, fill, np.uint8)
+
+    def _idx(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str) -> np.ndarray:
+        a = np.asarray(addrs, np.int64)[active]
+        if a.size and (a.min() < 0 or a.max() + nbytes > self.data.size):
+            bad = int(a[(a < 0) | (a + nbytes > self.data.size)][0])
+            raise MemoryFault(f"{nbytes}-byte LDS access at {bad} outside the workgroup's {self.data.size} "
+                              f"bytes at {where}")
+        return a[:, None] + np.arange(nbytes)
+
+    def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str) -> np.ndarray:
+        """uint8 ``[64, nbytes]`` at byte addresses ``addrs`` for active lanes (zeros elsewhere)."""
+        out = np.zeros((LANES, nbytes), np.uint8)
+        out[active] = self.data[self._idx(addrs, nbytes, active, where)]
+        return out
+
+    def store(self, addrs: np.ndarray, data: np.ndarray, active: np.ndarray, where: str) -> None:
+        """Write uint8 ``[64, nbytes]`` for active lanes, in lane order."""
+        self.data[self._idx(addrs, data.shape[1], active, where)] = data[active]

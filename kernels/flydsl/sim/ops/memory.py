@@ -1,0 +1,1 @@
+"""Instruction family memory (being written)."""

@@ -1,0 +1,1 @@
+"""Instruction family mfma (being written)."""

@@ -1,0 +1,1 @@
+"""Instruction family scalar (being written)."""

@@ -1,0 +1,1 @@
+"""Instruction family vfloat (being written)."""

@@ -1,0 +1,1 @@
+"""Instruction family vint (being written)."""

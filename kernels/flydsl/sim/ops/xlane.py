@@ -1,0 +1,1 @@
+"""Instruction family xlane (being written)."""

@@ -1,0 +1,250 @@
+"""One wave64's architectural state, operand access, and the instruction registry.
+
+Register files: 128 SGPRs (``vcc`` at 106/107, ``m0`` 124, ``exec`` 126/127,
+the ISA's operand numbering), ``SCC``, and 512 vector registers of 64 lanes
+(``v0..v255``, then ``a0..a255``), all uint32. Handlers are registered per
+mnemonic without its encoding suffix (``@op("v_add_f32")`` serves ``_e32``,
+``_e64`` and ``_sdwa``) and read and write operands through the ``Wave``
+methods here, which apply what the encoding says: EXEC (inactive lanes keep
+their value), SDWA operand and destination selects, the floating-point
+source modifiers ``neg``/``abs`` and ``clamp``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .program import AGPR_BASE, NUM_SGPRS, Instr, Operand
+
+LANES = 64
+_LANE_BITS = np.arange(LANES, dtype=np.uint64)
+_BIT_WEIGHTS = np.uint64(1) << _LANE_BITS
+
+
+class SimError(RuntimeError):
+    """The simulated kernel did something the simulator refuses to guess about."""
+
+
+class UnknownInstruction(SimError):
+    """An instruction without a handler; names its mnemonic and place."""
+
+
+class MemoryFault(SimError):
+    """An access outside every allocation (or outside LDS); names the address,
+    the instruction and the allocation nearest to it."""
+
+
+Handler = Callable[["Wave", Instr], None]
+OPS: dict[str, Handler] = {}
+
+
+def op(*names: str) -> Callable[[Handler], Handler]:
+    """Register the decorated handler for each mnemonic in ``names`` (without
+    the encoding suffix). A name registered twice is a programming error."""
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            if n in OPS:
+                raise ValueError(f"{n} registered twice")
+            OPS[n] = fn
+        return fn
+    return deco
+
+
+def handler_for(ins: Instr) -> Handler:
+    """The handler of ``ins``; UnknownInstruction when there is none."""
+    h = OPS.get(ins.base) or OPS.get(ins.mnemonic)
+    if h is None:
+        raise UnknownInstruction(f"no semantics for {ins.mnemonic} at {ins.where()}")
+    return h
+
+
+def mask_to_int(mask: np.ndarray) -> int:
+    """A bool ``[64]`` lane mask as a 64-bit integer, lane i at bit i."""
+    return int(np.bitwise_or.reduce(np.where(mask, _BIT_WEIGHTS, np.uint64(0))))
+
+
+def int_to_mask(bits: int) -> np.ndarray:
+    """A 64-bit integer as a bool ``[64]`` lane mask."""
+    return ((np.uint64(bits & 0xFFFFFFFFFFFFFFFF) >> _LANE_BITS) & np.uint64(1)).astype(bool)
+
+
+_SEL_SHIFT = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8),
+              "WORD_0": (0, 16), "WORD_1": (16, 16), "DWORD": (0, 32)}
+
+
+def _select(x, sel: str, sext: bool):
+    """SDWA source select: the field of ``x`` named by ``sel``, zero- or sign-extended."""
+    shift, width = _SEL_SHIFT[sel]
+    if width == 32:
+        return x
+    field = (np.asarray(x, np.uint32) >> np.uint32(shift)) & np.uint32((1 << width) - 1)
+    if sext:
+        field = (field.astype(np.int32) << (32 - width) >> (32 - width)).astype(np.uint32) \
+            if isinstance(field, np.ndarray) else np.uint32(np.int32(field << (32 - width)) >> (32 - width))
+    return field
+
+
+class Wave:
+    """The state of one wave: ``s`` (uint32 ``[128]``), ``scc`` (0/1), ``v``
+    (uint32 ``[512, 64]``), ``pc`` (instruction index), ``state`` (``"run"``,
+    ``"barrier"``, ``"end"``), ``count`` (instructions executed), and the
+    ``group`` it belongs to (LDS, memory, the target's facts)."""
+
+    def __init__(self, group, wave_id: int):
+        self.group = group
+        self.wave_id = wave_id
+        self.s = np.zeros(NUM_SGPRS, np.uint32)
+        self.scc = 0
+        self.v = np.zeros((2 * AGPR_BASE, LANES), np.uint32)
+        self.pc = 0
+        self.state = "run"
+        self.count = 0
+        self._exec_key = None
+        self._exec_mask = None
+
+    # ---- EXEC -------------------------------------------------------------
+    @property
+    def exec_mask(self) -> np.ndarray:
+        """bool ``[64]``: the lanes EXEC enables."""
+        key = (int(self.s[126]), int(self.s[127]))
+        if key != self._exec_key:
+            self._exec_key = key
+            self._exec_mask = int_to_mask(key[0] | key[1] << 32)
+        return self._exec_mask
+
+    @property
+    def exec_bits(self) -> int:
+        return int(self.s[126]) | int(self.s[127]) << 32
+
+    # ---- scalar operands ----------------------------------------------------
+    def sget(self, o: Operand, width: int = 32) -> int:
+        """A scalar source as an unsigned int of ``width`` bits (32 or 64): SGPRs
+        (a pair for 64), or a constant (inline constants sign-extend to 64)."""
+        if o.kind == "s":
+            lo = int(self.s[o.index])
+            return lo | int(self.s[o.index + 1]) << 32 if width == 64 else lo
+        if o.kind == "const":
+            return o.bits64 if width == 64 else o.bits32
+        raise SimError(f"{o.text} is not a scalar source")
+
+    def sset(self, o: Operand, value: int, width: int = 32) -> None:
+        """Write ``value`` (``width`` bits) to SGPR operand ``o``."""
+        if o.kind != "s":
+            raise SimError(f"{o.text} is not a scalar destination")
+        self.s[o.index] = value & 0xFFFFFFFF
+        if width == 64:
+            self.s[o.index + 1] = (value >> 32) & 0xFFFFFFFF
+
+    def mask_get(self, o: Operand) -> np.ndarray:
+        """bool ``[64]``: a lane mask held in an SGPR pair (``vcc``, ``s[4:5]``) or a constant."""
+        return int_to_mask(self.sget(o, 64))
+
+    def mask_set(self, o: Operand, mask: np.ndarray) -> None:
+        """Write a compare result: bit i = ``mask[i]`` for active lanes, 0 for inactive ones."""
+        self.sset(o, mask_to_int(mask & self.exec_mask), 64)
+
+    # ---- vector operands ----------------------------------------------------
+    def raw(self, o: Operand):
+        """The 32-bit value of a source operand, no modifiers: uint32 ``[64]`` for a
+        VGPR (a view: do not modify), an ``np.uint32`` for an SGPR or constant."""
+        if o.kind == "v":
+            return self.v[o.index]
+        if o.kind == "s":
+            return self.s[o.index]
+        if o.kind == "const":
+            return np.uint32(o.bits32)
+        raise SimError(f"{o.text} is not a source operand")
+
+    def vget(self, ins: Instr, i: int):
+        """Source ``ins.ops[i]`` as uint32 bits, with the SDWA select of an
+        ``_sdwa`` instruction applied (source k = ``ops[k + 1]``)."""
+        o = ins.ops[i]
+        x = self.raw(o)
+        if ins.enc == "sdwa":
+            x = _select(x, ins.mods.get(f"src{i - 1}_sel", "DWORD"), o.sext)
+        return x
+
+    def vget_f32(self, ins: Instr, i: int):
+        """Source ``ins.ops[i]`` as float32 with ``abs`` then ``neg`` applied."""
+        x = np.asarray(self.vget(ins, i), np.uint32)
+        o = ins.ops[i]
+        if o.abs:
+            x = x & np.uint32(0x7FFFFFFF)
+        if o.neg:
+            x = x ^ np.uint32(0x80000000)
+        return x.view(np.float32)
+
+    def vget_regs(self, o: Operand) -> np.ndarray:
+        """uint32 ``[count, 64]``: a multi-register operand (a view for VGPRs;
+        SGPRs and constants broadcast)."""
+        if o.kind == "v":
+            return self.v[o.index:o.index + o.count]
+        if o.kind == "s":
+            return np.repeat(self.s[o.index:o.index + o.count, None], LANES, axis=1)
+        if o.kind == "const":
+            words = [o.bits64 & 0xFFFFFFFF, o.bits64 >> 32][:o.count] if o.count <= 2 else [o.bits32] * o.count
+            return np.repeat(np.array(words, np.uint32)[:, None], LANES, axis=1)
+        raise SimError(f"{o.text} is not a source operand")
+
+    def vget64(self, o: Operand) -> np.ndarray:
+        """uint64 ``[64]``: a 64-bit source (a VGPR pair, an SGPR pair, or a
+        constant, inline integers sign-extended)."""
+        if o.kind == "const":
+            return np.full(LANES, o.bits64, np.uint64)
+        regs = self.vget_regs(Operand(o.kind, o.index, 2)).astype(np.uint64)
+        return regs[0] | (regs[1] << np.uint64(32))
+
+    def vset(self, ins: Instr, value, i: int = 0) -> None:
+        """Write ``value`` (uint32 ``[64]`` or scalar) to vector destination
+        ``ins.ops[i]`` in active lanes, through an ``_sdwa`` destination select."""
+        o = ins.ops[i]
+        if o.kind != "v":
+            raise SimError(f"{o.text} is not a vector destination at {ins.where()}")
+        dst = self.v[o.index]
+        value = np.asarray(value)
+        if value.dtype != np.uint32:
+            value = value.astype(np.uint32) if value.dtype.kind in "iub" else value.view(np.uint32)
+        if ins.enc == "sdwa":
+            value = self._sdwa_dst(ins, dst, value)
+        np.copyto(dst, value, where=self.exec_mask)
+
+    @staticmethod
+    def _sdwa_dst(ins: Instr, old: np.ndarray, value: np.ndarray) -> np.ndarray:
+        sel = ins.mods.get("dst_sel", "DWORD")
+        shift, width = _SEL_SHIFT[sel]
+        if width == 32:
+            return value
+        unused = ins.mods.get("dst_unused", "UNUSED_PAD")
+        fmask = np.uint32(((1 << width) - 1) << shift)
+        placed = (value << np.uint32(shift)) & fmask
+        if unused == "UNUSED_PRESERVE":
+            return (old & ~fmask) | placed
+        if unused == "UNUSED_SEXT":
+            top = shift + width
+            sign = (placed >> np.uint32(top - 1)) & np.uint32(1)
+            upper = np.uint32((0xFFFFFFFF << top) & 0xFFFFFFFF) if top < 32 else np.uint32(0)
+            return placed | np.where(sign.astype(bool), upper, np.uint32(0)).astype(np.uint32)
+        return placed
+
+    def vset_f32(self, ins: Instr, value, i: int = 0) -> None:
+        """Write a float32 result: ``clamp`` to [0, 1] when the instruction says so
+        (NaN becomes 0, as the ISA's clamp with DX10 mode does), then ``vset``."""
+        value = np.asarray(value, np.float32)
+        if ins.mods.get("clamp"):
+            value = np.where(np.isnan(value), np.float32(0), np.clip(value, np.float32(0), np.float32(1)))
+        self.vset(ins, value.view(np.uint32), i)
+
+    def vset_regs(self, o: Operand, words: np.ndarray) -> None:
+        """Write uint32 ``[count, 64]`` to a multi-register destination, active lanes only."""
+        if o.kind != "v":
+            raise SimError(f"{o.text} is not a vector destination")
+        np.copyto(self.v[o.index:o.index + o.count], words.astype(np.uint32, copy=False),
+                  where=self.exec_mask[None, :])
+
+    def vset64(self, o: Operand, value: np.ndarray) -> None:
+        """Write uint64 ``[64]`` to a VGPR pair, active lanes only."""
+        value = np.asarray(value, np.uint64)
+        self.vset_regs(Operand("v", o.index, 2),
+                       np.stack([value & np.uint64(0xFFFFFFFF), value >> np.uint64(32)]).astype(np.uint32))
