@@ -3,7 +3,8 @@
 A backend is any object with ``name``, ``geometry``, ``splits``,
 ``available()`` and ``__call__(problem, *, splits=1)`` (see ``Backend``).
 ``get_backend`` resolves a registered name (``reference``, ``emulate``,
-``torch``, ``triton``, ``flydsl``) or ``package.module:attr`` naming any
+``torch``, ``triton``, ``flydsl``, ``flydsl-sim-gfx942``,
+``flydsl-sim-gfx950``) or ``package.module:attr`` naming any
 importable object (or zero-argument factory) that follows the protocol.
 """
 
@@ -93,5 +94,7 @@ register("emulate", _lazy(".reference_backends", "EmulateBackend"))
 register("torch", _lazy(".torch.backend", "TorchBackend"))
 register("triton", _lazy(".triton.decode", "TritonBackend"))
 register("flydsl", _lazy(".flydsl.backend", "FlydslBackend"))
+register("flydsl-sim-gfx950", _lazy(".flydsl.sim.backend", "gfx950"))
+register("flydsl-sim-gfx942", _lazy(".flydsl.sim.backend", "gfx942"))
 
 __all__ = ["Backend", "BackendError", "get_backend", "register", "registered"]

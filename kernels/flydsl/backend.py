@@ -9,6 +9,7 @@ missing. The kernel itself is ``kernels.flydsl.decode``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -104,6 +105,34 @@ class Workspace:
 _WORKSPACE = Workspace()
 
 
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """What the host computes for one launch: ``grid`` (x, Hkv, splits), ``n``
+    (partial/ticket slots: ``grid_x * Hkv`` when split, else 1), ``scalars``
+    (the launcher's arguments after the 11 buffer addresses: ``i64_part_bytes,
+    i32_rows, i32_ql, i32_H, i32_hkv, i32_topk_hs, i32_bt_s, i32_page_b, f32_c,
+    i32_grid_x``)."""
+
+    grid: tuple[int, int, int]
+    n: int
+    scalars: tuple
+
+
+def launch_plan(rows: int, q_len: int, H: int, hkv: int, topk_hs: int, bt_stride: int, splits: int, xcds: int,
+                sm_scale: float) -> LaunchPlan:
+    """The grid, workspace size and scalar arguments of one launch (shared by the
+    ROCm launch and the simulator's); ValueError when the partials overflow
+    the kernel's 32-bit offsets."""
+    gx = _grid_x(rows, q_len, xcds)
+    n = gx * hkv if splits > 1 else 1
+    part_bytes = n * splits * 64 * PART_F * 4
+    _require(part_bytes < 2**31,
+             f"split partials of {part_bytes} bytes exceed the kernel's 32-bit offsets; use fewer splits")
+    scalars = (part_bytes, rows, q_len, H, hkv, topk_hs, bt_stride, page_bytes(hkv),
+               float(np.float32(sm_scale * LOG2E)), gx)
+    return LaunchPlan((gx, hkv, splits), n, scalars)
+
+
 def _require(cond: bool, what: str) -> None:
     if not cond:
         raise ValueError(what)
@@ -160,21 +189,15 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     _require(out.shape == q.shape and out.dtype == torch.bfloat16 and out.is_contiguous() and out.device == dev,
              f"out must be contiguous bf16 {tuple(q.shape)} on {dev}")
 
-    gx = _grid_x(rows, q_len, xcds)
-    n = gx * hkv if splits > 1 else 1
-    part_bytes = n * splits * 64 * PART_F * 4
-    _require(part_bytes < 2**31,
-             f"split partials of {part_bytes} bytes exceed the kernel's 32-bit offsets; use fewer splits")
+    plan = launch_plan(rows, q_len, H, hkv, topk.stride(0), block_table.stride(0), splits, xcds, sm_scale)
     ws = workspace or _WORKSPACE
-    part, tickets = ws.partials(dev, n, splits), ws.tickets(dev, n)
+    part, tickets = ws.partials(dev, plan.n, splits), ws.tickets(dev, plan.n)
     scales = ws.scales(dev, k_global_scale, v_global_scale)
     launch = _launcher(int(topk.shape[2]), splits, xcds, layout, _arch(dev))
     launch(
         q.data_ptr(), pool.data_ptr(), topk.data_ptr(), block_table.data_ptr(), seq_lens.data_ptr(),
         out.data_ptr(), scales.data_ptr(), scales.data_ptr() + 4, ws.table(dev).data_ptr(),
-        part.data_ptr(), tickets.data_ptr(), part_bytes,
-        rows, q_len, H, hkv, topk.stride(0), block_table.stride(0), page_bytes(hkv),
-        float(np.float32(sm_scale * LOG2E)), gx, torch.cuda.current_stream(dev),
+        part.data_ptr(), tickets.data_ptr(), *plan.scalars, torch.cuda.current_stream(dev),
     )
     return out
 

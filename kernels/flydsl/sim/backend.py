@@ -1,0 +1,191 @@
+"""Backends ``flydsl-sim-gfx942`` and ``flydsl-sim-gfx950``: the compiled FlyDSL
+kernel executed by this package's simulator, on any CPU.
+
+The host side is the ``flydsl`` backend's: the problem validator, the K table
+(``lanes.k_table``), the grid, partials and tickets (``launch_plan``); only
+the launch differs. The kernel's buffers are numpy arrays registered with
+the simulator's ``Memory`` (the pool without a copy, so a sparse pool stays
+sparse), its arguments packed into the kernarg segment in the order the
+launcher passes them, and the workgroups run one after another.
+
+Each call takes the next workgroup order of ``ORDERS`` (forward, reverse,
+then seeded shuffles), so the harness's two runs of every problem, which
+must agree bitwise, see two arrival orders at the split ticket. The
+tickets and partials persist across calls like the ROCm workspace's; a
+launch that leaves a ticket non-zero raises ``SimError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import struct
+
+import numpy as np
+
+from reference import DecodeProblem
+from reference.emulate import SEED_GEOMETRY
+
+from ..backend import flydsl_missing, launch_plan
+from ..lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
+from .compile import CompileError, arg_order, assembly_path
+from .launch import Kernel, dispatch
+from .memory import Memory
+from .program import parse_program
+from .wave import SimError
+
+BLOCK = 256
+ORDERS = ("forward", "reverse")
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(arch: str, topk: int, splits: int, xcds: int, layout: str) -> tuple[Kernel, tuple[int, ...]]:
+    """The parsed program of one configuration and its kernel-argument order
+    (compiled once, cached on disk by ``compile``)."""
+    path = assembly_path(arch, topk, splits, xcds, layout)
+    return Kernel(parse_program(path.read_text())), tuple(arg_order(path))
+
+
+def pack_kernargs(program, order: tuple[int, ...], launch_args: list) -> bytes:
+    """The kernarg segment: launcher argument ``order[k]`` at the offset and size
+    the metadata gives kernel argument ``k`` (floats as float32)."""
+    seg = bytearray(program.kernarg_size)
+    if len(order) != len(program.args):
+        raise SimError(f"{program.name}: {len(program.args)} kernel arguments, launch order names {len(order)}")
+    for meta, idx in zip(program.args, order):
+        value = launch_args[idx]
+        if isinstance(value, float):
+            raw = struct.pack("<f", value)
+        else:
+            raw = int(value).to_bytes(8, "little", signed=int(value) < 0)[: meta["size"]]
+        if len(raw) != meta["size"]:
+            raise SimError(f"kernel argument {idx} has {len(raw)} bytes, metadata says {meta['size']}")
+        seg[meta["offset"]:meta["offset"] + meta["size"]] = raw
+    return bytes(seg)
+
+
+class SimWorkspace:
+    """Partials and tickets kept across launches (as on a GPU), per size."""
+
+    def __init__(self):
+        self._parts: dict = {}
+        self._tickets: dict = {}
+
+    def partials(self, n: int, splits: int) -> np.ndarray:
+        """float32 ``[n, splits, 64, PART_F]``; filled with NaN when first made,
+        since the kernel must write every partial it reads."""
+        key = (n, splits)
+        if key not in self._parts:
+            self._parts[key] = np.full((n, splits, 64, PART_F), np.nan, np.float32)
+        return self._parts[key]
+
+    def tickets(self, n: int) -> np.ndarray:
+        """int32 ``[n]``, zero before the first launch."""
+        if n not in self._tickets:
+            self._tickets[n] = np.zeros(n, np.int32)
+        return self._tickets[n]
+
+
+def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, out: np.ndarray | None = None,
+        order: str = "forward", workspace: SimWorkspace | None = None, options: dict | None = None) -> dict:
+    """Launch the kernel for ``arch`` on a validated ``problem`` in the simulator.
+
+    Returns ``{"out": float32 [rows, H, 128], "instructions": int}``. ``out``
+    (float32 ``[rows, H, 128]`` of bf16 values or NaN, optional) is the output
+    buffer's prior contents, so rows the kernel never stores keep them.
+    ``order`` is the workgroup order (``launch.workgroup_order``); ``options``
+    reach the instruction handlers (``exp_ulps``)."""
+    if splits not in SPLITS:
+        raise ValueError(f"splits={splits}: the kernel is built and checked for {SPLITS}")
+    if xcds < 0:
+        raise ValueError(f"xcds must be >= 0, got {xcds}")
+    if problem.layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {problem.layout!r}")
+    rows, H = problem.rows, problem.H
+    hkv, topk_w = problem.num_kv_heads, problem.topk.shape[2]
+    kern, order_args = kernel(arch, topk_w, splits, xcds, problem.layout)
+    plan = launch_plan(rows, problem.q_len, H, hkv, rows * topk_w, problem.block_table.shape[1], splits, xcds,
+                       problem.sm_scale)
+    ws = workspace or SimWorkspace()
+    q = _bf16_bits(problem.q)
+    dev_out = _bf16_bits(out if out is not None else np.zeros(problem.q.shape, np.float32))
+    scales = np.array([problem.k_global_scale, problem.v_global_scale], np.float32)
+    tickets = ws.tickets(plan.n)
+    mem = Memory()
+    addr = [mem.alloc("q", q), mem.alloc("pool", np.ascontiguousarray(problem.pool)),
+            mem.alloc("topk", np.ascontiguousarray(problem.topk, np.int32)),
+            mem.alloc("block_table", np.ascontiguousarray(problem.block_table, np.int32)),
+            mem.alloc("seq_lens", np.ascontiguousarray(problem.seq_lens, np.int32)),
+            mem.alloc("out", dev_out)]
+    scale_addr = mem.alloc("global_scales", scales)
+    addr += [scale_addr, scale_addr + 4, mem.alloc("k_table", k_table().view(np.int32).copy()),
+             mem.alloc("partials", ws.partials(plan.n, splits)), mem.alloc("tickets", tickets)]
+    kernargs = pack_kernargs(kern.program, order_args, addr + list(plan.scalars))
+    count = dispatch(kern, mem, kernargs, plan.grid, BLOCK, order=order, options=options)
+    if tickets.any():
+        bad = int(np.flatnonzero(tickets)[0])
+        raise SimError(f"ticket {bad} is {int(tickets[bad])} after the launch; the kernel must reset it to 0")
+    return {"out": (dev_out.astype(np.uint32) << 16).view(np.float32), "instructions": count}
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bit patterns of float32 values that are bf16 (or NaN)."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    return np.where(np.isnan(x), np.uint32(0x7FC0), bits >> 16).astype(np.uint16)
+
+
+def sim_missing() -> str | None:
+    """None when the simulator can get compiled kernels here, else the reason."""
+    missing = flydsl_missing()
+    if missing:
+        return missing
+    from ..resources import rocm_path
+
+    rocm, note = rocm_path()
+    return None if rocm else note
+
+
+class FlydslSimBackend:
+    """``flydsl-sim-<arch>``: the seed kernel compiled for ``arch`` and run by the
+    simulator; seed geometry; every configuration the ``flydsl`` backend offers."""
+
+    geometry = SEED_GEOMETRY
+    splits = SPLITS
+
+    def __init__(self, arch: str, options: dict | None = None):
+        if arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+        self.arch = arch
+        self.name = f"flydsl-sim-{arch}"
+        self.options = options or {}
+        self.workspace = SimWorkspace()
+        self._orders = itertools.cycle(ORDERS + tuple(f"shuffle:{i}" for i in range(1, 6)))
+        self.instructions = 0
+
+    def available(self) -> str | None:
+        """None when FlyDSL and ``ld.lld`` >= 19 are here to compile the kernel, else the reason."""
+        return sim_missing()
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1, xcds: int = 0, out=None) -> np.ndarray:
+        """float32 ``[rows, H, 128]`` holding the bf16 output; validates first."""
+        problem.validate()
+        try:
+            res = run(problem, self.arch, splits=splits, xcds=xcds, out=out, order=next(self._orders),
+                      workspace=self.workspace, options=self.options)
+        except CompileError as e:
+            raise SimError(f"cannot compile the kernel for {self.arch}: {e}") from e
+        self.instructions += res["instructions"]
+        if out is None:
+            return res["out"]
+        out[...] = res["out"]
+        return out
+
+
+def gfx942() -> FlydslSimBackend:
+    """The ``flydsl-sim-gfx942`` backend."""
+    return FlydslSimBackend("gfx942")
+
+
+def gfx950() -> FlydslSimBackend:
+    """The ``flydsl-sim-gfx950`` backend."""
+    return FlydslSimBackend("gfx950")

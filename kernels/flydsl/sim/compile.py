@@ -1,0 +1,144 @@
+"""The assembly of one kernel configuration, compiled once and kept on disk.
+
+``assembly(arch, topk, splits, xcds, layout)`` compiles the FlyDSL kernel with
+``COMPILE_ONLY=1`` in a subprocess (FlyDSL picks its target from the
+environment when it is imported), reads LLVM's final assembly
+(``22_final_isa.s``) and keeps it under ``$NVFP4_SIM_CACHE`` (default
+``~/.cache/nvfp4-sim``), keyed by the configuration and a hash of the kernel's
+source files and the FlyDSL version, so a changed kernel is recompiled.
+Beside it, ``<same name>.json`` records the order in which the launcher
+passes its arguments to the kernel (FlyDSL reorders them; read off the
+``gpu.launch_func`` of the first IR stage), as indices into the launcher's
+argument list (``kernels.flydsl.decode.compile_nvfp4_sparse_decode``).
+
+    python -m kernels.flydsl.sim.compile --arch gfx950 --topk 16 --splits 2 [--xcds 0] [--layout token_rows]
+
+prints the path of the cached assembly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..backend import flydsl_missing
+from ..lanes import ARCHS, LAYOUTS
+from ..resources import rocm_path
+
+_ROOT = Path(__file__).resolve().parents[3]
+_SOURCES = ("decode.py", "lanes.py")
+
+
+def cache_dir() -> Path:
+    """Where compiled assemblies are kept."""
+    return Path(os.environ.get("NVFP4_SIM_CACHE", Path.home() / ".cache" / "nvfp4-sim"))
+
+
+def _source_key() -> str:
+    import flydsl
+
+    h = hashlib.sha256(getattr(flydsl, "__version__", "?").encode())
+    for name in _SOURCES:
+        h.update((Path(__file__).resolve().parents[1] / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _worker(topk: int, splits: int, xcds: int, layout: str) -> None:
+    """In the child: compile one configuration; print the kernel name."""
+    import flydsl.compiler as flyc
+
+    from ..decode import compile_nvfp4_sparse_decode
+
+    launch = compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds, layout=layout)
+    args = [0] * 11 + [0, 1, 1, 16, 1, 1, 1, 1, 1.0, 1, None]
+    flyc.compile[launch.compile_hints](launch, *args)
+    print(launch.kernel_name, flush=True)
+
+
+class CompileError(RuntimeError):
+    """The configuration could not be compiled here; the message says why."""
+
+
+_LAUNCH_ARGS = re.compile(r"gpu\.launch_func[^\n]*?args\(([^)]*)\)")
+
+
+def launch_arg_order(mlir: str) -> list[int]:
+    """The launcher-argument index of each kernel argument, from the IR's ``gpu.launch_func``."""
+    m = _LAUNCH_ARGS.search(mlir)
+    if m is None:
+        raise CompileError("no gpu.launch_func in FlyDSL's first IR stage")
+    return [int(a) for a in re.findall(r"%arg(\d+)\s*:", m.group(1))]
+
+
+def arg_order(asm: Path) -> list[int]:
+    """The kernel-argument order recorded beside a cached assembly."""
+    return json.loads(asm.with_suffix(".json").read_text())["launch_args"]
+
+
+def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows") -> Path:
+    """The cached assembly of one configuration, compiling it first when needed.
+
+    Raises CompileError when FlyDSL or ``ld.lld`` >= 19 is missing or the compile fails."""
+    if arch not in ARCHS or layout not in LAYOUTS:
+        raise ValueError(f"arch must be one of {ARCHS} and layout one of {LAYOUTS}, got {arch!r}, {layout!r}")
+    missing = flydsl_missing()
+    if missing:
+        raise CompileError(missing)
+    path = cache_dir() / f"{arch}-k{topk}-s{splits}-x{xcds}-{layout}-{_source_key()}.s"
+    if path.exists() and path.with_suffix(".json").exists():
+        return path
+    rocm, note = rocm_path()
+    if rocm is None:
+        raise CompileError(note)
+    with tempfile.TemporaryDirectory(prefix=f"nvfp4-sim-{arch}-") as dump:
+        env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
+                   FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm)
+        proc = subprocess.run([sys.executable, "-m", "kernels.flydsl.sim.compile", "--worker",
+                               str(topk), str(splits), str(xcds), layout],
+                              capture_output=True, text=True, env=env, cwd=str(_ROOT))
+        name = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        src = Path(dump, name, "22_final_isa.s")
+        if proc.returncode != 0 or not name or not src.exists():
+            raise CompileError(f"compiling {arch} topk {topk} splits {splits} xcds {xcds} {layout} failed "
+                               f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        order = launch_arg_order(Path(dump, name, "00_origin.mlir").read_text())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for dest, text in ((path.with_suffix(".json"), json.dumps({"launch_args": order})),
+                           (path, src.read_text())):
+            tmp = dest.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.replace(dest)
+    return path
+
+
+def main(argv=None) -> int:
+    """The command line; see the module docstring."""
+    p = argparse.ArgumentParser(prog="python -m kernels.flydsl.sim.compile", description=__doc__.split("\n")[0])
+    p.add_argument("--arch", choices=ARCHS, default="gfx950")
+    p.add_argument("--topk", type=int, default=16)
+    p.add_argument("--splits", type=int, default=1)
+    p.add_argument("--xcds", type=int, default=0)
+    p.add_argument("--layout", choices=LAYOUTS, default="token_rows")
+    p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        t, s, x, lay = args.worker
+        _worker(int(t), int(s), int(x), lay)
+        return 0
+    try:
+        print(assembly_path(args.arch, args.topk, args.splits, args.xcds, args.layout))
+    except CompileError as e:
+        print(e, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
