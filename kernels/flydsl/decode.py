@@ -225,10 +225,23 @@ def _target() -> str:
     return base
 
 
-def compile_helpers(arch: str, layout: str):
+# Kernel mutants: each injects one known bug class, so the conformance check
+# through the simulator can show it catches that class in the compiled kernel.
+MUTANTS = {
+    "causal_off_by_one": "the causal limit lets one key past the row's position through",
+    "v_scale_linear": "V scales read as if stored linearly, not swizzled in groups of 4 tokens",
+    "merge_no_rescale": "the split merge adds the splits' partials without rescaling to the top max",
+    "ticket_not_reset": "the merging split leaves its ticket counter non-zero",
+    "fnuz_uncorrected": "gfx942's E4M3FNUZ fp8 conversion used without the OCP correction",
+}
+
+
+def compile_helpers(arch: str, layout: str, mutant: str | None = None):
     """The helpers for target ``arch`` (gfx942 or gfx950) and page ``layout``
-    (``token_rows`` or ``planar``)."""
+    (``token_rows`` or ``planar``); ``mutant`` one of ``MUTANTS`` or None."""
     ops = _GpuOps(arch)
+    if mutant == "fnuz_uncorrected":
+        ops.fnuz = False
 
     def _k_bf16x8(word, scale_pair):
         return lanes.k_bf16x8(ops, fx.Int32(word), fx.Int32(scale_pair))
@@ -266,6 +279,9 @@ def compile_helpers(arch: str, layout: str):
         ``lanes.block_offsets`` for the layout, assembled by
         ``lanes.assemble_raw``."""
         k_data, k_scale, v_data, v_scale = lanes.block_offsets(kvh, i32_hkv, w, n, g, layout)
+        if mutant == "v_scale_linear":
+            v_scale = [lanes.page_byte(layout, i32_hkv, "vs", kvh, lanes.v_key(w, g, 4 * h), ((n // 2) // 4) * 4) // 4
+                       for h in range(2)]
 
         def load_block(page):
             base = fx.Int64(arg_cache) + fx.Int64(page) * fx.Int64(i32_page_byte)
@@ -289,7 +305,8 @@ def compile_helpers(arch: str, layout: str):
     return _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader
 
 
-def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, layout: str = "token_rows"):
+def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, layout: str = "token_rows",
+                                mutant: str | None = None):
     """Build the decode kernel for the target FlyDSL compiles for (``FLYDSL_GPU_ARCH``
     or the GPU present: gfx942 or gfx950).
 
@@ -301,6 +318,7 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
     a row's splits are placed on one XCD.
     layout: the page layout the loader reads, ``token_rows`` (the seed's) or
     ``planar``.
+    mutant: None, or one of ``MUTANTS`` to build a kernel with that bug.
 
     Returns the ``@flyc.jit`` launcher ``launch(arg_q, arg_cache, arg_topk,
     arg_bt, arg_seq, arg_out, arg_ks, arg_vs, arg_lut, arg_part, arg_cnt,
@@ -314,13 +332,17 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
         raise ValueError(f"topk must be in 1..64 and splits >= 1, got topk={topk}, splits={splits}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if mutant is not None and mutant not in MUTANTS:
+        raise ValueError(f"mutant must be one of {sorted(MUTANTS)} or None, got {mutant!r}")
     arch = _target()
-    _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader = compile_helpers(arch, layout)
+    _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader = compile_helpers(arch, layout, mutant)
     SPLITS, TOPK, XCDS = splits, topk, xcds
     # Split partials need sc1 unless all splits of a row run on one XCD.
     PART_SCOPE = 0 if XCDS else SC1
     name = f"m3_nvfp4_sparse_decode_k{TOPK}_s{SPLITS}" + (f"_x{XCDS}" if XCDS else "")
     name += "_planar" if layout == "planar" else ""
+    name += f"_{mutant}" if mutant else ""
+    causal_slack = 1 if mutant == "causal_off_by_one" else 0
 
     @fx.struct
     class Shared:
@@ -441,7 +463,8 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
                 a += [acc[e] for e in range_constexpr(4)]
             diag = cur_blk == self_blk
             dead = live == fx.Int32(0)
-            a = [(dead | (diag & (key_off[i] > lim))).select(neg_inf, a[i]) for i in range_constexpr(8)]
+            a = [(dead | (diag & (key_off[i] > lim + causal_slack))).select(neg_inf, a[i])
+                 for i in range_constexpr(8)]
             mx = a[0]
             for i in range_constexpr(1, 8):
                 mx = maxf_nn(mx, a[i])
@@ -600,7 +623,10 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
                     for sp in range_constexpr(1, SPLITS):
                         top = maxf_nn(top, bigs[sp])
                     top = (top == neg_inf).select(fx.Float32(0.0), top)
-                    ws = [exp2(b - top) for b in bigs]
+                    if const_expr(mutant == "merge_no_rescale"):
+                        ws = [fx.Float32(1.0) for _ in bigs]
+                    else:
+                        ws = [exp2(b - top) for b in bigs]
                     l_all = fx.Float32(0.0)
                     for sp in range_constexpr(SPLITS):
                         l_all = l_all + as_f32(mls[sp][1]) * ws[sp]
@@ -620,8 +646,9 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
                             ).bitcast(fx.Float32)
                             acc_all[dt] = acc_all[dt] + part * wv
                     store_out(acc_all, inv_all)
-                    if lane == 0:
-                        global_i32_ptr(arg_cnt + fx.Int64(tid) * 4)[0] = fx.Int32(0)
+                    if const_expr(mutant != "ticket_not_reset"):
+                        if lane == 0:
+                            global_i32_ptr(arg_cnt + fx.Int64(tid) * 4)[0] = fx.Int32(0)
             else:
                 inv = (l_tot > fx.Float32(0.0)).select(v_scale / l_tot, fx.Float32(0.0))
                 store_out(acc, inv)

@@ -39,10 +39,11 @@ ORDERS = ("forward", "reverse")
 
 
 @functools.lru_cache(maxsize=None)
-def kernel(arch: str, topk: int, splits: int, xcds: int, layout: str) -> tuple[Kernel, tuple[int, ...]]:
+def kernel(arch: str, topk: int, splits: int, xcds: int, layout: str,
+           mutant: str | None = None) -> tuple[Kernel, tuple[int, ...]]:
     """The parsed program of one configuration and its kernel-argument order
     (compiled once, cached on disk by ``compile``)."""
-    path = assembly_path(arch, topk, splits, xcds, layout)
+    path = assembly_path(arch, topk, splits, xcds, layout, mutant)
     return Kernel(parse_program(path.read_text())), tuple(arg_order(path))
 
 
@@ -87,14 +88,16 @@ class SimWorkspace:
 
 
 def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, out: np.ndarray | None = None,
-        order: str = "forward", workspace: SimWorkspace | None = None, options: dict | None = None) -> dict:
+        order: str = "forward", workspace: SimWorkspace | None = None, options: dict | None = None,
+        mutant: str | None = None) -> dict:
     """Launch the kernel for ``arch`` on a validated ``problem`` in the simulator.
 
     Returns ``{"out": float32 [rows, H, 128], "instructions": int}``. ``out``
     (float32 ``[rows, H, 128]`` of bf16 values or NaN, optional) is the output
     buffer's prior contents, so rows the kernel never stores keep them.
     ``order`` is the workgroup order (``launch.workgroup_order``); ``options``
-    reach the instruction handlers (``exp_ulps``)."""
+    reach the instruction handlers (``exp_ulps``); ``mutant`` builds the kernel
+    with one of ``kernels.flydsl.decode.MUTANTS``."""
     if splits not in SPLITS:
         raise ValueError(f"splits={splits}: the kernel is built and checked for {SPLITS}")
     if xcds < 0:
@@ -103,7 +106,7 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
         raise ValueError(f"layout must be one of {LAYOUTS}, got {problem.layout!r}")
     rows, H = problem.rows, problem.H
     hkv, topk_w = problem.num_kv_heads, problem.topk.shape[2]
-    kern, order_args = kernel(arch, topk_w, splits, xcds, problem.layout)
+    kern, order_args = kernel(arch, topk_w, splits, xcds, problem.layout, mutant)
     plan = launch_plan(rows, problem.q_len, H, hkv, rows * topk_w, problem.block_table.shape[1], splits, xcds,
                        problem.sm_scale)
     ws = workspace or SimWorkspace()
@@ -152,11 +155,12 @@ class FlydslSimBackend:
     geometry = SEED_GEOMETRY
     splits = SPLITS
 
-    def __init__(self, arch: str, options: dict | None = None):
+    def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None):
         if arch not in ARCHS:
             raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
         self.arch = arch
-        self.name = f"flydsl-sim-{arch}"
+        self.mutant = mutant
+        self.name = f"flydsl-sim-{arch}" + (f"-{mutant}" if mutant else "")
         self.options = options or {}
         self.workspace = SimWorkspace()
         self._orders = itertools.cycle(ORDERS + tuple(f"shuffle:{i}" for i in range(1, 6)))
@@ -171,7 +175,7 @@ class FlydslSimBackend:
         problem.validate()
         try:
             res = run(problem, self.arch, splits=splits, xcds=xcds, out=out, order=next(self._orders),
-                      workspace=self.workspace, options=self.options)
+                      workspace=self.workspace, options=self.options, mutant=self.mutant)
         except CompileError as e:
             raise SimError(f"cannot compile the kernel for {self.arch}: {e}") from e
         self.instructions += res["instructions"]
@@ -189,3 +193,13 @@ def gfx942() -> FlydslSimBackend:
 def gfx950() -> FlydslSimBackend:
     """The ``flydsl-sim-gfx950`` backend."""
     return FlydslSimBackend("gfx950")
+
+
+# The kernel mutants as ``module:attr`` backends, e.g.
+# ``kernels.flydsl.sim.backend:ticket_not_reset_gfx950`` (names as in
+# ``kernels.flydsl.decode.MUTANTS``, which needs FlyDSL to import; kept in
+# step by a test).
+MUTANTS = ("causal_off_by_one", "v_scale_linear", "merge_no_rescale", "ticket_not_reset", "fnuz_uncorrected")
+for _m in MUTANTS:
+    for _arch in ARCHS:
+        globals()[f"{_m}_{_arch}"] = functools.partial(FlydslSimBackend, _arch, mutant=_m)

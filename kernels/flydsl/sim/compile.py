@@ -50,13 +50,13 @@ def _source_key() -> str:
     return h.hexdigest()[:16]
 
 
-def _worker(topk: int, splits: int, xcds: int, layout: str) -> None:
+def _worker(topk: int, splits: int, xcds: int, layout: str, mutant: str | None) -> None:
     """In the child: compile one configuration; print the kernel name."""
     import flydsl.compiler as flyc
 
     from ..decode import compile_nvfp4_sparse_decode
 
-    launch = compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds, layout=layout)
+    launch = compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds, layout=layout, mutant=mutant)
     args = [0] * 11 + [0, 1, 1, 16, 1, 1, 1, 1, 1.0, 1, None]
     flyc.compile[launch.compile_hints](launch, *args)
     print(launch.kernel_name, flush=True)
@@ -82,8 +82,10 @@ def arg_order(asm: Path) -> list[int]:
     return json.loads(asm.with_suffix(".json").read_text())["launch_args"]
 
 
-def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows") -> Path:
-    """The cached assembly of one configuration, compiling it first when needed.
+def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
+                  mutant: str | None = None) -> Path:
+    """The cached assembly of one configuration (``mutant``: one of
+    ``decode.MUTANTS`` or None), compiling it first when needed.
 
     Raises CompileError when FlyDSL or ``ld.lld`` >= 19 is missing or the compile fails."""
     if arch not in ARCHS or layout not in LAYOUTS:
@@ -91,7 +93,8 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     missing = flydsl_missing()
     if missing:
         raise CompileError(missing)
-    path = cache_dir() / f"{arch}-k{topk}-s{splits}-x{xcds}-{layout}-{_source_key()}.s"
+    tag = f"-{mutant}" if mutant else ""
+    path = cache_dir() / f"{arch}-k{topk}-s{splits}-x{xcds}-{layout}{tag}-{_source_key()}.s"
     if path.exists() and path.with_suffix(".json").exists():
         return path
     rocm, note = rocm_path()
@@ -101,12 +104,12 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm)
         proc = subprocess.run([sys.executable, "-m", "kernels.flydsl.sim.compile", "--worker",
-                               str(topk), str(splits), str(xcds), layout],
+                               str(topk), str(splits), str(xcds), layout, mutant or "-"],
                               capture_output=True, text=True, env=env, cwd=str(_ROOT))
         name = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         src = Path(dump, name, "22_final_isa.s")
         if proc.returncode != 0 or not name or not src.exists():
-            raise CompileError(f"compiling {arch} topk {topk} splits {splits} xcds {xcds} {layout} failed "
+            raise CompileError(f"compiling {arch} topk {topk} splits {splits} xcds {xcds} {layout} {tag} failed "
                                f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         order = launch_arg_order(Path(dump, name, "00_origin.mlir").read_text())
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,14 +129,15 @@ def main(argv=None) -> int:
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--xcds", type=int, default=0)
     p.add_argument("--layout", choices=LAYOUTS, default="token_rows")
-    p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--mutant", default=None, help="build a mutant (kernels.flydsl.decode.MUTANTS)")
+    p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        t, s, x, lay = args.worker
-        _worker(int(t), int(s), int(x), lay)
+        t, s, x, lay, mut = args.worker
+        _worker(int(t), int(s), int(x), lay, None if mut == "-" else mut)
         return 0
     try:
-        print(assembly_path(args.arch, args.topk, args.splits, args.xcds, args.layout))
+        print(assembly_path(args.arch, args.topk, args.splits, args.xcds, args.layout, args.mutant))
     except CompileError as e:
         print(e, file=sys.stderr)
         return 2
