@@ -31,11 +31,6 @@ def _wave(rng, arch="gfx942", full=False):
     return w, mask
 
 
-def _set_exec(w, mask):
-    bits = mask_to_int(mask)
-    w.s[126], w.s[127] = bits & 0xFFFFFFFF, bits >> 32
-
-
 # ---- ds_swizzle_b32 --------------------------------------------------------------
 
 # llvm-mc -mcpu=gfx942 -show-encoding: the pattern is the encoding's offset field (bytes 0..1)
