@@ -1,1 +1,319 @@
-"""Instruction family memory (being written)."""
+"""Vector memory instructions: MUBUF buffer loads and stores, global loads,
+stores and the 32-bit atomic add, and LDS (DS) reads and writes.
+
+Semantic decisions (CDNA3/CDNA4 ISA; where real hardware may differ):
+
+- Buffers: raw buffers only (V# stride 0; ``idxen`` and the ``lds``/``tfe``
+  forms raise SimError). The byte offset of a lane is ``vaddr`` (with
+  ``offen``) + ``soffset`` + the instruction offset, in unbounded integers
+  (hardware computes it in 32 bits; a sum past 2**32 would wrap there, and is
+  out of range here). Every component (a dword, or the whole 1/2-byte
+  access) is range-checked on its own against ``num_records`` with soffset
+  included: an out-of-range component reads 0 and its store is dropped. The
+  in-range part must then lie in an allocation, else MemoryFault. ``sc0``,
+  ``sc1`` and ``nt`` are cache policy and change no value.
+- Sub-dword loads read exactly the addressed 1 or 2 bytes (any alignment)
+  and zero- (``ubyte``/``ushort``) or sign-extend (``sbyte``/``sshort``) them
+  into the whole 32-bit destination; sub-dword stores write the low bytes.
+- Global: with an SGPR-pair base the VGPR is a 32-bit unsigned offset; with
+  ``off`` it is a 64-bit VGPR-pair address (wrapping at 2**64). The offset
+  modifier is signed. ``global_atomic_add`` returns the old value only with
+  ``sc0`` (CDNA3's name for GLC), which LLVM prints with the extra vdst
+  operand; lanes are applied in lane order, so duplicate addresses see the
+  earlier lanes' additions. No alignment is checked anywhere (hardware may
+  require dword alignment for dword atomics).
+- LDS: the address is ``vaddr + offset`` (``offset0``/``offset1`` scaled by
+  the element size, or by 64 elements for ``*st64``); any byte outside the
+  workgroup's allocation is a MemoryFault (hardware would drop or wrap it).
+  Inactive lanes neither read nor write; writes land in lane order (a
+  ``write2`` stores every lane's first element, then every lane's second).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import BufferResource
+from ..program import Instr, Operand
+from ..wave import LANES, SimError, Wave, op
+
+_CACHE_BITS = frozenset({"sc0", "sc1", "nt"})
+
+
+def _check_mods(ins: Instr, allowed: frozenset) -> None:
+    """SimError naming any modifier the handler does not implement."""
+    bad = [k for k in ins.mods if k not in allowed]
+    if bad:
+        raise SimError(f"{ins.mnemonic}: modifier {', '.join(bad)} not supported at {ins.where()}")
+
+
+def _check_ops(ins: Instr, n: int) -> None:
+    """SimError unless ``ins`` has ``n`` operands, none with a source modifier."""
+    if len(ins.ops) != n:
+        raise SimError(f"{ins.mnemonic}: expected {n} operands, got {len(ins.ops)} at {ins.where()}")
+    if any(o.neg or o.abs or o.sext for o in ins.ops):
+        raise SimError(f"{ins.mnemonic}: operand modifiers not supported at {ins.where()}")
+
+
+def _to_bytes(regs: np.ndarray, size: int) -> np.ndarray:
+    """uint8 ``[64, n*size]``: register rows ``[n, 64]`` as each lane's bytes, ``size``
+    low bytes of every register (little-endian, as memory holds them)."""
+    per_lane = np.ascontiguousarray(regs.T).view(np.uint8).reshape(LANES, regs.shape[0], 4)
+    return np.ascontiguousarray(per_lane[:, :, :size]).reshape(LANES, -1)
+
+
+def _from_bytes(data: np.ndarray, size: int, signed: bool) -> np.ndarray:
+    """uint32 ``[n, 64]`` registers from uint8 ``[64, n*size]``, each ``size``-byte
+    element zero- or sign-extended."""
+    dtype = {1: np.int8 if signed else np.uint8, 2: np.int16 if signed else np.uint16, 4: np.uint32}[size]
+    vals = np.ascontiguousarray(data).view(dtype)
+    return vals.astype(np.int64).astype(np.uint32).T if size < 4 else vals.T
+
+
+# ---- MUBUF --------------------------------------------------------------------
+
+# name -> (element bytes, elements, sign-extend)
+_BUFFER_LOADS = {
+    "buffer_load_ubyte": (1, 1, False), "buffer_load_sbyte": (1, 1, True),
+    "buffer_load_ushort": (2, 1, False), "buffer_load_sshort": (2, 1, True),
+    "buffer_load_dword": (4, 1, False), "buffer_load_dwordx2": (4, 2, False),
+    "buffer_load_dwordx3": (4, 3, False), "buffer_load_dwordx4": (4, 4, False),
+}
+_BUFFER_STORES = {
+    "buffer_store_byte": (1, 1), "buffer_store_short": (2, 1),
+    "buffer_store_dword": (4, 1), "buffer_store_dwordx2": (4, 2),
+    "buffer_store_dwordx3": (4, 3), "buffer_store_dwordx4": (4, 4),
+}
+_MUBUF_MODS = frozenset({"offen", "offset"}) | _CACHE_BITS
+
+
+def _mubuf(w: Wave, ins: Instr):
+    """(vdata operand, BufferResource, int64 byte offsets ``[64]``) of a MUBUF instruction."""
+    dec = ins.__dict__.get("_mubuf")
+    if dec is None:
+        if ins.mods.get("idxen"):
+            raise SimError(f"{ins.mnemonic}: idxen (structured buffers) not supported at {ins.where()}")
+        _check_mods(ins, _MUBUF_MODS)
+        _check_ops(ins, 4)
+        vdata, vaddr, srsrc, soff = ins.ops
+        offen = bool(ins.mods.get("offen"))
+        if offen != (vaddr.kind == "v") or vaddr.kind not in ("v", "off"):
+            raise SimError(f"{ins.mnemonic}: address operand {vaddr.text} inconsistent with offen at {ins.where()}")
+        if srsrc.kind != "s" or srsrc.count != 4 or soff.kind not in ("s", "const") or vdata.kind != "v":
+            raise SimError(f"{ins.mnemonic}: unsupported operand form at {ins.where()}")
+        dec = ins.__dict__["_mubuf"] = (vdata, vaddr if offen else None, srsrc, soff, int(ins.mods.get("offset", 0)))
+    vdata, vaddr, srsrc, soff, inst_off = dec
+    res = BufferResource.from_words(w.s[srsrc.index:srsrc.index + 4])
+    base = w.sget(soff) + inst_off
+    offsets = np.full(LANES, base, np.int64) if vaddr is None else w.v[vaddr.index].astype(np.int64) + base
+    return vdata, res, offsets
+
+
+def _buffer_load(w: Wave, ins: Instr) -> None:
+    """MUBUF load: out-of-range components read 0, inactive lanes keep their registers."""
+    size, n, signed = _BUFFER_LOADS[ins.base]
+    vdata, res, offsets = _mubuf(w, ins)
+    if vdata.count != n:
+        raise SimError(f"{ins.mnemonic}: destination {vdata.text} is not {n} registers at {ins.where()}")
+    exe = w.exec_mask
+    mem, where = w.group.memory, ins.where()
+    addrs, inr = res.addresses(offsets, size * n)
+    if not (exe & ~inr).any():
+        data = mem.load(addrs, size * n, exe, where)
+    else:
+        data = np.zeros((LANES, size * n), np.uint8)
+        for c in range(n):
+            addrs, inr = res.addresses(offsets + c * size, size)
+            data[:, c * size:(c + 1) * size] = mem.load(addrs, size, exe & inr, where)
+    np.copyto(w.v[vdata.index:vdata.index + n], _from_bytes(data, size, signed), where=exe[None, :])
+
+
+def _buffer_store(w: Wave, ins: Instr) -> None:
+    """MUBUF store: out-of-range components are dropped."""
+    size, n = _BUFFER_STORES[ins.base]
+    vdata, res, offsets = _mubuf(w, ins)
+    if vdata.count != n:
+        raise SimError(f"{ins.mnemonic}: data {vdata.text} is not {n} registers at {ins.where()}")
+    exe = w.exec_mask
+    mem, where = w.group.memory, ins.where()
+    data = _to_bytes(w.v[vdata.index:vdata.index + n], size)
+    addrs, inr = res.addresses(offsets, size * n)
+    if not (exe & ~inr).any():
+        mem.store(addrs, data, exe, where)
+        return
+    for c in range(n):
+        addrs, inr = res.addresses(offsets + c * size, size)
+        mem.store(addrs, data[:, c * size:(c + 1) * size], exe & inr, where)
+
+
+op(*_BUFFER_LOADS)(_buffer_load)
+op(*_BUFFER_STORES)(_buffer_store)
+
+
+# ---- global -------------------------------------------------------------------
+
+_GLOBAL_LOADS = {
+    "global_load_ubyte": (1, 1, False), "global_load_sbyte": (1, 1, True),
+    "global_load_ushort": (2, 1, False), "global_load_sshort": (2, 1, True),
+    "global_load_dword": (4, 1, False), "global_load_dwordx2": (4, 2, False),
+    "global_load_dwordx3": (4, 3, False), "global_load_dwordx4": (4, 4, False),
+}
+_GLOBAL_STORES = {
+    "global_store_byte": (1, 1), "global_store_short": (2, 1),
+    "global_store_dword": (4, 1), "global_store_dwordx2": (4, 2),
+    "global_store_dwordx3": (4, 3), "global_store_dwordx4": (4, 4),
+}
+_GLOBAL_MODS = frozenset({"offset"}) | _CACHE_BITS
+_U64_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _global_addrs(w: Wave, ins: Instr, vaddr: Operand, saddr: Operand) -> np.ndarray:
+    """uint64 ``[64]`` addresses: SGPR-pair base + 32-bit VGPR offset, or (``off``)
+    a 64-bit VGPR-pair address; plus the signed instruction offset."""
+    off = int(ins.mods.get("offset", 0))
+    if saddr.kind == "off":
+        if vaddr.kind != "v" or vaddr.count != 2:
+            raise SimError(f"{ins.mnemonic}: with off the address must be a VGPR pair at {ins.where()}")
+        base = w.vget64(vaddr)
+    else:
+        if saddr.kind != "s" or saddr.count != 2 or vaddr.kind != "v" or vaddr.count != 1:
+            raise SimError(f"{ins.mnemonic}: unsupported address form at {ins.where()}")
+        base = np.uint64(w.sget(saddr, 64)) + w.v[vaddr.index].astype(np.uint64)
+    return base + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
+
+
+def _global_load(w: Wave, ins: Instr) -> None:
+    """``global_load_* vdst, vaddr, saddr|off``."""
+    size, n, signed = _GLOBAL_LOADS[ins.base]
+    _check_mods(ins, _GLOBAL_MODS)
+    _check_ops(ins, 3)
+    vdst, vaddr, saddr = ins.ops
+    if vdst.kind != "v" or vdst.count != n:
+        raise SimError(f"{ins.mnemonic}: destination {vdst.text} is not {n} registers at {ins.where()}")
+    exe = w.exec_mask
+    data = w.group.memory.load(_global_addrs(w, ins, vaddr, saddr), size * n, exe, ins.where())
+    np.copyto(w.v[vdst.index:vdst.index + n], _from_bytes(data, size, signed), where=exe[None, :])
+
+
+def _global_store(w: Wave, ins: Instr) -> None:
+    """``global_store_* vaddr, vdata, saddr|off``."""
+    size, n = _GLOBAL_STORES[ins.base]
+    _check_mods(ins, _GLOBAL_MODS)
+    _check_ops(ins, 3)
+    vaddr, vdata, saddr = ins.ops
+    if vdata.kind != "v" or vdata.count != n:
+        raise SimError(f"{ins.mnemonic}: data {vdata.text} is not {n} registers at {ins.where()}")
+    data = _to_bytes(w.v[vdata.index:vdata.index + n], size)
+    w.group.memory.store(_global_addrs(w, ins, vaddr, saddr), data, w.exec_mask, ins.where())
+
+
+op(*_GLOBAL_LOADS)(_global_load)
+op(*_GLOBAL_STORES)(_global_store)
+
+
+@op("global_atomic_add")
+def _global_atomic_add(w: Wave, ins: Instr) -> None:
+    """``global_atomic_add [vdst,] vaddr, vdata, saddr|off [sc0]``: uint32 add in
+    lane order; with sc0 (GLC) vdst receives the old value."""
+    _check_mods(ins, _GLOBAL_MODS)
+    returns = bool(ins.mods.get("sc0"))
+    _check_ops(ins, 4 if returns else 3)
+    ops = ins.ops[1:] if returns else ins.ops
+    vaddr, vdata, saddr = ops
+    if vdata.kind != "v" or vdata.count != 1:
+        raise SimError(f"{ins.mnemonic}: data {vdata.text} is not one VGPR at {ins.where()}")
+    exe = w.exec_mask
+    old = w.group.memory.atomic_add_u32(_global_addrs(w, ins, vaddr, saddr), w.v[vdata.index], exe, ins.where())
+    if returns:
+        w.vset(ins, old)
+
+
+# ---- LDS ----------------------------------------------------------------------
+
+_DS_READS = {
+    "ds_read_u8": (1, 1, False), "ds_read_i8": (1, 1, True),
+    "ds_read_u16": (2, 1, False), "ds_read_i16": (2, 1, True),
+    "ds_read_b32": (4, 1, False), "ds_read_b64": (4, 2, False),
+    "ds_read_b96": (4, 3, False), "ds_read_b128": (4, 4, False),
+}
+_DS_WRITES = {
+    "ds_write_b8": (1, 1), "ds_write_b16": (2, 1), "ds_write_b32": (4, 1),
+    "ds_write_b64": (4, 2), "ds_write_b96": (4, 3), "ds_write_b128": (4, 4),
+}
+# name -> (registers per element, offset unit in bytes)
+_DS_READ2 = {"ds_read2_b32": (1, 4), "ds_read2st64_b32": (1, 256),
+             "ds_read2_b64": (2, 8), "ds_read2st64_b64": (2, 512)}
+_DS_WRITE2 = {"ds_write2_b32": (1, 4), "ds_write2st64_b32": (1, 256),
+              "ds_write2_b64": (2, 8), "ds_write2st64_b64": (2, 512)}
+
+
+def _ds_addr(w: Wave, ins: Instr, vaddr: Operand) -> np.ndarray:
+    """int64 ``[64]``: the lane's LDS byte address register."""
+    if vaddr.kind != "v" or vaddr.count != 1:
+        raise SimError(f"{ins.mnemonic}: address {vaddr.text} is not a VGPR at {ins.where()}")
+    return w.v[vaddr.index].astype(np.int64)
+
+
+def _ds_read(w: Wave, ins: Instr) -> None:
+    """``ds_read_* vdst, vaddr [offset:N]``."""
+    size, n, signed = _DS_READS[ins.base]
+    _check_mods(ins, frozenset({"offset"}))
+    _check_ops(ins, 2)
+    vdst, vaddr = ins.ops
+    if vdst.kind != "v" or vdst.count != n:
+        raise SimError(f"{ins.mnemonic}: destination {vdst.text} is not {n} registers at {ins.where()}")
+    exe = w.exec_mask
+    addrs = _ds_addr(w, ins, vaddr) + int(ins.mods.get("offset", 0))
+    data = w.group.lds.load(addrs, size * n, exe, ins.where())
+    np.copyto(w.v[vdst.index:vdst.index + n], _from_bytes(data, size, signed), where=exe[None, :])
+
+
+def _ds_write(w: Wave, ins: Instr) -> None:
+    """``ds_write_* vaddr, vdata [offset:N]``."""
+    size, n = _DS_WRITES[ins.base]
+    _check_mods(ins, frozenset({"offset"}))
+    _check_ops(ins, 2)
+    vaddr, vdata = ins.ops
+    if vdata.kind != "v" or vdata.count != n:
+        raise SimError(f"{ins.mnemonic}: data {vdata.text} is not {n} registers at {ins.where()}")
+    addrs = _ds_addr(w, ins, vaddr) + int(ins.mods.get("offset", 0))
+    w.group.lds.store(addrs, _to_bytes(w.v[vdata.index:vdata.index + n], size), w.exec_mask, ins.where())
+
+
+def _ds_read2(w: Wave, ins: Instr) -> None:
+    """``ds_read2*_b32/b64 vdst, vaddr offset0:A offset1:B``: two elements at
+    ``addr + A*unit`` and ``addr + B*unit``."""
+    n, unit = _DS_READ2[ins.base]
+    _check_mods(ins, frozenset({"offset0", "offset1"}))
+    _check_ops(ins, 2)
+    vdst, vaddr = ins.ops
+    if vdst.kind != "v" or vdst.count != 2 * n:
+        raise SimError(f"{ins.mnemonic}: destination {vdst.text} is not {2 * n} registers at {ins.where()}")
+    exe = w.exec_mask
+    addr = _ds_addr(w, ins, vaddr)
+    for k, key in enumerate(("offset0", "offset1")):
+        data = w.group.lds.load(addr + int(ins.mods.get(key, 0)) * unit, 4 * n, exe, ins.where())
+        np.copyto(w.v[vdst.index + k * n:vdst.index + (k + 1) * n], _from_bytes(data, 4, False),
+                  where=exe[None, :])
+
+
+def _ds_write2(w: Wave, ins: Instr) -> None:
+    """``ds_write2*_b32/b64 vaddr, vdata0, vdata1 offset0:A offset1:B``: vdata0
+    at ``addr + A*unit``, then vdata1 at ``addr + B*unit``."""
+    n, unit = _DS_WRITE2[ins.base]
+    _check_mods(ins, frozenset({"offset0", "offset1"}))
+    _check_ops(ins, 3)
+    vaddr, d0, d1 = ins.ops
+    if any(d.kind != "v" or d.count != n for d in (d0, d1)):
+        raise SimError(f"{ins.mnemonic}: data operands are not {n} registers each at {ins.where()}")
+    exe = w.exec_mask
+    addr = _ds_addr(w, ins, vaddr)
+    for key, d in (("offset0", d0), ("offset1", d1)):
+        w.group.lds.store(addr + int(ins.mods.get(key, 0)) * unit, _to_bytes(w.v[d.index:d.index + n], 4),
+                          exe, ins.where())
+
+
+op(*_DS_READS)(_ds_read)
+op(*_DS_WRITES)(_ds_write)
+op(*_DS_READ2)(_ds_read2)
+op(*_DS_WRITE2)(_ds_write2)

@@ -1,1 +1,164 @@
-"""Instruction family mfma (being written)."""
+"""Matrix fused multiply-add: ``v_mfma_f32_16x16x16_bf16`` (gfx942's ``_1k``
+form) and ``v_mfma_f32_16x16x32_bf16`` (gfx950), ``D = A * B + C`` with A
+16xK, B Kx16 in bf16 and C, D 16x16 in fp32.
+
+Operand layout (CDNA3/CDNA4 ISA, AMD's matrix instruction calculator): with
+``KL = K / 4`` bf16 values per lane, packed two per register (the lower
+index in the low half), lane ``l`` holds ``A[l % 16][KL*(l//16) + e]`` and
+``B[KL*(l//16) + e][l % 16]`` as its element ``e``; register ``r`` of C and
+D in lane ``l`` is element ``[4*(l//16) + r][l % 16]``. A and B may be
+VGPRs or AGPRs, C a 4-register tuple or a constant (every element the
+constant's fp32 value), D four VGPRs or AGPRs.
+
+Summation model: every element is ``sum_k A[i,k]*B[k,j] + C[i,j]`` computed
+exactly and rounded once to fp32 (round to nearest even, denormal inputs
+and results kept, overflow to infinity). Products of bf16 are exact in
+float64, and so is their float64 sum whenever the terms' bits span fewer
+than 53 places (checked per element; the usual case). Otherwise the sum
+has a known error bound, and an element whose bound interval could round
+to two different fp32 values is summed again in rational arithmetic. Hardware adds in its own order and
+precision, so it may differ from this by fp32 rounding noise (an ulp or so
+where the sum cancels or lies near a rounding midpoint). An exactly zero
+sum is -0 only when every term is -0 (hardware's sign of zero may differ).
+NaN or infinite terms follow IEEE (inf - inf and inf * 0 give NaN); every
+NaN result is the canonical quiet NaN 0x7FC00000, whatever the payloads of
+the inputs (hardware's payload may differ).
+
+Modifiers: ``cbsz``, ``abid`` and ``blgp`` (broadcast controls) must be 0,
+and no ``neg``/``abs`` is accepted; anything else raises SimError. EXEC:
+an MFMA works on the whole wave's registers at once, and the simulator has
+not been able to confirm from the ISA what a partial EXEC does to it, so it
+refuses one (SimError) instead of guessing; the kernel issues its MFMAs
+with every lane enabled.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from ..program import Instr
+from ..wave import LANES, SimError, Wave, op
+
+_ALL_LANES = (1 << LANES) - 1
+_QNAN = np.uint32(0x7FC00000)
+_U = 2.0 ** -53
+_F32_MAX_EXP = 128
+_F32_MIN_EXP = -126
+
+
+def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
+    """float64 values of bf16 bit patterns (uint, any shape): exact."""
+    return (np.asarray(bits, np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+
+
+def round_fraction_to_f32(q: Fraction) -> np.float32:
+    """A rational ``q`` rounded once to fp32 (nearest, ties to even, subnormals
+    kept, overflow to infinity); an exact 0 gives +0."""
+    if q == 0:
+        return np.float32(0.0)
+    a = abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    quantum = Fraction(2) ** (max(e, _F32_MIN_EXP) - 23)
+    n = round(a / quantum)
+    mag = n * quantum
+    val = np.float32(np.inf) if mag >= Fraction(2) ** _F32_MAX_EXP else np.float32(float(mag))
+    return -val if q < 0 else val
+
+
+def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
+    """bool ``[16, 16]``: float64 sums the element's (finite) terms exactly, in
+    any order. With ``2**q`` the lowest set bit among the terms, every partial
+    sum is a multiple of ``2**q``, so it is exact while the magnitudes add up
+    to less than ``2**(q + 53)`` (the float64 ``abs_sum`` passes that bound
+    exactly when the true one does: the bound is a float64 and rounding is
+    monotone)."""
+    finite = np.where(np.isfinite(terms), terms, 0.0)
+    mant, exp = np.frexp(finite)
+    ints = np.abs(mant * 2.0 ** 53).astype(np.int64)
+    _, low = np.frexp((ints & -ints).astype(np.float64))
+    lsb = np.where(finite != 0, exp - 54 + low, 1 << 20).min(axis=2)
+    _, top = np.frexp(abs_sum)
+    return top <= lsb + 53
+
+
+def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 ``[16, 16]``: ``a @ b + c`` for float64 ``a [16, K]``, ``b [K, 16]``
+    (bf16 values) and ``c [16, 16]`` (fp32 values), each element rounded once.
+
+    The float64 sum is exact when ``float64_sum_is_exact`` says so (the common case
+    for bf16 products), or else within a bound of the exact sum; an element
+    whose bound interval holds an fp32 rounding boundary is summed again in
+    rational arithmetic."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        terms = np.concatenate([a[:, None, :] * b.T[None, :, :], c[:, :, None]], axis=2)
+        s = terms.sum(axis=2)
+        abs_sum = np.abs(terms).sum(axis=2)
+        out = s.astype(np.float32)
+        finite = np.isfinite(abs_sum)
+        doubt = finite & ~float64_sum_is_exact(terms, abs_sum)
+        if doubt.any():
+            bound = 2.0 * (terms.shape[2] + 1) * _U * abs_sum
+            lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
+            hi = np.nextafter(s + bound, np.inf).astype(np.float32)
+            doubt &= lo.view(np.uint32) != hi.view(np.uint32)
+    zero = abs_sum == 0
+    out[zero] = np.where(np.signbit(terms[zero]).all(axis=1), np.float32(-0.0), np.float32(0.0))
+    for i, j in zip(*np.nonzero(doubt)):
+        out[i, j] = round_fraction_to_f32(sum((Fraction(float(t)) for t in terms[i, j]), Fraction(0)))
+    return out
+
+
+def _mfma(w: Wave, ins: Instr, k: int) -> None:
+    """``v_mfma_f32_16x16xK_bf16 D, A, B, C`` on the whole wave."""
+    dec = ins.__dict__.get("_mfma")
+    if dec is None:
+        bad = [m for m, v in ins.mods.items() if m not in ("cbsz", "abid", "blgp") or v != 0]
+        if bad:
+            raise SimError(f"{ins.mnemonic}: modifier {', '.join(bad)} not supported at {ins.where()}")
+        if len(ins.ops) != 4 or any(o.neg or o.abs or o.sext for o in ins.ops):
+            raise SimError(f"{ins.mnemonic}: expected D, A, B, C without modifiers at {ins.where()}")
+        d, a, b, c = ins.ops
+        regs = k // 8
+        if d.kind != "v" or d.count != 4 or any(o.kind != "v" or o.count != regs for o in (a, b)) \
+                or not (c.kind == "const" or (c.kind == "v" and c.count == 4)):
+            raise SimError(f"{ins.mnemonic}: unsupported operand form at {ins.where()}")
+        dec = ins.__dict__["_mfma"] = (d, a, b, c)
+    d, a, b, c = dec
+    if w.exec_bits != _ALL_LANES:
+        raise SimError(f"{ins.mnemonic} with a partial EXEC ({w.exec_bits:#018x}) is not modelled at {ins.where()}")
+    kl = k // 4
+
+    def elements(o) -> np.ndarray:
+        """float64 ``[64, KL]``: each lane's bf16 values of A or B, low halves first."""
+        words = w.v[o.index:o.index + o.count].T
+        halves = np.stack([words & np.uint32(0xFFFF), words >> np.uint32(16)], axis=2)
+        return bf16_to_f64(halves.reshape(LANES, kl))
+
+    amat = elements(a).reshape(4, 16, kl).transpose(1, 0, 2).reshape(16, k)
+    bmat = elements(b).reshape(4, 16, kl).transpose(0, 2, 1).reshape(k, 16)
+    if c.kind == "const":
+        cmat = np.full((16, 16), np.uint32(c.bits32).view(np.float32), np.float64)
+    else:
+        cmat = w.v[c.index:c.index + 4].view(np.float32).reshape(4, 4, 16).transpose(1, 0, 2) \
+            .reshape(16, 16).astype(np.float64)
+    res = mfma_f32_bf16(amat, bmat, cmat).view(np.uint32)
+    res = np.where(np.isnan(res.view(np.float32)), _QNAN, res)
+    w.v[d.index:d.index + 4] = res.reshape(4, 4, 16).transpose(1, 0, 2).reshape(4, LANES)
+
+
+@op("v_mfma_f32_16x16x16_bf16")
+def _mfma_16x16x16(w: Wave, ins: Instr) -> None:
+    """gfx942 ``v_mfma_f32_16x16x16_bf16`` (A, B: 4 bf16 per lane in a register pair)."""
+    _mfma(w, ins, 16)
+
+
+@op("v_mfma_f32_16x16x32_bf16")
+def _mfma_16x16x32(w: Wave, ins: Instr) -> None:
+    """gfx950 ``v_mfma_f32_16x16x32_bf16`` (A, B: 8 bf16 per lane in four registers)."""
+    if w.group.target.arch != "gfx950":
+        raise SimError(f"{ins.mnemonic} is a gfx950 instruction ({w.group.target.arch} here) at {ins.where()}")
+    _mfma(w, ins, 32)

@@ -1,0 +1,360 @@
+"""The simulator's vector memory instructions (MUBUF, global, DS) against a
+lane-by-lane Python model over the same bytes, with some lanes disabled."""
+
+from __future__ import annotations
+
+import glob
+import re
+import zlib
+
+import numpy as np
+import pytest
+
+from kernels.flydsl.sim.launch import execute, make_test_wave
+from kernels.flydsl.sim.memory import Memory
+from kernels.flydsl.sim.program import parse_program
+from kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, mask_to_int
+
+LANES = 64
+SENTINEL = 0xDEADBEEF
+
+
+def _wave(rng, arch="gfx950", memory=None):
+    """A wave with a random partial EXEC (lane 0 on, lane 1 off) and sentinel VGPRs."""
+    w = make_test_wave(arch, memory=memory)
+    mask = rng.random(LANES) < 0.7
+    mask[0], mask[1] = True, False
+    bits = mask_to_int(mask)
+    w.s[126], w.s[127] = bits & 0xFFFFFFFF, bits >> 32
+    w.v[:] = SENTINEL
+    return w, mask
+
+
+def _rsrc(w, sidx, base, num_records, stride=0):
+    w.s[sidx] = base & 0xFFFFFFFF
+    w.s[sidx + 1] = (base >> 32) | (stride << 16)
+    w.s[sidx + 2] = num_records
+    w.s[sidx + 3] = 0x00027000
+
+
+def _elem(raw: bytes, signed: bool) -> int:
+    """A little-endian element as the 32-bit register value it loads to."""
+    return int.from_bytes(raw, "little", signed=signed) & 0xFFFFFFFF
+
+
+BUFFER_LOADS = {"buffer_load_ubyte": (1, 1, False), "buffer_load_sbyte": (1, 1, True),
+                "buffer_load_ushort": (2, 1, False), "buffer_load_sshort": (2, 1, True),
+                "buffer_load_dword": (4, 1, False), "buffer_load_dwordx2": (4, 2, False),
+                "buffer_load_dwordx3": (4, 3, False), "buffer_load_dwordx4": (4, 4, False)}
+BUFFER_STORES = {"buffer_store_byte": (1, 1), "buffer_store_short": (2, 1), "buffer_store_dword": (4, 1),
+                 "buffer_store_dwordx2": (4, 2), "buffer_store_dwordx3": (4, 3), "buffer_store_dwordx4": (4, 4)}
+
+
+def _regs(n, first=10):
+    return f"v{first}" if n == 1 else f"v[{first}:{first + n - 1}]"
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_LOADS))
+def test_buffer_load_reads_addressed_bytes_and_zero_out_of_range(name):
+    size, n, signed = BUFFER_LOADS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    mem = Memory()
+    host = rng.integers(0, 256, 4096, dtype=np.uint8)
+    base = mem.alloc("buf", host)
+    w, mask = _wave(rng, memory=mem)
+    num_records, soff, inst = 3001, 12, 20
+    _rsrc(w, 4, base, num_records)
+    w.s[3] = soff
+    w.v[1] = rng.integers(0, 3000, LANES)
+    w.v[1][2:6] = [num_records - soff - inst - size * n + d for d in (0, 1, 4, 5)]  # straddling the end
+    execute(w, f"{name} {_regs(n)}, v1, s[4:7], s3 offen offset:{inst} sc0 sc1 nt")
+    for lane in range(LANES):
+        for c in range(n):
+            got = int(w.v[10 + c][lane])
+            off = int(w.v[1][lane]) + soff + inst + c * size
+            want = (_elem(host[off:off + size].tobytes(), signed) if off + size <= num_records else 0) \
+                if mask[lane] else SENTINEL
+            assert got == want, (lane, c, off)
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_STORES))
+def test_buffer_store_writes_in_range_bytes_and_drops_the_rest(name):
+    size, n = BUFFER_STORES[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    mem = Memory()
+    host = rng.integers(0, 256, 4096, dtype=np.uint8)
+    model = host.copy()
+    base = mem.alloc("buf", host)
+    w, mask = _wave(rng, memory=mem)
+    num_records, inst = 64 * 40 - 6, 4
+    _rsrc(w, 8, base, num_records)
+    w.v[1] = rng.permutation(LANES) * 40 + rng.integers(0, 8, LANES)  # disjoint per lane, any alignment
+    for c in range(n):
+        w.v[20 + c] = rng.integers(0, 2 ** 32, LANES, dtype=np.uint64)
+    execute(w, f"{name} {_regs(n, 20)}, v1, s[8:11], 0 offen offset:{inst} sc1")
+    for lane in np.nonzero(mask)[0]:
+        for c in range(n):
+            off = int(w.v[1][lane]) + inst + c * size
+            if off + size <= num_records:
+                model[off:off + size] = np.frombuffer(int(w.v[20 + c][lane]).to_bytes(4, "little")[:size], np.uint8)
+    np.testing.assert_array_equal(host, model)
+
+
+def test_buffer_load_ushort_loads_only_the_addressed_halfword():
+    rng = np.random.default_rng(1)
+    mem = Memory()
+    host = np.arange(0x8000, 0x8000 + 512, dtype=np.uint16)  # sign bit set: must not sign-extend
+    base = mem.alloc("halves", host)
+    w, mask = _wave(rng, memory=mem)
+    _rsrc(w, 4, base, host.nbytes)
+    w.v[1] = np.arange(LANES) * 2 + 2  # even and odd halfwords of each dword
+    w.v[1][3] = 7  # an odd byte address: bytes 7 and 8
+    execute(w, "buffer_load_ushort v5, v1, s[4:7], 0 offen offset:2")
+    raw = host.view(np.uint8)
+    for lane in range(LANES):
+        off = int(w.v[1][lane]) + 2
+        want = int(raw[off]) | int(raw[off + 1]) << 8 if mask[lane] else SENTINEL
+        assert int(w.v[5][lane]) == want
+
+
+def test_buffer_without_offen_uses_soffset_and_offset_only():
+    rng = np.random.default_rng(2)
+    mem = Memory()
+    host = np.arange(64, dtype=np.uint32)
+    base = mem.alloc("words", host)
+    w, mask = _wave(rng, memory=mem)
+    _rsrc(w, 4, base, host.nbytes)
+    w.s[2] = 8
+    execute(w, "buffer_load_dword v3, off, s[4:7], s2 offset:4")
+    assert (w.v[3][mask] == 3).all() and (w.v[3][~mask] == SENTINEL).all()
+
+
+def test_buffer_access_past_its_allocation_faults_naming_address_and_buffer():
+    rng = np.random.default_rng(3)
+    mem = Memory()
+    base = mem.alloc("kv_cache", np.zeros(256, np.uint8))
+    w, _ = _wave(rng, memory=mem)
+    _rsrc(w, 4, base, 1 << 20)  # the descriptor claims more than was allocated
+    w.v[1] = 0
+    w.v[1][0] = 256
+    with pytest.raises(MemoryFault, match=rf"{base + 256:#x}.*kv_cache"):
+        execute(w, "buffer_load_dword v3, v1, s[4:7], 0 offen")
+
+
+def test_buffer_unsupported_forms_are_refused():
+    rng = np.random.default_rng(4)
+    w, _ = _wave(rng)
+    _rsrc(w, 4, 0x1000, 64)
+    for text in ("buffer_load_dword v1, v2, s[4:7], 0 idxen", "buffer_load_dword v1, v2, s[4:7], 0 offen lds",
+                 "buffer_load_dword v1, v2, s[4:7], 0 offen tfe", "buffer_load_dword v1, v2, s[4:7], 0"):
+        with pytest.raises(SimError):
+            execute(w, text)
+    _rsrc(w, 4, 0x1000, 64, stride=16)
+    w.v[2] = 0
+    with pytest.raises(SimError):
+        execute(w, "buffer_load_dword v1, v2, s[4:7], 0 offen")
+
+
+GLOBAL_LOADS = {"global_load_ubyte": (1, 1, False), "global_load_sshort": (2, 1, True),
+                "global_load_ushort": (2, 1, False), "global_load_dword": (4, 1, False),
+                "global_load_dwordx2": (4, 2, False), "global_load_dwordx4": (4, 4, False)}
+
+
+@pytest.mark.parametrize("name", sorted(GLOBAL_LOADS))
+@pytest.mark.parametrize("form", ["saddr", "off"])
+def test_global_load_matches_model(name, form):
+    size, n, signed = GLOBAL_LOADS[name]
+    rng = np.random.default_rng(5)
+    mem = Memory()
+    mem.alloc("other", np.zeros(100, np.uint8))
+    host = rng.integers(0, 256, 2048, dtype=np.uint8)
+    base = mem.alloc("buf", host)
+    w, mask = _wave(rng, memory=mem)
+    offs = rng.integers(16, 2000, LANES)
+    if form == "saddr":
+        w.s[14], w.s[15] = base & 0xFFFFFFFF, base >> 32
+        w.v[2] = offs
+        execute(w, f"{name} {_regs(n)}, v2, s[14:15] offset:-16")
+    else:
+        addr = (base + offs).astype(np.uint64)
+        w.v[6], w.v[7] = addr & 0xFFFFFFFF, addr >> np.uint64(32)
+        execute(w, f"{name} {_regs(n)}, v[6:7], off offset:-16")
+    for lane in range(LANES):
+        for c in range(n):
+            off = int(offs[lane]) - 16 + c * size
+            want = _elem(host[off:off + size].tobytes(), signed) if mask[lane] else SENTINEL
+            assert int(w.v[10 + c][lane]) == want
+
+
+@pytest.mark.parametrize("form", ["saddr", "off"])
+def test_global_store_dword_writes_active_lanes_in_lane_order(form):
+    rng = np.random.default_rng(6)
+    mem = Memory()
+    host = np.zeros(32, np.uint32)
+    base = mem.alloc("out", host)
+    w, mask = _wave(rng, memory=mem)
+    idx = rng.integers(0, 32, LANES)  # duplicates: the last active lane wins
+    w.v[0] = rng.integers(0, 2 ** 32, LANES, dtype=np.uint64)
+    if form == "saddr":
+        w.s[0], w.s[1] = base & 0xFFFFFFFF, base >> 32
+        w.v[1] = idx * 4
+        execute(w, "global_store_dword v1, v0, s[0:1]")
+    else:
+        addr = (base + idx * 4).astype(np.uint64)
+        w.v[2], w.v[3] = addr & 0xFFFFFFFF, addr >> np.uint64(32)
+        execute(w, "global_store_dword v[2:3], v0, off")
+    model = np.zeros(32, np.uint32)
+    for lane in np.nonzero(mask)[0]:
+        model[idx[lane]] = w.v[0][lane]
+    np.testing.assert_array_equal(host, model)
+
+
+def test_global_atomic_add_returns_old_values_in_lane_order():
+    rng = np.random.default_rng(7)
+    mem = Memory()
+    host = rng.integers(0, 2 ** 32, 4, dtype=np.uint64).astype(np.uint32)
+    model = [int(x) for x in host]
+    base = mem.alloc("tickets", host)
+    w, mask = _wave(rng, memory=mem)
+    w.s[22], w.s[23] = base & 0xFFFFFFFF, base >> 32
+    idx = rng.integers(0, 4, LANES)
+    w.v[2] = idx * 4
+    w.v[3] = rng.integers(0, 2 ** 32, LANES, dtype=np.uint64)  # sums wrap
+    execute(w, "global_atomic_add v2, v2, v3, s[22:23] sc0")
+    for lane in range(LANES):
+        if mask[lane]:
+            old = model[idx[lane]]
+            model[idx[lane]] = (old + int(w.v[3][lane])) & 0xFFFFFFFF
+            assert int(w.v[2][lane]) == old
+        else:
+            assert int(w.v[2][lane]) == idx[lane] * 4
+    assert [int(x) for x in host] == model
+
+
+def test_global_atomic_add_without_sc0_returns_nothing():
+    rng = np.random.default_rng(8)
+    mem = Memory()
+    host = np.zeros(1, np.uint32)
+    base = mem.alloc("counter", host)
+    w, mask = _wave(rng, memory=mem)
+    w.s[16], w.s[17] = base & 0xFFFFFFFF, base >> 32
+    w.v[3] = 0
+    w.v[4] = 1
+    before = w.v.copy()
+    execute(w, "global_atomic_add v3, v4, s[16:17]")
+    assert host[0] == mask.sum()
+    np.testing.assert_array_equal(w.v, before)
+    with pytest.raises(SimError):
+        execute(w, "global_atomic_add v3, v4, s[16:17] sc0")  # sc0 needs the vdst operand
+    with pytest.raises(SimError):
+        execute(w, "global_atomic_add v2, v3, v4, s[16:17]")
+
+
+DS_READS = {"ds_read_u8": (1, 1, False), "ds_read_i8": (1, 1, True), "ds_read_u16": (2, 1, False),
+            "ds_read_i16": (2, 1, True), "ds_read_b32": (4, 1, False), "ds_read_b64": (4, 2, False),
+            "ds_read_b96": (4, 3, False), "ds_read_b128": (4, 4, False)}
+DS_WRITES = {"ds_write_b8": (1, 1), "ds_write_b16": (2, 1), "ds_write_b32": (4, 1), "ds_write_b64": (4, 2),
+             "ds_write_b96": (4, 3), "ds_write_b128": (4, 4)}
+
+
+@pytest.mark.parametrize("name", sorted(DS_READS))
+def test_ds_read_matches_model(name):
+    size, n, signed = DS_READS[name]
+    rng = np.random.default_rng(9)
+    w, mask = _wave(rng)
+    lds = w.group.lds.data
+    lds[:] = rng.integers(0, 256, lds.size, dtype=np.uint8)
+    w.v[1] = rng.integers(0, 60000, LANES)
+    w.v[1][~mask] = 0xFFFFFF00  # disabled lanes' addresses are never used
+    execute(w, f"{name} {_regs(n, 12)}, v1 offset:1000")
+    for lane in range(LANES):
+        for c in range(n):
+            off = int(w.v[1][lane]) + 1000 + c * size
+            want = _elem(lds[off:off + size].tobytes(), signed) if mask[lane] else SENTINEL
+            assert int(w.v[12 + c][lane]) == want
+
+
+@pytest.mark.parametrize("name", sorted(DS_WRITES))
+def test_ds_write_matches_model(name):
+    size, n = DS_WRITES[name]
+    rng = np.random.default_rng(10)
+    w, mask = _wave(rng)
+    lds = w.group.lds.data
+    lds[:] = rng.integers(0, 256, lds.size, dtype=np.uint8)
+    model = lds.copy()
+    w.v[1] = rng.integers(0, 50000, LANES)  # overlaps allowed: later lanes win
+    for c in range(n):
+        w.v[20 + c] = rng.integers(0, 2 ** 32, LANES, dtype=np.uint64)
+    execute(w, f"{name} v1, {_regs(n, 20)} offset:24")
+    for lane in np.nonzero(mask)[0]:
+        raw = b"".join(int(w.v[20 + c][lane]).to_bytes(4, "little")[:size] for c in range(n))
+        off = int(w.v[1][lane]) + 24
+        model[off:off + len(raw)] = np.frombuffer(raw, np.uint8)
+    np.testing.assert_array_equal(lds, model)
+
+
+@pytest.mark.parametrize("name,regs,unit", [("ds_read2_b32", 1, 4), ("ds_read2st64_b32", 1, 256),
+                                             ("ds_read2_b64", 2, 8), ("ds_read2st64_b64", 2, 512)])
+def test_ds_read2_reads_two_elements_at_scaled_offsets(name, regs, unit):
+    rng = np.random.default_rng(11)
+    w, mask = _wave(rng)
+    lds = w.group.lds.data
+    lds[:] = rng.integers(0, 256, lds.size, dtype=np.uint8)
+    w.v[168] = rng.integers(0, 2000, LANES) * 4
+    execute(w, f"{name} {_regs(2 * regs, 36)}, v168 offset0:98 offset1:100")
+    for lane in range(LANES):
+        for k, o in enumerate((98, 100)):
+            for r in range(regs):
+                off = int(w.v[168][lane]) + o * unit + 4 * r
+                want = _elem(lds[off:off + 4].tobytes(), False) if mask[lane] else SENTINEL
+                assert int(w.v[36 + k * regs + r][lane]) == want
+
+
+@pytest.mark.parametrize("name,regs,unit", [("ds_write2_b32", 1, 4), ("ds_write2st64_b32", 1, 256),
+                                             ("ds_write2_b64", 2, 8), ("ds_write2st64_b64", 2, 512)])
+def test_ds_write2_writes_two_elements_at_scaled_offsets(name, regs, unit):
+    rng = np.random.default_rng(12)
+    w, mask = _wave(rng)
+    lds = w.group.lds.data
+    model = lds.copy()
+    w.v[34] = rng.permutation(LANES) * (16 if unit <= 8 else unit // 64)  # no two element writes overlap
+    for r in range(2 * regs):
+        w.v[108 + r] = rng.integers(0, 2 ** 32, LANES, dtype=np.uint64)
+    d0, d1 = _regs(regs, 108), _regs(regs, 108 + regs)
+    execute(w, f"{name} v34, {d0}, {d1} offset0:96 offset1:97")
+    for lane in np.nonzero(mask)[0]:
+        for k, o in enumerate((96, 97)):
+            raw = b"".join(int(w.v[108 + k * regs + r][lane]).to_bytes(4, "little") for r in range(regs))
+            off = int(w.v[34][lane]) + o * unit
+            model[off:off + len(raw)] = np.frombuffer(raw, np.uint8)
+    np.testing.assert_array_equal(lds, model)
+
+
+def test_ds_access_outside_lds_faults_but_disabled_lanes_do_not():
+    rng = np.random.default_rng(13)
+    w, mask = _wave(rng)
+    w.v[1] = 0
+    w.v[1][1] = 10 ** 6  # lane 1 is disabled: no fault
+    execute(w, "ds_read_b128 v[4:7], v1 offset:16")
+    w.v[1][0] = 65536 - 8
+    with pytest.raises(MemoryFault, match="65528"):
+        execute(w, "ds_read_b128 v[4:7], v1")
+    with pytest.raises(MemoryFault):
+        execute(w, "ds_write_b32 v1, v2 offset:8")
+    with pytest.raises(SimError):
+        execute(w, "ds_read_b32 v1, v3 offset:8 gds")
+
+
+# ---- every family's mnemonics in the compiled kernels have a handler --------------
+
+FAMILY = re.compile(r"^(buffer_|global_|flat_|scratch_|ds_|v_mfma|v_permlane|v_smfmac)")
+ASM = sorted(glob.glob("/root/.cache/nvfp4-sim/*.s"))
+
+
+@pytest.mark.skipif(not ASM, reason="no compiled kernels in /root/.cache/nvfp4-sim")
+@pytest.mark.parametrize("path", ASM, ids=lambda p: p.rsplit("/", 1)[-1])
+def test_every_memory_xlane_and_mfma_mnemonic_in_the_kernels_has_a_handler(path):
+    prog = parse_program(open(path).read())
+    mine = {i.base for i in prog.instrs if FAMILY.match(i.base)}
+    assert mine, "the kernel has memory instructions"
+    assert sorted(m for m in mine if m not in OPS) == []

@@ -1,0 +1,239 @@
+"""The simulator's bf16 MFMA instructions against an exact rational matrix
+product of the same ml_dtypes bfloat16/float32 values, rounded once to fp32
+by a nearest-candidate search (not by the simulator's rounding code)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kernels.flydsl.sim.launch import execute, make_test_wave
+from kernels.flydsl.sim.ops.mfma import float64_sum_is_exact
+from kernels.flydsl.sim.wave import SimError
+
+LANES = 64
+BF16 = ml_dtypes.bfloat16
+SHAPES = {16: ("gfx942", "v_mfma_f32_16x16x16_bf16"), 32: ("gfx950", "v_mfma_f32_16x16x32_bf16")}
+F32_OVERFLOW = Fraction(2) ** 128 - Fraction(2) ** 103  # halfway between FLT_MAX and 2**128
+
+
+def _bits16(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, BF16).view(np.uint16).astype(np.uint32)
+
+
+def _pack(mat: np.ndarray, k: int, transpose: bool) -> np.ndarray:
+    """uint32 ``[k/8, 64]`` registers holding A (``[16, k]``) or, with ``transpose``,
+    B (``[k, 16]``): lane l has row/column l % 16, k from (k/4)*(l//16), two per register."""
+    kl = k // 4
+    bits = _bits16(mat.T if transpose else mat)  # [16, k]: row i (A) or column j (B)
+    regs = np.zeros((kl // 2, LANES), np.uint32)
+    for lane in range(LANES):
+        for e in range(kl):
+            v = int(bits[lane % 16, kl * (lane // 16) + e])
+            regs[e // 2, lane] |= v << (16 * (e % 2))
+    return regs
+
+
+def _d_from_regs(regs: np.ndarray) -> np.ndarray:
+    """float32 ``[16, 16]`` from D's registers: register r of lane l is D[4*(l//16) + r][l % 16]."""
+    d = np.zeros((16, 16), np.uint32)
+    for lane in range(LANES):
+        for r in range(4):
+            d[4 * (lane // 16) + r, lane % 16] = regs[r, lane]
+    return d.view(np.float32)
+
+
+def _c_regs(c: np.ndarray) -> np.ndarray:
+    regs = np.zeros((4, LANES), np.uint32)
+    cb = np.asarray(c, np.float32).view(np.uint32)
+    for lane in range(LANES):
+        for r in range(4):
+            regs[r, lane] = cb[4 * (lane // 16) + r, lane % 16]
+    return regs
+
+
+def _round_f32(q: Fraction) -> np.float32:
+    """``q`` to the nearest float32 (ties to an even significand), by comparing exact
+    distances to the float32 neighbours of float(q)."""
+    if abs(q) >= F32_OVERFLOW:
+        return np.float32(np.inf if q > 0 else -np.inf)
+    guess = np.float32(float(q))
+    cands = [np.nextafter(guess, np.float32(-np.inf)), guess, np.nextafter(guess, np.float32(np.inf))]
+    cands = [c for c in cands if np.isfinite(c)]
+    best = min(cands, key=lambda c: (abs(Fraction(float(c)) - q), int(c.view(np.uint32)) & 1))
+    return np.float32(0.0) if q == 0 else best
+
+
+def _reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Exact ``a @ b + c`` per element, IEEE specials by float64 arithmetic."""
+    af, bf, cf = (np.asarray(x).astype(np.float64) for x in (a, b, c))
+    out = np.zeros((16, 16), np.float32)
+    with np.errstate(invalid="ignore"):
+        _fill_reference(out, af, bf, cf)
+    return out
+
+
+def _fill_reference(out, af, bf, cf):
+    """Each element of ``af @ bf + cf`` (float64 arrays of exact values) into ``out``."""
+    for i in range(16):
+        for j in range(16):
+            terms = [af[i, k] * bf[k, j] for k in range(af.shape[1])] + [cf[i, j]]
+            if not all(np.isfinite(terms)):
+                out[i, j] = np.float32(sum(terms))
+            elif all(t == 0 for t in terms):
+                out[i, j] = np.float32(-0.0 if all(np.signbit(terms)) else 0.0)
+            else:
+                out[i, j] = _round_f32(sum((Fraction(t) for t in terms), Fraction(0)))
+
+
+def _run(k, a, b, c=None, dst="v[156:159]", c_text=None):
+    """Run the K-wide MFMA on packed A, B (and C unless a constant ``c_text``); D as float32 [16, 16]."""
+    arch, name = SHAPES[k]
+    w = make_test_wave(arch)
+    w.v[:] = 0xDEADBEEF
+    ra, rb = _pack(a, k, False), _pack(b, k, True)
+    n = ra.shape[0]
+    w.v[44:44 + n], w.v[300:300 + n] = ra, rb  # B in AGPRs a44..
+    if c_text is None:
+        w.v[160:164] = _c_regs(c)
+        c_text = "v[160:163]"
+    execute(w, f"{name} {dst}, v[44:{43 + n}], a[44:{43 + n}], {c_text}")
+    first = int(dst[dst.index("[") + 1:dst.index(":")]) + (256 if dst.startswith("a") else 0)
+    return _d_from_regs(w.v[first:first + 4])
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> None:
+    both_nan = np.isnan(got) & np.isnan(want)
+    assert (got.view(np.uint32)[np.isnan(got)] == 0x7FC00000).all()
+    mism = ~both_nan & (got.view(np.uint32) != want.view(np.uint32))
+    assert not mism.any(), list(zip(np.argwhere(mism)[:5].tolist(), got[mism][:5], want[mism][:5]))
+
+
+@pytest.mark.parametrize("k", [16, 32])
+def test_mfma_operand_layout_one_hot(k):
+    """A one-hot A[i][kk] and B[kk][j] put their product 1 at D[i][j] only,
+    in register i % 4 of lane j + 16 * (i // 4)."""
+    rng = np.random.default_rng(k)
+    for i, j, kk in [(0, 0, 0), (15, 15, k - 1)] + [tuple(rng.integers(0, (16, 16, k))) for _ in range(12)]:
+        a = np.zeros((16, k), BF16)
+        b = np.zeros((k, 16), BF16)
+        a[i, kk], b[kk, j] = 1, 1
+        arch, name = SHAPES[k]
+        w = make_test_wave(arch)
+        n = k // 8
+        w.v[44:44 + n], w.v[194:194 + n] = _pack(a, k, False), _pack(b, k, True)
+        execute(w, f"{name} v[156:159], v[44:{43 + n}], v[194:{193 + n}], 0")
+        regs = w.v[156:160].view(np.float32)
+        assert regs[i % 4, j + 16 * (i // 4)] == 1.0
+        assert np.count_nonzero(regs) == 1
+
+
+@pytest.mark.parametrize("k", [16, 32])
+@pytest.mark.parametrize("seed", range(3))
+def test_mfma_equals_exact_product_rounded_once(k, seed):
+    rng = np.random.default_rng(seed)
+    scale = lambda shape: np.exp2(rng.integers(-20, 20, shape))  # noqa: E731  wide exponent spread
+    a = (rng.standard_normal((16, k)) * scale((16, k))).astype(BF16)
+    b = (rng.standard_normal((k, 16)) * scale((k, 16))).astype(BF16)
+    c = (rng.standard_normal((16, 16)) * scale((16, 16))).astype(np.float32)
+    _same(_run(k, a, b, c), _reference(a, b, c))
+    _same(_run(k, a, b, c, dst="a[0:3]"), _reference(a, b, c))
+
+
+@pytest.mark.parametrize("k", [16, 32])
+def test_mfma_special_values_propagate(k):
+    rng = np.random.default_rng(7)
+    pool = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.3895e38, -3.3895e38, 1e-38, 9.2e-41, -9.2e-41,
+                     1.0, -2.5, 65504.0], np.float32).astype(BF16)
+    a = rng.choice(pool, (16, k))
+    b = rng.choice(pool, (k, 16))
+    a[:4] = 1.0  # some rows finite to see overflow and denormal results, not only NaN
+    b[:, :4] = rng.standard_normal((k, 4)).astype(BF16)
+    c = rng.choice(pool.astype(np.float32), (16, 16))
+    _same(_run(k, a, b, c), _reference(a, b, c))
+
+
+def test_mfma_signed_zero_sums():
+    a = np.full((16, 16), -0.0, BF16)
+    b = np.ones((16, 16), BF16)
+    got = _run(16, a, b, np.full((16, 16), -0.0, np.float32))
+    assert np.signbit(got).all() and (got == 0).all()
+    got = _run(16, a, b, np.zeros((16, 16), np.float32))
+    assert not np.signbit(got).any()
+    a[0, 0], b[0, 0], a[0, 1] = 1, 3, -3  # 3 - 3 + 0: an exact zero from cancellation is +0
+    got = _run(16, a, b, np.full((16, 16), -0.0, np.float32))
+    assert got[0, 0] == 0 and not np.signbit(got[0, 0])
+
+
+@pytest.mark.parametrize("tail,want", [
+    (2.0 ** -80, 1 + 2.0 ** -23),   # just above the midpoint 1 + 2**-24: rounds up
+    (-2.0 ** -80, 1.0),             # just below it: rounds down
+    (0.0, 1.0),                     # exactly on it: ties to even
+])
+def test_mfma_rounds_the_exact_sum_once_near_a_midpoint(tail, want):
+    """A float64 sum would lose the 2**-80 and then tie to 1.0: the exact sum does not."""
+    a = np.zeros((16, 32), BF16)
+    b = np.zeros((32, 16), BF16)
+    a[0, 0], b[0, 0] = 2.0 ** -12, 2.0 ** -12
+    a[0, 1], b[1, 0] = np.sign(tail) * 2.0 ** -40 if tail else 0, 2.0 ** -40
+    c = np.zeros((16, 16), np.float32)
+    c[0, 0] = 1.0
+    got = _run(32, a, b, c)
+    assert got[0, 0] == np.float32(want)
+
+
+def test_mfma_keeps_denormals():
+    a = np.zeros((16, 16), BF16)
+    b = np.zeros((16, 16), BF16)
+    a[0, 0] = np.uint16(1).view(BF16)  # the smallest bf16 subnormal, 2**-133
+    b[0, 0] = 1
+    a[1, 0], b[0, 1] = 2.0 ** -70, 2.0 ** -70  # 2**-140: an fp32 subnormal result
+    got = _run(16, a, b, c_text="0")
+    assert got[0, 0] == np.float32(2.0 ** -133) and got[1, 1] == np.float32(2.0 ** -140)
+
+
+def test_mfma_constant_c_and_c_aliasing_d():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((16, 32)).astype(BF16)
+    b = rng.standard_normal((32, 16)).astype(BF16)
+    _same(_run(32, a, b, c_text="1.0"), _reference(a, b, np.ones((16, 16), np.float32)))
+    c = rng.standard_normal((16, 16)).astype(np.float32)
+    _same(_run(32, a, b, c, dst="v[160:163]"), _reference(a, b, c))  # D is C's registers
+
+
+def test_mfma_refuses_broadcast_modifiers_partial_exec_and_wrong_target():
+    w = make_test_wave("gfx942")
+    execute(w, "v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], 0 cbsz:0 abid:0 blgp:0")
+    for mod in ("cbsz:1", "abid:1", "blgp:2"):
+        with pytest.raises(SimError, match=mod.split(":")[0]):
+            execute(w, f"v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], 0 {mod}")
+    with pytest.raises(SimError):
+        execute(w, "v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], 0")
+    w.s[127] = 0
+    with pytest.raises(SimError, match="partial EXEC"):
+        execute(w, "v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], 0")
+
+
+def test_float64_sums_called_exact_are_exact():
+    """The fast path's claim, checked in rational arithmetic on terms whose
+    exponents spread from a few places to far more than 53."""
+    rng = np.random.default_rng(11)
+    claimed = 0
+    for spread in (2, 10, 30, 60, 120):
+        terms = rng.standard_normal((16, 16, 33)).astype(BF16).astype(np.float64) \
+            * np.exp2(rng.integers(-spread, spread + 1, (16, 16, 33)))
+        terms[rng.random(terms.shape) < 0.1] = 0.0
+        abs_sum = np.abs(terms).sum(axis=2)
+        exact = float64_sum_is_exact(terms, abs_sum)
+        s = terms.sum(axis=2)
+        for i, j in zip(*np.nonzero(exact)):
+            assert Fraction(float(s[i, j])) == sum((Fraction(float(t)) for t in terms[i, j]), Fraction(0))
+        claimed += int(exact.sum())
+        if spread == 2:
+            assert exact.all()
+        if spread == 120:
+            assert not exact.all()
+    assert claimed > 256
