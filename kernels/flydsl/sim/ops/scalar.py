@@ -1,28 +1,47 @@
-"""Scalar ALU, scalar memory and program control (SOP1/SOP2/SOPC/SOPK/SOPP, SMEM).
+"""Scalar ALU (SOP1/SOP2/SOPK/SOPC), control flow (SOPP) and scalar memory (SMEM).
 
-Semantics from the CDNA3/CDNA4 ISA: 32-bit results wrap; SCC is set as each
-instruction's definition says (carry/borrow for the unsigned add/sub, signed
-overflow for ``s_add_i32``/``s_sub_i32``, result != 0 for the bitwise,
-shift, ``abs`` and ``bcnt`` ops, unchanged for moves, ``cselect``,
-``s_mul_*`` and ``s_movk``). 64-bit operands are SGPR pairs; inline integer
-constants sign-extend to 64 bits. ``s_waitcnt`` and ``s_nop`` do nothing:
-memory completes at once here and hazards are not modelled (hardware needs
-the ``s_nop`` padding LLVM inserts; a missing one is not detected).
+Semantics follow the CDNA3/CDNA4 ISA guides (SCC as each op defines it;
+the ones that leave SCC alone are listed as such below). Operands:
+
+* 32-bit ops read one SGPR or a constant (``Operand.bits32``).
+* 64-bit ops read an SGPR pair (``vcc``, ``exec``, ``s[4:5]``) or a
+  constant: an inline integer (-16..64) sign-extends to 64 bits, an inline
+  float is its double pattern, and a literal is the value LLVM printed
+  (LLVM prints only what the hardware's 32-bit literal extension makes of
+  it: a non-negative value zero-extended, a negative one sign-extended).
+* SOPK's 16-bit immediate is sign-extended for the ``_i32`` forms and
+  zero-extended for ``s_cmpk_*_u32``, whether LLVM prints it as ``0xe000``
+  or as ``-8192``.
+
+Control flow: a taken branch sets ``w.pc = ins.target`` (the launcher has
+already advanced ``pc`` past the branch). ``s_endpgm`` ends the wave,
+``s_barrier`` parks it (``state = "barrier"``) for the dispatcher to resume.
+``s_waitcnt`` and ``s_nop`` do nothing: every memory operation of the
+simulator completes at once and there are no hazards to wait out, so
+neither has anything to do (likewise ``s_setprio``, ``s_sleep``).
+
+Scalar memory: ``s_load_dword[xN] sdst, sbase, offset`` reads ``N`` dwords
+at the 64-bit address ``sbase + offset`` (offset an immediate, an SGPR or
+``m0``, plus ``offset:`` when both are written) through the device memory,
+so a read outside every allocation raises ``MemoryFault``. As the ISA
+says, the two low address bits are ignored (SMEM is dword-aligned).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..wave import LANES, SimError, op
+from ..program import Instr
+from ..wave import LANES, SimError, Wave, op
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
 
 
 def _s32(x: int) -> int:
+    """The 32-bit pattern ``x`` as a signed int."""
     x &= M32
-    return x - (1 << 32) if x >> 31 else x
+    return x - (1 << 32) if x & 0x80000000 else x
 
 
 def _s64(x: int) -> int:
@@ -30,260 +49,383 @@ def _s64(x: int) -> int:
     return x - (1 << 64) if x >> 63 else x
 
 
-def _binary(fn, width: int = 32, scc=None):
-    """A handler for ``sdst = fn(a, b)``; ``scc(a, b, result)`` gives SCC (None: unchanged)."""
-    mask = M32 if width == 32 else M64
+def _sext(x: int, bits: int) -> int:
+    x &= (1 << bits) - 1
+    return x - (1 << bits) if x >> (bits - 1) else x
 
-    def h(w, ins):
-        a = w.sget(ins.ops[1], width)
-        b = w.sget(ins.ops[2], width)
-        r = fn(a, b) & mask
-        w.sset(ins.ops[0], r, width)
+
+def _scc(w: Wave, cond) -> None:
+    w.scc = 1 if cond else 0
+
+
+# ---- SOP2: two sources, one destination ------------------------------------------
+
+def _sop2(width: int, fn, scc=None, w0: int | None = None, w1: int | None = None):
+    """A handler for ``D = fn(S0, S1)`` on unsigned ints of ``width`` bits (the
+    sources ``w0``/``w1`` bits, ``width`` unless given); ``scc(S0, S1,
+    D_unmasked, w)`` gives SCC, or None when the op leaves SCC alone."""
+    mask = (1 << width) - 1
+    w0, w1 = w0 or width, w1 or width
+
+    def handler(w: Wave, ins: Instr) -> None:
+        a, b = w.sget(ins.ops[1], w0), w.sget(ins.ops[2], w1)
+        r = fn(a, b, w)
+        w.sset(ins.ops[0], r & mask, width)
         if scc is not None:
-            w.scc = int(bool(scc(a, b, r)))
-    return h
+            _scc(w, scc(a, b, r, w))
+    return handler
 
 
-def _nonzero(a, b, r):
-    return r != 0
+def _nonzero32(a, b, r, w):
+    return r & M32 != 0
 
 
-def _reg(names, fn, width=32, scc=None):
-    op(*names)(_binary(fn, width, scc))
+def _nonzero64(a, b, r, w):
+    return r & M64 != 0
 
 
-_reg(["s_and_b32"], lambda a, b: a & b, 32, _nonzero)
-_reg(["s_or_b32"], lambda a, b: a | b, 32, _nonzero)
-_reg(["s_xor_b32"], lambda a, b: a ^ b, 32, _nonzero)
-_reg(["s_andn2_b32"], lambda a, b: a & ~b, 32, _nonzero)
-_reg(["s_orn2_b32"], lambda a, b: a | ~b, 32, _nonzero)
-_reg(["s_and_b64"], lambda a, b: a & b, 64, _nonzero)
-_reg(["s_or_b64"], lambda a, b: a | b, 64, _nonzero)
-_reg(["s_xor_b64"], lambda a, b: a ^ b, 64, _nonzero)
-_reg(["s_andn2_b64"], lambda a, b: a & ~b, 64, _nonzero)
-_reg(["s_orn2_b64"], lambda a, b: a | ~b, 64, _nonzero)
-_reg(["s_add_u32"], lambda a, b: a + b, 32, lambda a, b, r: a + b > M32)
-_reg(["s_sub_u32"], lambda a, b: a - b, 32, lambda a, b, r: b > a)
-_reg(["s_add_i32"], lambda a, b: a + b, 32,
-     lambda a, b, r: (_s32(a) >= 0) == (_s32(b) >= 0) and (_s32(r) >= 0) != (_s32(a) >= 0))
-_reg(["s_sub_i32"], lambda a, b: a - b, 32,
-     lambda a, b, r: (_s32(a) >= 0) != (_s32(b) >= 0) and (_s32(r) >= 0) != (_s32(a) >= 0))
-_reg(["s_mul_i32"], lambda a, b: _s32(a) * _s32(b), 32)
-_reg(["s_mul_hi_u32"], lambda a, b: (a * b) >> 32, 32)
-_reg(["s_mul_hi_i32"], lambda a, b: (_s32(a) * _s32(b)) >> 32, 32)
-_reg(["s_lshl_b32"], lambda a, b: a << (b & 31), 32, _nonzero)
-_reg(["s_lshr_b32"], lambda a, b: a >> (b & 31), 32, _nonzero)
-_reg(["s_ashr_i32"], lambda a, b: _s32(a) >> (b & 31), 32, _nonzero)
-_reg(["s_lshl1_add_u32"], lambda a, b: (a << 1) + b, 32, lambda a, b, r: (a << 1) + b > M32)
-_reg(["s_lshl2_add_u32"], lambda a, b: (a << 2) + b, 32, lambda a, b, r: (a << 2) + b > M32)
-_reg(["s_lshl3_add_u32"], lambda a, b: (a << 3) + b, 32, lambda a, b, r: (a << 3) + b > M32)
-_reg(["s_lshl4_add_u32"], lambda a, b: (a << 4) + b, 32, lambda a, b, r: (a << 4) + b > M32)
-_reg(["s_min_i32"], lambda a, b: a if _s32(a) < _s32(b) else b, 32, lambda a, b, r: _s32(a) < _s32(b))
-_reg(["s_max_i32"], lambda a, b: a if _s32(a) > _s32(b) else b, 32, lambda a, b, r: _s32(a) > _s32(b))
-_reg(["s_min_u32"], lambda a, b: a if a < b else b, 32, lambda a, b, r: a < b)
-_reg(["s_max_u32"], lambda a, b: a if a > b else b, 32, lambda a, b, r: a > b)
-_reg(["s_bfe_u32"], lambda a, b: (a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1), 32, _nonzero)
+def _add_ovf_i32(a, b, r, w):
+    # signed overflow: operands of one sign, result of the other
+    return ((a ^ r) & (b ^ r)) >> 31 & 1
 
 
-@op("s_lshl_b64", "s_lshr_b64", "s_ashr_i64")
-def _shift64(w, ins):
-    a = w.sget(ins.ops[1], 64)
-    n = w.sget(ins.ops[2]) & 63
-    if ins.base == "s_lshl_b64":
-        r = (a << n) & M64
-    elif ins.base == "s_lshr_b64":
-        r = a >> n
-    else:
-        r = (_s64(a) >> n) & M64
-    w.sset(ins.ops[0], r, 64)
-    w.scc = int(r != 0)
+def _sub_ovf_i32(a, b, r, w):
+    return ((a ^ b) & (a ^ r)) >> 31 & 1
 
 
-@op("s_addc_u32", "s_subb_u32")
-def _carry(w, ins):
-    a, b = w.sget(ins.ops[1]), w.sget(ins.ops[2])
-    if ins.base == "s_addc_u32":
-        full = a + b + w.scc
-        w.scc = int(full > M32)
-    else:
-        full = a - b - w.scc
-        w.scc = int(full < 0)
-    w.sset(ins.ops[0], full & M32)
+_SOP2 = {
+    # arithmetic
+    "s_add_u32": (32, lambda a, b, w: a + b, lambda a, b, r, w: r >> 32),
+    "s_sub_u32": (32, lambda a, b, w: a - b, lambda a, b, r, w: b > a),
+    "s_add_i32": (32, lambda a, b, w: a + b, _add_ovf_i32),
+    "s_sub_i32": (32, lambda a, b, w: a - b, _sub_ovf_i32),
+    "s_addc_u32": (32, lambda a, b, w: a + b + w.scc, lambda a, b, r, w: r >> 32),
+    "s_subb_u32": (32, lambda a, b, w: a - b - w.scc, lambda a, b, r, w: r < 0),
+    "s_min_i32": (32, lambda a, b, w: a if _s32(a) < _s32(b) else b, lambda a, b, r, w: _s32(a) < _s32(b)),
+    "s_min_u32": (32, lambda a, b, w: min(a, b), lambda a, b, r, w: a < b),
+    "s_max_i32": (32, lambda a, b, w: a if _s32(a) > _s32(b) else b, lambda a, b, r, w: _s32(a) > _s32(b)),
+    "s_max_u32": (32, lambda a, b, w: max(a, b), lambda a, b, r, w: a > b),
+    "s_mul_i32": (32, lambda a, b, w: a * b, None),
+    "s_mul_hi_u32": (32, lambda a, b, w: (a * b) >> 32, None),
+    "s_mul_hi_i32": (32, lambda a, b, w: (_s32(a) * _s32(b)) >> 32, None),
+    "s_absdiff_i32": (32, lambda a, b, w: abs(_s32(a - b)), _nonzero32),  # |S0 - S1| of the wrapped difference
+    "s_lshl1_add_u32": (32, lambda a, b, w: (a << 1) + b, lambda a, b, r, w: r >> 32),
+    "s_lshl2_add_u32": (32, lambda a, b, w: (a << 2) + b, lambda a, b, r, w: r >> 32),
+    "s_lshl3_add_u32": (32, lambda a, b, w: (a << 3) + b, lambda a, b, r, w: r >> 32),
+    "s_lshl4_add_u32": (32, lambda a, b, w: (a << 4) + b, lambda a, b, r, w: r >> 32),
+    # select (SCC unchanged)
+    "s_cselect_b32": (32, lambda a, b, w: a if w.scc else b, None),
+    "s_cselect_b64": (64, lambda a, b, w: a if w.scc else b, None),
+    # shifts: the amount is S1[4:0] (32-bit) or S1[5:0] (64-bit); SCC = D != 0
+    "s_lshl_b32": (32, lambda a, b, w: a << (b & 31), _nonzero32),
+    "s_lshr_b32": (32, lambda a, b, w: a >> (b & 31), _nonzero32),
+    "s_ashr_i32": (32, lambda a, b, w: _s32(a) >> (b & 31), _nonzero32),
+    "s_lshl_b64": (64, lambda a, b, w: a << (b & 63), _nonzero64),
+    "s_lshr_b64": (64, lambda a, b, w: a >> (b & 63), _nonzero64),
+    "s_ashr_i64": (64, lambda a, b, w: _s64(a) >> (b & 63), _nonzero64),
+    # bit-field mask (SCC unchanged)
+    "s_bfm_b32": (32, lambda a, b, w: ((1 << (a & 31)) - 1) << (b & 31), None),
+    "s_bfm_b64": (64, lambda a, b, w: ((1 << (a & 63)) - 1) << (b & 63), None),
+    # 16-bit packs (SCC unchanged)
+    "s_pack_ll_b32_b16": (32, lambda a, b, w: (a & 0xFFFF) | (b & 0xFFFF) << 16, None),
+    "s_pack_lh_b32_b16": (32, lambda a, b, w: (a & 0xFFFF) | (b & 0xFFFF0000), None),
+    "s_pack_hh_b32_b16": (32, lambda a, b, w: (a >> 16) | (b & 0xFFFF0000), None),
+}
+# the 32- and 64-bit bitwise ops: SCC = D != 0
+for _name, _f in {
+    "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
+    "andn2": lambda a, b: a & ~b, "orn2": lambda a, b: a | ~b,
+    "nand": lambda a, b: ~(a & b), "nor": lambda a, b: ~(a | b), "xnor": lambda a, b: ~(a ^ b),
+}.items():
+    _SOP2[f"s_{_name}_b32"] = (32, lambda a, b, w, f=_f: f(a, b), _nonzero32)
+    _SOP2[f"s_{_name}_b64"] = (64, lambda a, b, w, f=_f: f(a, b), _nonzero64)
+
+# the 64-bit ops whose shift amount or field sources are 32-bit (S1.u[5:0]; bfm: both)
+_NARROW = {"s_lshl_b64": (64, 32), "s_lshr_b64": (64, 32), "s_ashr_i64": (64, 32), "s_bfm_b64": (32, 32)}
+for _name, (_width, _fn, _scc_fn) in _SOP2.items():
+    op(_name)(_sop2(_width, _fn, _scc_fn, *_NARROW.get(_name, (None, None))))
 
 
-@op("s_cselect_b32", "s_cselect_b64")
-def _cselect(w, ins):
-    width = 64 if ins.base.endswith("64") else 32
-    src = ins.ops[1] if w.scc else ins.ops[2]
-    w.sset(ins.ops[0], w.sget(src, width), width)
+def _bfe(signed: bool, width: int):
+    def handler(w: Wave, ins: Instr) -> None:
+        a, b = w.sget(ins.ops[1], width), w.sget(ins.ops[2], 32)
+        off, n = b & (width - 1), (b >> 16) & 0x7F
+        if n >= width:
+            raise SimError(f"{ins.base} field width {n} >= {width} is not defined by the ISA at {ins.where()}")
+        src = (_s64(a) if width == 64 else _s32(a)) if signed else a
+        r = (src >> off) & ((1 << n) - 1)
+        if signed and n:
+            r = _sext(r, n)
+        r &= (1 << width) - 1
+        w.sset(ins.ops[0], r, width)
+        _scc(w, r != 0)
+    return handler
 
 
-@op("s_mov_b32", "s_mov_b64", "s_movk_i32")
-def _mov(w, ins):
-    if ins.base == "s_movk_i32":
-        w.sset(ins.ops[0], _s32(((ins.ops[1].value & 0xFFFF) ^ 0x8000) - 0x8000))
-        return
-    width = 64 if ins.base.endswith("64") else 32
-    w.sset(ins.ops[0], w.sget(ins.ops[1], width), width)
+op("s_bfe_u32")(_bfe(False, 32))
+op("s_bfe_i32")(_bfe(True, 32))
+op("s_bfe_u64")(_bfe(False, 64))
+op("s_bfe_i64")(_bfe(True, 64))
 
 
-@op("s_addk_i32")
-def _addk(w, ins):
-    a = w.sget(ins.ops[0])
-    k = ((ins.ops[1].value & 0xFFFF) ^ 0x8000) - 0x8000
-    r = (a + k) & M32
-    w.scc = int((_s32(a) >= 0) == (k >= 0) and (_s32(r) >= 0) != (_s32(a) >= 0))
-    w.sset(ins.ops[0], r)
-
-
-@op("s_mulk_i32")
-def _mulk(w, ins):
-    k = ((ins.ops[1].value & 0xFFFF) ^ 0x8000) - 0x8000
-    w.sset(ins.ops[0], (_s32(w.sget(ins.ops[0])) * k) & M32)
-
-
-@op("s_abs_i32")
-def _abs(w, ins):
-    r = abs(_s32(w.sget(ins.ops[1]))) & M32
-    w.sset(ins.ops[0], r)
-    w.scc = int(r != 0)
-
-
-@op("s_not_b32", "s_not_b64")
-def _not(w, ins):
-    width = 64 if ins.base.endswith("64") else 32
-    r = ~w.sget(ins.ops[1], width) & (M64 if width == 64 else M32)
-    w.sset(ins.ops[0], r, width)
-    w.scc = int(r != 0)
-
-
-@op("s_brev_b32")
-def _brev(w, ins):
-    w.sset(ins.ops[0], int(f"{w.sget(ins.ops[1]):032b}"[::-1], 2))
-
-
-@op("s_bcnt1_i32_b32", "s_bcnt1_i32_b64")
-def _bcnt(w, ins):
-    width = 64 if ins.base.endswith("64") else 32
-    r = bin(w.sget(ins.ops[1], width)).count("1")
-    w.sset(ins.ops[0], r)
-    w.scc = int(r != 0)
-
-
-@op("s_ff1_i32_b32", "s_ff1_i32_b64")
-def _ff1(w, ins):
-    width = 64 if ins.base.endswith("64") else 32
-    x = w.sget(ins.ops[1], width)
-    w.sset(ins.ops[0], ((x & -x).bit_length() - 1) & M32 if x else M32)
-
-
-@op("s_sext_i32_i16", "s_sext_i32_i8")
-def _sext(w, ins):
-    bits = 16 if ins.base.endswith("16") else 8
-    x = w.sget(ins.ops[1]) & ((1 << bits) - 1)
-    w.sset(ins.ops[0], (x - (1 << bits) if x >> (bits - 1) else x) & M32)
-
-
-@op("s_and_saveexec_b64", "s_or_saveexec_b64", "s_andn2_saveexec_b64", "s_xor_saveexec_b64")
-def _saveexec(w, ins):
-    src = w.sget(ins.ops[1], 64)
-    old = w.exec_bits
-    new = {"s_and_saveexec_b64": src & old, "s_or_saveexec_b64": src | old,
-           "s_andn2_saveexec_b64": src & ~old & M64, "s_xor_saveexec_b64": src ^ old}[ins.base]
-    w.sset(ins.ops[0], old, 64)
-    w.s[126], w.s[127] = new & M32, new >> 32
-    w.scc = int(new != 0)
-
+# ---- SOPC: compares set SCC --------------------------------------------------
 
 _CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
 
 
-def _make_cmp(rel: str, kind: str):
-    width = 64 if kind == "u64" else 32
-    conv = _s32 if kind == "i32" else (lambda x: x)
+def _cmp(width: int, signed: bool, fn):
+    conv = (_s64 if width == 64 else _s32) if signed else (lambda x: x)
 
-    def h(w, ins):
-        w.scc = int(_CMP[rel](conv(w.sget(ins.ops[0], width)), conv(w.sget(ins.ops[1], width))))
-    return h
+    def handler(w: Wave, ins: Instr) -> None:
+        _scc(w, fn(conv(w.sget(ins.ops[0], width)), conv(w.sget(ins.ops[1], width))))
+    return handler
 
 
-for _rel in _CMP:
-    for _kind in ("i32", "u32"):
-        op(f"s_cmp_{_rel}_{_kind}")(_make_cmp(_rel, _kind))
+for _rel, _f in _CMP.items():
+    op(f"s_cmp_{_rel}_i32")(_cmp(32, True, _f))
+    op(f"s_cmp_{_rel}_u32")(_cmp(32, False, _f))
 for _rel in ("eq", "lg"):
-    op(f"s_cmp_{_rel}_u64")(_make_cmp(_rel, "u64"))
+    op(f"s_cmp_{_rel}_u64")(_cmp(64, False, _CMP[_rel]))
 
 
-def _make_cmpk(rel: str, kind: str):
-    def h(w, ins):
-        k = ins.ops[1].value & 0xFFFF
+def _bitcmp(width: int, bit: int):
+    def handler(w: Wave, ins: Instr) -> None:
+        x, n = w.sget(ins.ops[0], width), w.sget(ins.ops[1], 32) & (width - 1)
+        _scc(w, (x >> n) & 1 == bit)
+    return handler
+
+
+op("s_bitcmp0_b32")(_bitcmp(32, 0))
+op("s_bitcmp1_b32")(_bitcmp(32, 1))
+op("s_bitcmp0_b64")(_bitcmp(64, 0))
+op("s_bitcmp1_b64")(_bitcmp(64, 1))
+
+
+# ---- SOP1: one source ----------------------------------------------------------
+
+def _sop1(width_d: int, width_s: int, fn, scc=None):
+    """``D = fn(S0)``; ``scc(S0, D)`` gives SCC, or None when SCC is left alone."""
+    mask = (1 << width_d) - 1
+
+    def handler(w: Wave, ins: Instr) -> None:
+        a = w.sget(ins.ops[1], width_s)
+        r = fn(a, w) & mask
+        w.sset(ins.ops[0], r, width_d)
+        if scc is not None:
+            _scc(w, scc(a, r))
+    return handler
+
+
+def _ff1(x: int) -> int:
+    """Index of the lowest set bit, -1 (0xffffffff) when none."""
+    return (x & -x).bit_length() - 1 if x else -1
+
+
+def _flbit(x: int, width: int) -> int:
+    """Leading zeros counted from the MSB, -1 when none is set."""
+    return width - x.bit_length() if x else -1
+
+
+def _flbit_i32(x: int, width: int) -> int:
+    """Leading bits equal to the sign bit, counted from the MSB; -1 for all zeros or all ones."""
+    sign = x >> (width - 1)
+    y = x ^ ((1 << width) - 1) if sign else x
+    return width - y.bit_length() if y else -1
+
+
+def _brev(x: int, width: int) -> int:
+    return int(format(x, f"0{width}b")[::-1], 2)
+
+
+def _nz(a, r):
+    return r != 0
+
+
+def _cmov(w: Wave, ins: Instr, width: int) -> None:
+    if w.scc:
+        w.sset(ins.ops[0], w.sget(ins.ops[1], width), width)
+
+
+_SOP1 = {
+    "s_mov_b32": (32, 32, lambda a, w: a, None),
+    "s_mov_b64": (64, 64, lambda a, w: a, None),
+    "s_not_b32": (32, 32, lambda a, w: ~a, _nz),
+    "s_not_b64": (64, 64, lambda a, w: ~a, _nz),
+    "s_abs_i32": (32, 32, lambda a, w: abs(_s32(a)), _nz),
+    "s_brev_b32": (32, 32, lambda a, w: _brev(a, 32), None),
+    "s_brev_b64": (64, 64, lambda a, w: _brev(a, 64), None),
+    "s_bcnt0_i32_b32": (32, 32, lambda a, w: 32 - a.bit_count(), _nz),
+    "s_bcnt0_i32_b64": (32, 64, lambda a, w: 64 - a.bit_count(), _nz),
+    "s_bcnt1_i32_b32": (32, 32, lambda a, w: a.bit_count(), _nz),
+    "s_bcnt1_i32_b64": (32, 64, lambda a, w: a.bit_count(), _nz),
+    "s_ff0_i32_b32": (32, 32, lambda a, w: _ff1(~a & M32), None),
+    "s_ff0_i32_b64": (32, 64, lambda a, w: _ff1(~a & M64), None),
+    "s_ff1_i32_b32": (32, 32, lambda a, w: _ff1(a), None),
+    "s_ff1_i32_b64": (32, 64, lambda a, w: _ff1(a), None),
+    "s_flbit_i32_b32": (32, 32, lambda a, w: _flbit(a, 32), None),
+    "s_flbit_i32_b64": (32, 64, lambda a, w: _flbit(a, 64), None),
+    "s_flbit_i32": (32, 32, lambda a, w: _flbit_i32(a, 32), None),
+    "s_flbit_i32_i64": (32, 64, lambda a, w: _flbit_i32(a, 64), None),
+    "s_sext_i32_i8": (32, 32, lambda a, w: _sext(a, 8), None),
+    "s_sext_i32_i16": (32, 32, lambda a, w: _sext(a, 16), None),
+}
+for _name, (_wd, _ws, _fn, _scc_fn) in _SOP1.items():
+    op(_name)(_sop1(_wd, _ws, _fn, _scc_fn))
+
+op("s_cmov_b32")(lambda w, ins: _cmov(w, ins, 32))
+op("s_cmov_b64")(lambda w, ins: _cmov(w, ins, 64))
+
+
+def _bitset(bit: int, width: int):
+    def handler(w: Wave, ins: Instr) -> None:
+        d = w.sget(ins.ops[0], width)
+        n = w.sget(ins.ops[1], 32) & (width - 1)
+        w.sset(ins.ops[0], (d | 1 << n) if bit else (d & ~(1 << n)), width)
+    return handler
+
+
+op("s_bitset0_b32")(_bitset(0, 32))
+op("s_bitset1_b32")(_bitset(1, 32))
+op("s_bitset0_b64")(_bitset(0, 64))
+op("s_bitset1_b64")(_bitset(1, 64))
+
+
+# *_saveexec_b64: D = EXEC (the old value), EXEC = f(S0, EXEC), SCC = EXEC != 0.
+# S0 is read before D is written, so ``s_and_saveexec_b64 s[0:1], s[0:1]`` works.
+_SAVEEXEC = {
+    "and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
+    "andn2": lambda s, e: s & ~e, "orn2": lambda s, e: s | ~e,
+    "nand": lambda s, e: ~(s & e), "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e),
+    "andn1": lambda s, e: ~s & e, "orn1": lambda s, e: ~s | e,
+}
+
+
+def _saveexec(fn):
+    def handler(w: Wave, ins: Instr) -> None:
+        src, old = w.sget(ins.ops[1], 64), w.exec_bits
+        new = fn(src, old) & M64
+        w.sset(ins.ops[0], old, 64)
+        w.s[126], w.s[127] = new & M32, new >> 32
+        _scc(w, new != 0)
+    return handler
+
+
+for _name, _f in _SAVEEXEC.items():
+    op(f"s_{_name}_saveexec_b64")(_saveexec(_f))
+
+
+# ---- SOPK: a 16-bit immediate ------------------------------------------------
+
+def _simm16(ins: Instr, signed: bool = True) -> int:
+    o = ins.ops[1]
+    if o.kind != "const" or o.value is None:
+        raise SimError(f"{ins.base} needs an integer immediate at {ins.where()}")
+    return _sext(o.value, 16) if signed else o.value & 0xFFFF
+
+
+@op("s_movk_i32")
+def _movk(w: Wave, ins: Instr) -> None:
+    w.sset(ins.ops[0], _simm16(ins) & M32)
+
+
+@op("s_cmovk_i32")
+def _cmovk(w: Wave, ins: Instr) -> None:
+    if w.scc:
+        w.sset(ins.ops[0], _simm16(ins) & M32)
+
+
+@op("s_addk_i32")
+def _addk(w: Wave, ins: Instr) -> None:
+    a, b = w.sget(ins.ops[0]), _simm16(ins) & M32
+    r = a + b
+    w.sset(ins.ops[0], r & M32)
+    _scc(w, _add_ovf_i32(a, b, r & M32, w))
+
+
+@op("s_mulk_i32")
+def _mulk(w: Wave, ins: Instr) -> None:
+    w.sset(ins.ops[0], (w.sget(ins.ops[0]) * _simm16(ins)) & M32)
+
+
+def _cmpk(signed: bool, fn):
+    def handler(w: Wave, ins: Instr) -> None:
         a = w.sget(ins.ops[0])
-        if kind == "i32":
-            a, k = _s32(a), (k ^ 0x8000) - 0x8000
-        w.scc = int(_CMP[rel](a, k))
-    return h
+        _scc(w, fn(_s32(a), _simm16(ins)) if signed else fn(a, _simm16(ins, signed=False)))
+    return handler
 
 
-for _rel in _CMP:
-    for _kind in ("i32", "u32"):
-        op(f"s_cmpk_{_rel}_{_kind}")(_make_cmpk(_rel, _kind))
+for _rel, _f in _CMP.items():
+    op(f"s_cmpk_{_rel}_i32")(_cmpk(True, _f))
+    op(f"s_cmpk_{_rel}_u32")(_cmpk(False, _f))
 
 
-# ---- program control -----------------------------------------------------------
+# ---- SOPP: program control -------------------------------------------------------
 
 def _branch_if(cond):
-    def h(w, ins):
+    def handler(w: Wave, ins: Instr) -> None:
+        if ins.target is None:
+            raise SimError(f"{ins.base} without a resolved label at {ins.where()}")
         if cond(w):
             w.pc = ins.target
-    return h
+    return handler
+
+
+def _vcc(w: Wave) -> int:
+    return int(w.s[106]) | int(w.s[107])
 
 
 op("s_branch")(_branch_if(lambda w: True))
 op("s_cbranch_scc0")(_branch_if(lambda w: w.scc == 0))
 op("s_cbranch_scc1")(_branch_if(lambda w: w.scc == 1))
-op("s_cbranch_vccz")(_branch_if(lambda w: int(w.s[106]) == 0 and int(w.s[107]) == 0))
-op("s_cbranch_vccnz")(_branch_if(lambda w: int(w.s[106]) != 0 or int(w.s[107]) != 0))
+op("s_cbranch_vccz")(_branch_if(lambda w: _vcc(w) == 0))
+op("s_cbranch_vccnz")(_branch_if(lambda w: _vcc(w) != 0))
 op("s_cbranch_execz")(_branch_if(lambda w: w.exec_bits == 0))
 op("s_cbranch_execnz")(_branch_if(lambda w: w.exec_bits != 0))
 
 
 @op("s_endpgm")
-def _endpgm(w, ins):
+def _endpgm(w: Wave, ins: Instr) -> None:
     w.state = "end"
 
 
 @op("s_barrier")
-def _barrier(w, ins):
+def _barrier(w: Wave, ins: Instr) -> None:
     w.state = "barrier"
 
 
 @op("s_waitcnt", "s_nop", "s_setprio", "s_sleep")
-def _nothing(w, ins):
-    """Memory completes at once and hazards are not modelled: nothing to wait for."""
+def _nothing(w: Wave, ins: Instr) -> None:
+    """Memory completes at once in this simulator and there are no hazards: nothing to wait for."""
 
 
-# ---- scalar memory -------------------------------------------------------------
+# ---- SMEM ---------------------------------------------------------------------
 
-_LOAD_DWORDS = {"s_load_dword": 1, "s_load_dwordx2": 2, "s_load_dwordx4": 4, "s_load_dwordx8": 8,
-                "s_load_dwordx16": 16}
-_ONE_LANE = np.zeros(LANES, bool)
-_ONE_LANE[0] = True
+_ACTIVE0 = np.zeros(LANES, bool)
+_ACTIVE0[0] = True
 
 
-@op(*_LOAD_DWORDS)
-def _s_load(w, ins):
-    n = _LOAD_DWORDS[ins.base]
-    sdst, sbase, off = ins.ops[0], ins.ops[1], ins.ops[2]
-    if off.kind == "const":
-        offset = off.value
-    elif off.kind == "s":
-        offset = w.sget(off)
-    else:
-        raise SimError(f"unsupported s_load offset {off.text} at {ins.where()}")
-    if set(ins.mods) - {"glc"}:
-        raise SimError(f"unsupported s_load modifiers {sorted(ins.mods)} at {ins.where()}")
-    # SMEM ignores the low two address bits: loads are dword aligned.
-    addr = (w.sget(sbase, 64) + offset) & ~3 & M64
-    data = w.group.memory.load(np.full(LANES, addr, np.uint64), 4 * n, _ONE_LANE, ins.where())[0]
-    w.s[sdst.index:sdst.index + n] = data.view(np.uint32)
+def _smem_address(w: Wave, ins: Instr) -> int:
+    base = w.sget(ins.ops[1], 64)
+    off = 0
+    if len(ins.ops) > 2:
+        o = ins.ops[2]
+        off = o.value if o.kind == "const" else w.sget(o)
+    off += ins.mods.get("offset", 0)
+    return (base + off) & M64 & ~3
+
+
+def _s_load(count: int):
+    def handler(w: Wave, ins: Instr) -> None:
+        d = ins.ops[0]
+        if d.kind != "s" or d.count != count:
+            raise SimError(f"{ins.base} needs {count} SGPRs as destination at {ins.where()}")
+        addr = _smem_address(w, ins)
+        data = w.group.memory.load(np.full(LANES, addr, np.uint64), 4 * count, _ACTIVE0, ins.where())
+        w.s[d.index:d.index + count] = data[0].view(np.uint32)
+    return handler
+
+
+for _n, _name in ((1, "s_load_dword"), (2, "s_load_dwordx2"), (4, "s_load_dwordx4"),
+                  (8, "s_load_dwordx8"), (16, "s_load_dwordx16")):
+    op(_name)(_s_load(_n))
