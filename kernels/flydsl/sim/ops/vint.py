@@ -112,17 +112,21 @@ def _u64(x: np.ndarray) -> np.ndarray:
 
 # ---- one-line 32-bit results: name -> (sources, f(*uint32 [64]) -> uint32 [64]) -------------
 
-def _perm(s0: np.ndarray, s1: np.ndarray, sel: np.ndarray) -> np.ndarray:
-    """``v_perm_b32``: each result byte chosen from a 16-entry per-lane byte table."""
-    table = np.empty((LANES, 16), np.uint8)
-    data = np.ascontiguousarray((_u64(s0) << np.uint64(32)) | _u64(s1))
-    table[:, :8] = data.view(np.uint8).reshape(LANES, 8)
-    table[:, 8:12] = ((table[:, [1, 3, 5, 7]] >> 7) * np.uint8(0xFF)).astype(np.uint8)
-    table[:, 12] = 0
-    table[:, 13:] = 0xFF
-    idx = np.minimum(np.ascontiguousarray(sel).view(np.uint8).reshape(LANES, 4), np.uint8(15))
-    out = np.take_along_axis(table, idx.astype(np.intp), axis=1)
-    return np.ascontiguousarray(out).view(np.uint32).reshape(LANES)
+# v_perm_b32's per-lane byte table: entries 0..7 the bytes of {src0, src1},
+# 8..11 the sign replications, 12 zero, 13..15 0xff (selectors above 15 clip to 15).
+_PERM_TABLE = np.zeros((LANES, 16), np.uint8)
+_PERM_TABLE[:, 13:] = 0xFF
+_PERM_ROW = (np.arange(LANES, dtype=np.intp) * 16)[:, None]
+
+
+def _perm(s0, s1, sel) -> np.ndarray:
+    """``v_perm_b32``: each result byte looked up in the lane's 16-entry byte table."""
+    data = (_lanes(s0).astype(np.uint64) << np.uint64(32)) | _lanes(s1)
+    bytes8 = data.view(np.uint8).reshape(LANES, 8)
+    _PERM_TABLE[:, :8] = bytes8
+    _PERM_TABLE[:, 8:12] = (bytes8[:, 1::2] >> np.uint8(7)) * np.uint8(0xFF)
+    idx = np.minimum(_lanes(sel).view(np.uint8).reshape(LANES, 4), np.uint8(15)) + _PERM_ROW
+    return _PERM_TABLE.ravel().take(idx).view(np.uint32).reshape(LANES)
 
 
 def _bfe_i32(x: np.ndarray, off: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -186,8 +190,21 @@ _VOP3_ONLY = {"v_mul_lo_u32", "v_mul_hi_u32", "v_bcnt_u32_b32"}
 
 
 def _make(fn, nsrc: int):
-    def run(w: Wave, ins: Instr) -> None:
-        w.vset(ins, fn(*_srcs(w, ins, 1, nsrc)))
+    if nsrc == 1:
+        def run(w: Wave, ins: Instr) -> None:
+            w.vset(ins, fn(_lanes(w.vget(ins, 1))))
+    elif nsrc == 2:
+        def run(w: Wave, ins: Instr) -> None:
+            a, b = w.vget(ins, 1), w.vget(ins, 2)
+            if type(b) is not np.ndarray and type(a) is not np.ndarray:
+                a = _lanes(a)
+            w.vset(ins, fn(a, b))
+    else:
+        def run(w: Wave, ins: Instr) -> None:
+            a, b, c = w.vget(ins, 1), w.vget(ins, 2), w.vget(ins, 3)
+            if type(a) is not np.ndarray and type(b) is not np.ndarray and type(c) is not np.ndarray:
+                a = _lanes(a)
+            w.vset(ins, fn(a, b, c))
     return run
 
 
