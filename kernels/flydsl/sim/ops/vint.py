@@ -40,7 +40,6 @@ from ..wave import LANES, SimError, Wave, op
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _SDWA_MODS = frozenset({"dst_sel", "dst_unused", "src0_sel", "src1_sel"})
-_M32 = np.uint32(0xFFFFFFFF)
 _LANE = np.arange(LANES, dtype=np.uint64)
 # Bits of the lanes below each lane, split in the halves mbcnt_lo / mbcnt_hi count.
 _BELOW = (np.uint64(1) << _LANE) - np.uint64(1)
@@ -66,6 +65,8 @@ def _validate(ins: Instr, nops: int, mods: frozenset, sdwa: bool, negabs: bool) 
     for o in ins.ops:
         if (o.neg or o.abs) and not negabs:
             raise SimError(f"{name}: source modifier on {o.text} not implemented at {ins.where()}")
+        if o.sext and ins.enc != "sdwa":
+            raise SimError(f"{name}: sext() outside SDWA on {o.text} at {ins.where()}")
     ins.__dict__["_vint_ok"] = True
 
 
@@ -110,7 +111,7 @@ def _u64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.uint64)
 
 
-# ---- one-line 32-bit results: name -> (sources, f(*uint32 [64]) -> uint32 [64]) -------------
+# ---- 32-bit results: name -> f(src0, ...) on uint32 [64] arrays or scalars -------------------
 
 # v_perm_b32's per-lane byte table: entries 0..7 the bytes of {src0, src1},
 # 8..11 the sign replications, 12 zero, 13..15 0xff (selectors above 15 clip to 15).
@@ -122,7 +123,7 @@ _PERM_ROW = (np.arange(LANES, dtype=np.intp) * 16)[:, None]
 def _perm(s0, s1, sel) -> np.ndarray:
     """``v_perm_b32``: each result byte looked up in the lane's 16-entry byte table."""
     data = (_lanes(s0).astype(np.uint64) << np.uint64(32)) | _lanes(s1)
-    bytes8 = data.view(np.uint8).reshape(LANES, 8)
+    bytes8 = data.view(np.uint8).reshape(LANES, 8)  # little-endian host: column k is byte k
     _PERM_TABLE[:, :8] = bytes8
     _PERM_TABLE[:, 8:12] = (bytes8[:, 1::2] >> np.uint8(7)) * np.uint8(0xFF)
     idx = np.minimum(_lanes(sel).view(np.uint8).reshape(LANES, 4), np.uint8(15)) + _PERM_ROW
@@ -185,11 +186,13 @@ _TERNARY = {
     "v_perm_b32": _perm,
 }
 
-# Operand-count classes: VOP1/VOP2 names have SDWA forms; VOP3-only names do not.
+# VOP3-only binary ops: no e32 encoding, so no SDWA form either.
 _VOP3_ONLY = {"v_mul_lo_u32", "v_mul_hi_u32", "v_bcnt_u32_b32"}
 
 
 def _make(fn, nsrc: int):
+    """The handler writing ``fn`` of the ``nsrc`` sources to the destination; at
+    least one source is made an array so that wrapping arithmetic stays silent."""
     if nsrc == 1:
         def run(w: Wave, ins: Instr) -> None:
             w.vset(ins, fn(_lanes(w.vget(ins, 1))))
