@@ -1,1 +1,387 @@
-"""Instruction family vint (being written)."""
+"""Vector integer, bit, integer-compare and lane-mask instructions (VOP1, VOP2,
+VOP3, VOPC and their SDWA forms) of CDNA3 (gfx942) and CDNA4 (gfx950).
+
+Semantics follow the ISA pseudo-code of AMD's CDNA3/CDNA4 documents; LLVM's
+assembler (llvm-mc, llc 22) is the authority on operand order and syntax.
+Decisions, and where hardware might differ:
+
+- Shift amounts use the low 5 bits of the shift operand (6 for 64-bit
+  shifts); ``*rev`` ops take the shift first (``v_lshlrev_b32 d, shift, x``).
+  ``v_lshl_add_u64`` reads the low 3 bits of its shift as the ISA's
+  pseudo-code does, but hardware only supports shifts 0..4 (LLVM selects it
+  for no others), so a larger shift raises SimError instead of guessing.
+- Carry and compare results written to an SGPR pair (VOPC, ``v_add_co_u32``,
+  ``v_mad_u64_u32``'s carry) hold 0 for inactive lanes.
+- ``v_cmpx_*`` writes the result both to its destination (VCC in the e32
+  form) and to EXEC, as CDNA (GFX9) does; GFX10+ behaves differently.
+- ``v_perm_b32`` selector bytes: 0..7 pick a byte of ``{src0, src1}`` (src1 is
+  bytes 0..3), 8..11 replicate the sign bit of byte 1, 3, 5, 7, 12 gives 0x00
+  and every value from 13 up to 255 gives 0xff (the ISA pseudo-code compares
+  the whole byte, and LLVM's constant folding agrees).
+- ``v_bitop3_b32``'s ``bitop3`` truth table is indexed by
+  ``src0 << 2 | src1 << 1 | src2`` (LLVM picks 0xf0/0xcc/0xaa for src0/1/2);
+  without the modifier the table is 0 and the result is 0.
+- ``v_readfirstlane_b32`` reads the lowest active lane, lane 0 when EXEC is 0;
+  ``v_readlane_b32``/``v_writelane_b32`` take the lane modulo 64 and ignore EXEC.
+- ``v_cndmask_b32`` applies VOP3/SDWA ``abs``/``neg`` as bit operations on bit 31
+  (what the float modifiers do to a 32-bit pattern); no other integer op
+  accepts them.
+- Not implemented (SimError): DPP forms, ``clamp`` on integer ops (saturating
+  adds), SDWA forms of the carry ops (their sources sit at ``ops[2:]``, where
+  ``Wave.vget`` would apply the wrong select), and any other modifier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..program import Instr, Operand, SPECIAL_SGPRS
+from ..wave import LANES, SimError, Wave, op
+
+_EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
+_SDWA_MODS = frozenset({"dst_sel", "dst_unused", "src0_sel", "src1_sel"})
+_LANE = np.arange(LANES, dtype=np.uint64)
+# Bits of the lanes below each lane, split in the halves mbcnt_lo / mbcnt_hi count.
+_BELOW = (np.uint64(1) << _LANE) - np.uint64(1)
+_BELOW_LO = (_BELOW & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+_BELOW_HI = (_BELOW >> np.uint64(32)).astype(np.uint32)
+_REV8 = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], np.uint8)
+
+
+def _validate(ins: Instr, nops: int, mods: frozenset, sdwa: bool, negabs: bool) -> None:
+    """SimError for an operand count, encoding, modifier or source modifier the
+    handler does not implement; remembered on ``ins`` once it passes."""
+    name = ins.mnemonic
+    if ins.enc == "dpp":
+        raise SimError(f"{name}: DPP is not implemented for vector integer ops at {ins.where()}")
+    if ins.enc == "sdwa" and not sdwa:
+        raise SimError(f"{name}: the SDWA form is not implemented at {ins.where()}")
+    if len(ins.ops) != nops:
+        raise SimError(f"{name}: expected {nops} operands, got {len(ins.ops)} at {ins.where()}")
+    allowed = mods | (_SDWA_MODS if ins.enc == "sdwa" else frozenset())
+    extra = set(ins.mods) - allowed
+    if extra:
+        raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
+    for o in ins.ops:
+        if (o.neg or o.abs) and not negabs:
+            raise SimError(f"{name}: source modifier on {o.text} not implemented at {ins.where()}")
+        if o.sext and ins.enc != "sdwa":
+            raise SimError(f"{name}: sext() outside SDWA on {o.text} at {ins.where()}")
+    ins.__dict__["_vint_ok"] = True
+
+
+def _vop(*names: str, nops: int, mods: tuple = (), sdwa: bool = False, negabs: bool = False):
+    """Register the decorated ``fn(w, ins)`` for ``names``, after a one-time
+    validation of each instruction's form (see ``_validate``)."""
+    allowed = frozenset(mods)
+
+    def deco(fn):
+        def handler(w: Wave, ins: Instr) -> None:
+            if "_vint_ok" not in ins.__dict__:
+                _validate(ins, nops, allowed, sdwa, negabs)
+            fn(w, ins)
+        handler.__name__, handler.__doc__ = fn.__name__, fn.__doc__
+        op(*names)(handler)
+        return fn
+    return deco
+
+
+def _lanes(x) -> np.ndarray:
+    """A source as a uint32 ``[64]`` array (scalars broadcast), so that wrapping
+    arithmetic never meets numpy's scalar overflow warnings."""
+    if isinstance(x, np.ndarray) and x.ndim == 1:
+        return x
+    return np.full(LANES, x, np.uint32)
+
+
+def _srcs(w: Wave, ins: Instr, first: int, n: int) -> list[np.ndarray]:
+    """Sources ``ins.ops[first:first + n]`` as uint32 ``[64]`` arrays."""
+    return [_lanes(w.vget(ins, i)) for i in range(first, first + n)]
+
+
+def _i32(x: np.ndarray) -> np.ndarray:
+    return x.view(np.int32)
+
+
+def _sh5(x: np.ndarray) -> np.ndarray:
+    return x & np.uint32(31)
+
+
+def _u64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.uint64)
+
+
+# ---- 32-bit results: name -> f(src0, ...) on uint32 [64] arrays or scalars -------------------
+
+# v_perm_b32's per-lane byte table: entries 0..7 the bytes of {src0, src1},
+# 8..11 the sign replications, 12 zero, 13..15 0xff (selectors above 15 clip to 15).
+_PERM_TABLE = np.zeros((LANES, 16), np.uint8)
+_PERM_TABLE[:, 13:] = 0xFF
+_PERM_ROW = (np.arange(LANES, dtype=np.intp) * 16)[:, None]
+
+
+def _perm(s0, s1, sel) -> np.ndarray:
+    """``v_perm_b32``: each result byte looked up in the lane's 16-entry byte table."""
+    data = (_lanes(s0).astype(np.uint64) << np.uint64(32)) | _lanes(s1)
+    bytes8 = data.view(np.uint8).reshape(LANES, 8)  # little-endian host: column k is byte k
+    _PERM_TABLE[:, :8] = bytes8
+    _PERM_TABLE[:, 8:12] = (bytes8[:, 1::2] >> np.uint8(7)) * np.uint8(0xFF)
+    idx = np.minimum(_lanes(sel).view(np.uint8).reshape(LANES, 4), np.uint8(15)) + _PERM_ROW
+    return _PERM_TABLE.ravel().take(idx).view(np.uint32).reshape(LANES)
+
+
+def _bfe_i32(x: np.ndarray, off: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """``v_bfe_i32``: the ``width``-bit field at ``off``, sign-extended (width 0 gives 0)."""
+    w = (width & np.uint32(31)).astype(np.int64)
+    field = (x.astype(np.int64) >> _sh5(off).astype(np.int64)) & ((np.int64(1) << w) - 1)
+    up = np.int64(64) - np.maximum(w, 1)
+    signed = np.where(w == 0, 0, (field << up) >> up)
+    return signed.astype(np.uint32)
+
+
+def _bfrev(x: np.ndarray) -> np.ndarray:
+    """``v_bfrev_b32``: bit 31-i of the result is bit i of ``x``."""
+    rev = _REV8[np.ascontiguousarray(x).view(np.uint8).reshape(LANES, 4)[:, ::-1]]
+    return np.ascontiguousarray(rev).view(np.uint32).reshape(LANES)
+
+
+_UNARY = {
+    "v_mov_b32": lambda a: a,
+    "v_not_b32": lambda a: ~a,
+    "v_bfrev_b32": _bfrev,
+}
+
+_BINARY = {
+    "v_add_u32": lambda a, b: a + b,
+    "v_sub_u32": lambda a, b: a - b,
+    "v_subrev_u32": lambda a, b: b - a,
+    "v_and_b32": lambda a, b: a & b,
+    "v_or_b32": lambda a, b: a | b,
+    "v_xor_b32": lambda a, b: a ^ b,
+    "v_lshlrev_b32": lambda a, b: b << _sh5(a),
+    "v_lshrrev_b32": lambda a, b: b >> _sh5(a),
+    "v_ashrrev_i32": lambda a, b: (_i32(b) >> _sh5(a).astype(np.int32)).view(np.uint32),
+    "v_min_i32": lambda a, b: np.minimum(_i32(a), _i32(b)).view(np.uint32),
+    "v_max_i32": lambda a, b: np.maximum(_i32(a), _i32(b)).view(np.uint32),
+    "v_min_u32": np.minimum,
+    "v_max_u32": np.maximum,
+    "v_mul_lo_u32": lambda a, b: a * b,
+    "v_mul_hi_u32": lambda a, b: ((_u64(a) * _u64(b)) >> np.uint64(32)).astype(np.uint32),
+    "v_mul_u32_u24": lambda a, b: (a & np.uint32(0xFFFFFF)) * (b & np.uint32(0xFFFFFF)),
+    "v_bcnt_u32_b32": lambda a, b: np.bitwise_count(a).astype(np.uint32) + b,
+}
+
+_TERNARY = {
+    "v_add3_u32": lambda a, b, c: a + b + c,
+    "v_add_lshl_u32": lambda a, b, c: (a + b) << _sh5(c),
+    "v_lshl_add_u32": lambda a, b, c: (a << _sh5(b)) + c,
+    "v_lshl_or_b32": lambda a, b, c: (a << _sh5(b)) | c,
+    "v_and_or_b32": lambda a, b, c: (a & b) | c,
+    "v_or3_b32": lambda a, b, c: a | b | c,
+    "v_bfi_b32": lambda a, b, c: (a & b) | (~a & c),
+    "v_bfe_u32": lambda a, b, c: ((_u64(a) >> _u64(_sh5(b))) & ((np.uint64(1) << _u64(_sh5(c))) - np.uint64(1))
+                                  ).astype(np.uint32),
+    "v_bfe_i32": _bfe_i32,
+    "v_mad_u32_u24": lambda a, b, c: (a & np.uint32(0xFFFFFF)) * (b & np.uint32(0xFFFFFF)) + c,
+    "v_perm_b32": _perm,
+}
+
+# VOP3-only binary ops: no e32 encoding, so no SDWA form either.
+_VOP3_ONLY = {"v_mul_lo_u32", "v_mul_hi_u32", "v_bcnt_u32_b32"}
+
+
+def _make(fn, nsrc: int):
+    """The handler writing ``fn`` of the ``nsrc`` sources to the destination; at
+    least one source is made an array so that wrapping arithmetic stays silent."""
+    if nsrc == 1:
+        def run(w: Wave, ins: Instr) -> None:
+            w.vset(ins, fn(_lanes(w.vget(ins, 1))))
+    elif nsrc == 2:
+        def run(w: Wave, ins: Instr) -> None:
+            a, b = w.vget(ins, 1), w.vget(ins, 2)
+            if type(b) is not np.ndarray and type(a) is not np.ndarray:
+                a = _lanes(a)
+            w.vset(ins, fn(a, b))
+    else:
+        def run(w: Wave, ins: Instr) -> None:
+            a, b, c = w.vget(ins, 1), w.vget(ins, 2), w.vget(ins, 3)
+            if type(a) is not np.ndarray and type(b) is not np.ndarray and type(c) is not np.ndarray:
+                a = _lanes(a)
+            w.vset(ins, fn(a, b, c))
+    return run
+
+
+for _name, _fn in _UNARY.items():
+    _vop(_name, nops=2, sdwa=True)(_make(_fn, 1))
+for _name, _fn in _BINARY.items():
+    _vop(_name, nops=3, sdwa=_name not in _VOP3_ONLY)(_make(_fn, 2))
+for _name, _fn in _TERNARY.items():
+    _vop(_name, nops=4)(_make(_fn, 3))
+
+
+@_vop("v_bitop3_b32", nops=4, mods=("bitop3",))
+def bitop3_b32(w: Wave, ins: Instr) -> None:
+    """``v_bitop3_b32 d, s0, s1, s2 bitop3:T``: bit j of d is bit
+    ``s0[j] << 2 | s1[j] << 1 | s2[j]`` of the truth table T."""
+    table = ins.mods.get("bitop3", 0)
+    s0, s1, s2 = _srcs(w, ins, 1, 3)
+    out = np.zeros(LANES, np.uint32)
+    for idx in range(8):
+        if table >> idx & 1:
+            out |= ((s0 if idx & 4 else ~s0) & (s1 if idx & 2 else ~s1) & (s2 if idx & 1 else ~s2))
+    w.vset(ins, out)
+
+
+@_vop("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32", nops=3)
+def mbcnt(w: Wave, ins: Instr) -> None:
+    """``v_mbcnt_lo/hi_u32_b32 d, mask, base``: base + the number of set bits of
+    the mask among the lanes below this one (lanes 0..31 / 32..63)."""
+    mask, base = _srcs(w, ins, 1, 2)
+    below = _BELOW_LO if ins.base == "v_mbcnt_lo_u32_b32" else _BELOW_HI
+    w.vset(ins, np.bitwise_count(mask & below).astype(np.uint32) + base)
+
+
+# ---- 64-bit results -----------------------------------------------------------------
+
+_SHIFT64 = {
+    "v_lshlrev_b64": lambda s, x: x << s,
+    "v_lshrrev_b64": lambda s, x: x >> s,
+    "v_ashrrev_i64": lambda s, x: (x.view(np.int64) >> s.astype(np.int64)).view(np.uint64),
+}
+
+
+def _make_shift64(fn):
+    def run(w: Wave, ins: Instr) -> None:
+        shift = _u64(_lanes(w.vget(ins, 1)) & np.uint32(63))
+        w.vset64(ins.ops[0], fn(shift, w.vget64(ins.ops[2])))
+    return run
+
+
+for _name, _fn in _SHIFT64.items():
+    _vop(_name, nops=3)(_make_shift64(_fn))
+
+
+@_vop("v_lshl_add_u64", nops=4)
+def lshl_add_u64(w: Wave, ins: Instr) -> None:
+    """``v_lshl_add_u64 d[2], s0[2], shift, s2[2]``: (s0 << shift) + s2, shift 0..4."""
+    shift = _lanes(w.vget(ins, 2)) & np.uint32(7)
+    if np.any(shift[w.exec_mask] > 4):
+        raise SimError(f"v_lshl_add_u64: shift above 4 is unsupported by hardware at {ins.where()}")
+    w.vset64(ins.ops[0], (w.vget64(ins.ops[1]) << _u64(shift)) + w.vget64(ins.ops[3]))
+
+
+@_vop("v_mad_u64_u32", nops=5)
+def mad_u64_u32(w: Wave, ins: Instr) -> None:
+    """``v_mad_u64_u32 d[2], carry[2], s0, s1, s2[2]``: the 65-bit s0 * s1 + s2;
+    its low 64 bits to d, bit 64 to the carry mask."""
+    s0, s1 = _srcs(w, ins, 2, 2)
+    prod = _u64(s0) * _u64(s1)  # < 2^64: exact
+    total = prod + w.vget64(ins.ops[4])
+    w.mask_set(ins.ops[1], total < prod)
+    w.vset64(ins.ops[0], total)
+
+
+# ---- carry arithmetic (e32: carry in/out in VCC; e64: any SGPR pair) -----------------------
+
+def _carry_op(name: str, carry_in: bool, reverse: bool, subtract: bool):
+    def run(w: Wave, ins: Instr) -> None:
+        a, b = _srcs(w, ins, 2, 2)
+        if reverse:
+            a, b = b, a
+        cin = w.mask_get(ins.ops[4]).astype(np.uint64) if carry_in else np.uint64(0)
+        a64, b64 = _u64(a), _u64(b)
+        if subtract:
+            w.mask_set(ins.ops[1], b64 + cin > a64)
+            res = a64 - b64 - cin
+        else:
+            res = a64 + b64 + cin
+            w.mask_set(ins.ops[1], res > np.uint64(0xFFFFFFFF))
+        w.vset(ins, (res & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+    run.__doc__ = f"``{name} d, carry_out, s0, s1{', carry_in' if carry_in else ''}``."
+    _vop(name, nops=5 if carry_in else 4)(run)
+
+
+for _name, _cin, _rev, _sub in (("v_add_co_u32", False, False, False), ("v_addc_co_u32", True, False, False),
+                                ("v_sub_co_u32", False, False, True), ("v_subrev_co_u32", False, True, True),
+                                ("v_subb_co_u32", True, False, True), ("v_subbrev_co_u32", True, True, True)):
+    _carry_op(_name, _cin, _rev, _sub)
+
+
+# ---- compares ------------------------------------------------------------------------
+
+_CMP = {
+    "f": lambda a, b: np.zeros(LANES, bool), "lt": np.less, "eq": np.equal, "le": np.less_equal,
+    "gt": np.greater, "ne": np.not_equal, "ge": np.greater_equal, "t": lambda a, b: np.ones(LANES, bool),
+}
+
+
+def _cmp_op(name: str, rel, ty: str, write_exec: bool):
+    signed = ty[0] == "i"
+    if ty.endswith("64"):
+        def sources(w, ins):
+            a, b = w.vget64(ins.ops[1]), w.vget64(ins.ops[2])
+            return (a.view(np.int64), b.view(np.int64)) if signed else (a, b)
+    else:
+        def sources(w, ins):
+            a, b = _srcs(w, ins, 1, 2)
+            return (_i32(a), _i32(b)) if signed else (a, b)
+
+    def run(w: Wave, ins: Instr) -> None:
+        result = rel(*sources(w, ins))
+        w.mask_set(ins.ops[0], result)
+        if write_exec:
+            w.mask_set(_EXEC, result)
+    run.__doc__ = f"``{name} sdst, s0, s1``: per-lane {ty} compare{' (also to EXEC)' if write_exec else ''}."
+    _vop(name, nops=3, sdwa=not ty.endswith("64"))(run)
+
+
+for _rel, _fn in _CMP.items():
+    for _ty in ("i32", "u32", "i64", "u64"):
+        _cmp_op(f"v_cmp_{_rel}_{_ty}", _fn, _ty, False)
+        _cmp_op(f"v_cmpx_{_rel}_{_ty}", _fn, _ty, True)
+
+
+@_vop("v_cndmask_b32", nops=4, sdwa=True, negabs=True)
+def cndmask_b32(w: Wave, ins: Instr) -> None:
+    """``v_cndmask_b32 d, s0, s1, mask``: s1 where the mask bit is set, else s0."""
+    a, b = _srcs(w, ins, 1, 2)
+    a, b = _bitmods(a, ins.ops[1]), _bitmods(b, ins.ops[2])
+    w.vset(ins, np.where(w.mask_get(ins.ops[3]), b, a))
+
+
+def _bitmods(x: np.ndarray, o) -> np.ndarray:
+    """``abs`` then ``neg`` of a source, as the bit operations they are on a 32-bit pattern."""
+    if o.abs:
+        x = x & np.uint32(0x7FFFFFFF)
+    if o.neg:
+        x = x ^ np.uint32(0x80000000)
+    return x
+
+
+# ---- lane access ---------------------------------------------------------------------
+
+@_vop("v_readfirstlane_b32", nops=2)
+def readfirstlane_b32(w: Wave, ins: Instr) -> None:
+    """``v_readfirstlane_b32 sdst, vsrc``: the lowest active lane (lane 0 if EXEC is 0)."""
+    active = w.exec_mask
+    lane = int(np.argmax(active)) if active.any() else 0
+    src = w.raw(ins.ops[1])
+    w.sset(ins.ops[0], int(src[lane] if isinstance(src, np.ndarray) else src))
+
+
+@_vop("v_readlane_b32", nops=3)
+def readlane_b32(w: Wave, ins: Instr) -> None:
+    """``v_readlane_b32 sdst, vsrc, lane``: lane (modulo 64) of vsrc, EXEC ignored."""
+    src = ins.ops[1]
+    if src.kind != "v":
+        raise SimError(f"v_readlane_b32: source {src.text} is not a VGPR at {ins.where()}")
+    w.sset(ins.ops[0], int(w.v[src.index, w.sget(ins.ops[2]) & 63]))
+
+
+@_vop("v_writelane_b32", nops=3)
+def writelane_b32(w: Wave, ins: Instr) -> None:
+    """``v_writelane_b32 vdst, ssrc, lane``: write one lane (modulo 64), EXEC ignored."""
+    dst = ins.ops[0]
+    if dst.kind != "v":
+        raise SimError(f"v_writelane_b32: destination {dst.text} is not a VGPR at {ins.where()}")
+    w.v[dst.index, w.sget(ins.ops[2]) & 63] = w.sget(ins.ops[1])
