@@ -1,0 +1,139 @@
+"""kernels.flydsl.sim.launch: workgroup orders, waves meeting at barriers, the
+initial registers the kernel descriptor declares, on small hand-written kernels."""
+
+import numpy as np
+import pytest
+
+from kernels.flydsl.sim.launch import Group, Kernel, Target, dispatch, workgroup_order
+from kernels.flydsl.sim.memory import Lds, Memory
+from kernels.flydsl.sim.program import parse_program
+from kernels.flydsl.sim.wave import MemoryFault, SimError
+
+
+def _kernel(body: str, lds: int = 0, kernarg: int = 16) -> Kernel:
+    text = f"""\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
+\t.text
+\t.globl\tk
+k:
+{body}
+.Lfunc_end0:
+\t.amdhsa_kernel k
+\t\t.amdhsa_group_segment_fixed_size {lds}
+\t\t.amdhsa_kernarg_size {kernarg}
+\t\t.amdhsa_user_sgpr_count 2
+\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
+\t\t.amdhsa_system_sgpr_workgroup_id_x 1
+\t\t.amdhsa_system_vgpr_workitem_id 0
+\t.end_amdhsa_kernel
+"""
+    return Kernel(parse_program(text))
+
+
+# Lane 0 of each workgroup takes a ticket from a counter and stores it at
+# out[workgroup id]: the tickets show the order the workgroups ran in.
+TICKETS = """\ts_load_dwordx4 s[4:7], s[0:1], 0x0
+\ts_waitcnt lgkmcnt(0)
+\tv_cmp_eq_u32_e32 vcc, 0, v0
+\ts_and_saveexec_b64 s[8:9], vcc
+\ts_cbranch_execz .LBB0_1
+\tv_mov_b32_e32 v1, 0
+\tv_mov_b32_e32 v2, 1
+\tglobal_atomic_add v3, v1, v2, s[4:5] sc0
+\ts_lshl_b32 s10, s2, 2
+\tv_mov_b32_e32 v5, s10
+\tglobal_store_dword v5, v3, s[6:7]
+.LBB0_1:
+\ts_endpgm"""
+
+
+def _args(*addrs) -> bytes:
+    return b"".join(int(a).to_bytes(8, "little") for a in addrs)
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffle:3", "shuffle:4"])
+def test_workgroups_run_one_at_a_time_in_the_chosen_order(order):
+    k = _kernel(TICKETS)
+    mem = Memory()
+    counter, out = np.zeros(1, np.uint32), np.full(6, 99, np.uint32)
+    n = dispatch(k, mem, _args(mem.alloc("counter", counter), mem.alloc("out", out)), (6, 1, 1), 64, order=order)
+    ran = [ids[0] for ids in workgroup_order((6, 1, 1), order)]
+    assert counter[0] == 6
+    assert [int(out[x]) for x in ran] == list(range(6))
+    assert n > 6 * 5
+
+
+def test_orders_are_permutations_and_shuffles_are_seeded():
+    fwd = workgroup_order((3, 2, 2), "forward")
+    assert fwd[:4] == [(0, 0, 0), (1, 0, 0), (2, 0, 0), (0, 1, 0)] and len(set(fwd)) == 12
+    assert workgroup_order((3, 2, 2), "reverse") == fwd[::-1]
+    s1 = workgroup_order((3, 2, 2), "shuffle:1")
+    assert sorted(s1) == sorted(fwd) and s1 == workgroup_order((3, 2, 2), "shuffle:1")
+    assert s1 != workgroup_order((3, 2, 2), "shuffle:2")
+    with pytest.raises(ValueError, match="forward, reverse or shuffle"):
+        workgroup_order((1, 1, 1), "sideways")
+
+
+# Each work-item writes tid + 100 to LDS, waits at the barrier, then reads the
+# word of the work-item 64 away (in the other wave) and stores it at out[tid].
+BARRIER = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
+\tv_lshlrev_b32_e32 v1, 2, v0
+\tv_add_u32_e32 v2, 0x64, v0
+\tds_write_b32 v1, v2
+\ts_waitcnt lgkmcnt(0)
+\ts_barrier
+\tv_xor_b32_e32 v3, 0x100, v1
+\tds_read_b32 v4, v3
+\ts_waitcnt lgkmcnt(0)
+\tglobal_store_dword v1, v4, s[6:7]
+\ts_endpgm"""
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+def test_waves_meet_at_the_barrier_before_reading_each_others_lds(order):
+    k = _kernel(BARRIER, lds=512, kernarg=8)
+    mem = Memory()
+    out = np.zeros(128, np.uint32)
+    dispatch(k, mem, _args(mem.alloc("out", out)), (1, 1, 1), 128, order=order)
+    assert list(out) == [(t ^ 64) + 100 for t in range(128)]
+
+
+def test_a_wave_that_has_ended_no_longer_holds_the_barrier():
+    # Wave 0 ends early; wave 1 passes its barrier and stores out[tid] = tid.
+    body = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
+\ts_waitcnt lgkmcnt(0)
+\tv_cmp_gt_u32_e32 vcc, 64, v0
+\ts_cbranch_vccnz .LBB0_1
+\ts_barrier
+\tv_lshlrev_b32_e32 v1, 2, v0
+\tglobal_store_dword v1, v0, s[6:7]
+.LBB0_1:
+\ts_endpgm"""
+    mem = Memory()
+    out = np.zeros(128, np.uint32)
+    dispatch(_kernel(body, kernarg=8), mem, _args(mem.alloc("out", out)), (1, 1, 1), 128)
+    assert list(out) == [0] * 64 + list(range(64, 128))
+
+
+def test_a_kernel_that_loops_forever_stops_at_the_budget():
+    k = _kernel(""".LBB0_0:
+\ts_branch .LBB0_0""")
+    mem = Memory()
+    group = Group(mem, Target("gfx950"), Lds(0))
+    with pytest.raises(SimError, match="exceeded 1000 instructions"):
+        k.run_group(group, mem.alloc("kernarg", np.zeros(16, np.uint8)), 64, budget=1000)
+
+
+def test_a_store_past_every_allocation_names_the_buffer():
+    body = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
+\tv_lshlrev_b32_e32 v1, 2, v0
+\tglobal_store_dword v1, v0, s[6:7]
+\ts_endpgm"""
+    mem = Memory()
+    out = np.zeros(63, np.uint32)
+    with pytest.raises(MemoryFault, match="past the end of buffer 'out'"):
+        dispatch(_kernel(body, kernarg=8), mem, _args(mem.alloc("out", out)), (1, 1, 1), 64)
+
+
+def test_kernarg_segment_larger_than_declared_is_refused():
+    with pytest.raises(SimError, match="kernarg segment of 24 bytes"):
+        dispatch(_kernel(TICKETS), Memory(), bytes(24), (1, 1, 1), 64)
