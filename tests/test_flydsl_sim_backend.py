@@ -1,0 +1,170 @@
+"""kernels.flydsl.sim.backend: the compiled FlyDSL kernel run by the simulator
+(``flydsl-sim-gfx942``/``-gfx950``) against the emulation of its arithmetic.
+
+This is the check of the suite's main kernel that a CPU can make. The CI
+subset (a few minutes): for both targets, small generated problems at every
+split count, both layouts, XCD placement 8, TOPK 1/33/64, q_len > 1 and Hkv
+> 1; a golden subset; the kernel mutants caught; selected pages beyond 4 GiB
+of pool; ``v_exp_f32`` off by one ulp either way still inside the
+tolerance. The full catalog and hundreds of generated problems per target
+are run by hand (``python -m vectors check --backend flydsl-sim-gfx950``).
+Compiling needs FlyDSL and ``ld.lld`` >= 19: without them these tests skip
+with the reason, unless ``NVFP4_REQUIRE_COMPILE=1`` (CI) makes that a failure.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from kernels.flydsl.lanes import ARCHS
+from kernels.flydsl.sim import backend as SB
+from kernels.flydsl.sim.program import parse_program
+from kernels.flydsl.sim.wave import SimError
+from reference import DecodeProblem
+from reference.examples import random_problem
+from reference.paged_cache import page_bytes
+from vectors.catalog import load_manifest
+from vectors.harness import run_case
+from vectors.io import load_case
+from vectors.catalog import HERE as VECTORS
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    why = SB.sim_missing()
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+
+
+def test_kernargs_are_packed_at_the_metadata_offsets_in_launch_order():
+    text = """\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
+\t.globl\tk
+k:
+\ts_endpgm
+.Lfunc_end0:
+\t.amdhsa_kernel k
+\t\t.amdhsa_kernarg_size 24
+\t.end_amdhsa_kernel
+\t.amdgpu_metadata
+  - .args:
+      - .offset:         0
+        .size:           4
+      - .offset:         8
+        .size:           8
+      - .offset:         16
+        .size:           4
+    .name:           k
+\t.end_amdgpu_metadata
+"""
+    prog = parse_program(text)
+    seg = SB.pack_kernargs(prog, (1, 0, 2), [0x1122334455667788, 7, 1.5])
+    assert len(seg) == 24
+    assert int.from_bytes(seg[0:4], "little") == 7
+    assert seg[8:16] == (0x1122334455667788).to_bytes(8, "little")
+    assert np.frombuffer(seg[16:20], np.float32)[0] == 1.5
+    with pytest.raises(SimError, match="3 kernel arguments"):
+        SB.pack_kernargs(prog, (0, 1), [1, 2])
+
+
+def _check(b, p: DecodeProblem, splits: int, xcds: int = 0):
+    _, rep = run_case(b, p, splits, xcds)
+    assert rep.passed, rep.details()
+    return rep
+
+
+CONFIGS = [  # (seed, splits, xcds, problem keywords)
+    (1, 1, 0, dict(reqs=2, topk=16)),
+    (2, 2, 0, dict(reqs=2, q_len=2, num_kv_heads=2, topk=8)),
+    (3, 8, 0, dict(reqs=1, topk=33, seq_lens=[33 * 128 - 5])),
+    (4, 4, 8, dict(reqs=2, q_len=3, topk=8, layout="planar")),
+    (5, 1, 8, dict(reqs=1, topk=1)),
+    (6, 2, 0, dict(reqs=1, topk=64, seq_lens=[40 * 128], invalid_fraction=0.5)),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("seed, splits, xcds, kw", CONFIGS)
+def test_the_simulated_kernel_matches_the_emulation_on_generated_problems(toolchain, arch, seed, splits, xcds, kw):
+    _check(SB.FlydslSimBackend(arch), random_problem(seed, **kw), splits, xcds)
+
+
+# Golden cases cheap enough for CI (one or two rows): the classes that break
+# real kernels first.
+GOLDEN_SUBSET = ("first-slots-invalid", "v-scale-swizzle", "stale-tail-127", "e4m3-subnormal", "e4m3-max",
+                 "e2m1-every-code", "split-rescale")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_golden_subset_conforms(toolchain, arch):
+    b = SB.FlydslSimBackend(arch)
+    cases = [c for c in load_manifest()["cases"] if c["name"] in GOLDEN_SUBSET]
+    assert len(cases) == len(GOLDEN_SUBSET)
+    for c in cases:
+        problem, _, _ = load_case(VECTORS / c["file"])
+        for splits in c["splits"]:
+            _, rep = run_case(b, problem, splits, 0)
+            assert rep.passed, f"case {c['id']} {c['name']} splits {splits}:\n{rep.details()}"
+
+
+MUTANT_CASES = {  # mutant -> (arch, a problem that shows it, splits)
+    "causal_off_by_one": ("gfx950", dict(reqs=1, topk=4, seq_lens=[3 * 128 + 40], invalid_fraction=0.0), 1),
+    "v_scale_linear": ("gfx950", dict(reqs=1, topk=4), 1),
+    "merge_no_rescale": ("gfx950", dict(reqs=1, topk=8, seq_lens=[8 * 128], invalid_fraction=0.0), 2),
+    "ticket_not_reset": ("gfx950", dict(reqs=1, topk=4, seq_lens=[4 * 128], invalid_fraction=0.0), 2),
+    "fnuz_uncorrected": ("gfx942", dict(reqs=1, topk=4), 1),
+}
+
+
+def test_every_kernel_mutant_has_a_case():
+    assert set(MUTANT_CASES) == set(SB.MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANT_CASES))
+def test_kernel_mutants_are_caught_through_the_simulator(toolchain, mutant):
+    arch, kw, splits = MUTANT_CASES[mutant]
+    b = SB.FlydslSimBackend(arch, mutant=mutant)
+    p = random_problem(7, **kw)
+    try:
+        _, rep = run_case(b, p, splits, 0)
+        caught = not rep.passed
+    except SimError as e:  # the simulator's own ticket check
+        caught = "ticket" in str(e)
+    assert caught, f"mutant {mutant} passed"
+
+
+def test_selected_pages_beyond_4_gib_of_pool_are_read(toolchain):
+    base = random_problem(8, reqs=1, topk=4, seq_lens=[4 * 128], spare_pages=0, invalid_fraction=0.0)
+    pb = page_bytes(base.num_kv_heads)
+    pages = (5 << 30) // pb + 4
+    # np.zeros is not resident until written: only the pages used cost memory.
+    pool = np.zeros((pages, pb), np.uint8)
+    bt = base.block_table.copy()
+    for j, page in enumerate(bt[0, :4]):
+        pool[pages - 4 + j] = base.pool[page]
+        bt[0, j] = pages - 4 + j
+    far = DecodeProblem(**{**base.__dict__, "pool": pool, "block_table": bt})
+    assert int(bt[0, 0]) * pb > 2**32
+    b = SB.FlydslSimBackend("gfx950")
+    near = b(base, splits=1)
+    assert np.array_equal(b(far, splits=1).view(np.uint32), near.view(np.uint32))
+    _check(b, far, 1)
+
+
+@pytest.mark.parametrize("ulps", [-1, 1])
+def test_the_tolerance_holds_when_exp2_is_off_by_one_ulp(toolchain, ulps):
+    b = SB.FlydslSimBackend("gfx950", options={"exp_ulps": ulps})
+    for seed in (9, 10):
+        _check(b, random_problem(seed, reqs=2, q_len=2, topk=8), 2)
+
+
+def test_workgroup_orders_agree_bitwise_and_tickets_return_to_zero(toolchain):
+    p = random_problem(11, reqs=2, num_kv_heads=2, topk=8)
+    ws = SB.SimWorkspace()
+    outs = [SB.run(p, "gfx950", splits=4, order=o, workspace=ws)["out"]
+            for o in ("forward", "reverse", "shuffle:1", "shuffle:2")]
+    for o in outs[1:]:
+        assert np.array_equal(o.view(np.uint32), outs[0].view(np.uint32))
+    assert not ws.tickets(2 * 2).any()
