@@ -113,3 +113,31 @@ def test_check_all_runs_each_case_at_every_xcds_placement_of_the_manifest(monkey
     ok, lines = catalog.check_all(b)
     assert ok and sorted(b.seen) == sorted(case["xcds"] * 2) and len(case["xcds"]) > 1
     assert f"xcds {case['xcds']}" in lines[1]
+
+
+def test_check_all_fails_a_backend_that_zeroes_its_pool(monkeypatch):
+    class ZeroPool:
+        """Rejects invalid input as the reference does, zeroes the pool either way, returns zeros."""
+
+        name, geometry, splits = "zero-pool", R.SEED_GEOMETRY, (1, 2, 3, 8)
+
+        def available(self):
+            return None
+
+        def __call__(self, problem, *, splits=1):
+            try:
+                problem.validate()
+            finally:
+                problem.pool[...] = 0
+            return np.zeros((problem.rows, problem.H, 128), np.float32)
+
+    m = catalog.load_manifest()
+    # Expectations computed from the zeroed pool would be zeros: what this backend returns.
+    valid = next(c for c in m["cases"] if c["name"] == "stale-tail-1")
+    invalid = next(c for c in m["cases"] if c["result"] == "invalid")
+    monkeypatch.setattr(catalog, "load_manifest", lambda: {**m, "cases": [valid, invalid]})
+    ok, lines = catalog.check_all(ZeroPool())
+    text = "\n".join(lines)
+    assert not ok
+    assert f"{valid['name']:<28} FAIL" in text and f"{invalid['name']:<28} FAIL" in text
+    assert text.count("backend modified its input 'pool'") == len(valid["splits"]) + 1, text

@@ -27,11 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from reference import ProblemError, emulate
+from reference.compare import describe_modified_inputs
 from reference.oracle import oracle_details
 from reference.problem import DecodeProblem
 
 from . import cases as C
-from .harness import run_case, takes_xcds
+from .harness import modified_inputs, private_copy, run_case, takes_xcds
 from .io import CaseFileError, load_case, save_case
 
 HERE = Path(__file__).parent
@@ -154,7 +155,8 @@ def _dump(manifest: dict) -> str:
 
 
 def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> tuple[bool, str]:
-    """The validator (and the backend's host side, if given) must raise ``expected_error``."""
+    """The validator (and the backend's host side, if given) must raise ``expected_error``;
+    the backend gets a ``private_copy`` and must leave it as it was."""
     def raised(fn):
         """(exception class name or None, message) of calling fn."""
         try:
@@ -167,13 +169,19 @@ def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> 
 
     lines, ok = [], True
     who = [("reference validator", problem.validate)]
+    seen = None
     if backend is not None:
-        who.append((f"backend {backend.name}", lambda: backend(problem, splits=1)))
+        seen = private_copy(problem)
+        who.append((f"backend {backend.name}", lambda: backend(seen, splits=1)))
     for name, fn in who:
         got, msg = raised(fn)
         good = got == expected_error
         ok &= good
         lines.append(f"{name}: {'PASS' if good else 'FAIL'}: expected {expected_error}, got {got}: {msg}")
+    changed = {} if seen is None else modified_inputs(problem, seen)
+    if changed:
+        ok = False
+        lines.append(f"backend {backend.name}: FAIL: {describe_modified_inputs(changed)}")
     return ok, "\n".join(lines)
 
 
