@@ -63,10 +63,10 @@ def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     p = random_problem(4, reqs=2, topk=3)
-    path = save_repro("mutant:x", p, 2, "FAIL ...")
+    path = save_repro("mutant:x", p, 2, "FAIL ...", xcds=8)
     assert path.parent == tmp_path and path.name.startswith("mutant_x-")
     q, meta, _ = load_case(path)
-    assert meta["splits"] == 2 and np.array_equal(q.topk, p.topk)
+    assert meta["splits"] == 2 and meta["xcds"] == 8 and np.array_equal(q.topk, p.topk)
 
 
 class Clobber:

@@ -202,8 +202,12 @@ def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> 
     return ok, "\n".join(lines)
 
 
-def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool, list[str]]:
-    """Run every catalog case against ``backend``; returns (ok, report lines)."""
+def check_all(backend, progress=None, stop_at_first: bool = False, spec: str | None = None) -> tuple[bool, list[str]]:
+    """Run every catalog case against ``backend``; returns (ok, report lines).
+
+    spec: how the replay hints name the backend (the ``--backend`` it was
+    loaded by; default its ``name``, right for registered backends).
+    """
     m = load_manifest()
     lines, ok = [f"golden vectors: {len(m['cases'])} cases"], True
     placed = takes_xcds(backend)
@@ -231,13 +235,15 @@ def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool
                         passed, text = False, f"backend raised {type(e).__name__}: {e}"
                     good &= passed
                     if not passed:
-                        details.append(f"splits={s} xcds={x}: {text}")
+                        details.append((s, x, text))
             status = "PASS" if good else "FAIL"
             where = f"splits {splits}" + (f", xcds {placements}" if placed else "")
             lines.append(f"  {c['id']:3d} {c['name']:<28} {status} ({where})")
-            for d in details:
-                lines.append("      " + d.replace("\n", "\n      "))
-                lines.append(f"      replay: python -m vectors replay {HERE / c['file']} --backend {backend.name}")
+            # Case files do not hold the manifest's placements: the hint names the failing launch.
+            for s, x, text in details:
+                lines.append(f"      splits={s} xcds={x}: " + text.replace("\n", "\n      "))
+                lines.append(f"      replay: python -m vectors replay {HERE / c['file']} "
+                             f"--backend {spec or backend.name} --splits {s} --xcds {x}")
         ok &= good
         if stop_at_first and not ok:
             break

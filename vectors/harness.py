@@ -107,16 +107,18 @@ def run_case(backend, problem: DecodeProblem, splits: int = 1, xcds: int = 0) ->
     return first, report
 
 
-def save_repro(backend_name: str, problem: DecodeProblem, splits: int, report_text: str) -> Path:
+def save_repro(backend_name: str, problem: DecodeProblem, splits: int, report_text: str, *, xcds: int) -> Path:
     """Write a failing problem to ``$NVFP4_REPRO_DIR`` (default ``.repro/``) as a case
-    file named by its content hash; returns the path. ``python -m vectors replay
-    PATH`` reruns it and ``python -m vectors add PATH`` makes it a golden case."""
+    file named by its content hash; returns the path. Its meta holds the launch
+    (``splits``, ``xcds``) that failed, which ``python -m vectors replay PATH``
+    reruns; ``python -m vectors add PATH`` makes it a golden case."""
     from .io import save_case
 
     folder = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"incoming-{os.getpid()}.npz"
-    digest = save_case(tmp, problem, meta={"backend": backend_name, "splits": splits, "report": report_text})
+    meta = {"backend": backend_name, "splits": splits, "xcds": xcds, "report": report_text}
+    digest = save_case(tmp, problem, meta=meta)
     path = folder / f"{backend_name.replace(':', '_')}-{digest[:12]}.npz"
     tmp.replace(path)
     return path
