@@ -108,6 +108,13 @@ class Mismatch:
         )
 
 
+def describe_modified_inputs(changed: dict) -> str:
+    """``changed`` (input array name -> bytes changed) as one phrase, e.g.
+    ``backend modified its input 'pool' (12 bytes changed)``."""
+    parts = ", ".join(f"{name!r} ({n} bytes changed)" for name, n in changed.items())
+    return f"backend modified its input{'s' if len(changed) > 1 else ''} {parts}"
+
+
 @dataclasses.dataclass
 class Report:
     """The result of comparing one output with its reference.
@@ -121,6 +128,8 @@ class Report:
     whose bits differ between two runs of the same problem (set by the harness). nan_rows: rows holding a
     NaN though at least one element was written; unwritten_rows: rows wholly
     NaN (the harness pre-fills NaN, so such a row was never stored).
+    modified_inputs: input array name -> bytes the backend changed in it (set
+    by the harness; any entry fails, whatever the output).
     """
 
     against: str
@@ -134,11 +143,14 @@ class Report:
     max_bound_ratio: float = 0.0
     shape_error: str | None = None
     repeat_mismatch: int = 0
+    modified_inputs: dict = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        """True when every element is within its bound, no run differed, the shape was right."""
-        return self.shape_error is None and self.n_fail == 0 and self.repeat_mismatch == 0
+        """True when every element is within its bound, no run differed, the shape was right
+        and the backend left its inputs as they were."""
+        return (self.shape_error is None and self.n_fail == 0 and self.repeat_mismatch == 0
+                and not self.modified_inputs)
 
     @property
     def fail_fraction(self) -> float:
@@ -148,19 +160,23 @@ class Report:
     def summary(self) -> str:
         """One line: PASS/FAIL, counts, the largest deviations."""
         if self.shape_error:
-            return f"FAIL vs {self.against}: {self.shape_error}"
-        head = "PASS" if self.passed else "FAIL"
-        s = (f"{head} vs {self.against}: {self.n_fail}/{self.n_elements} elements outside bound "
-             f"({100 * self.fail_fraction:.3g}%), max |diff|/bound {self.max_bound_ratio:.3g}, "
-             f"max {self.max_ulp:g} ulp")
-        if self.unwritten_rows:
-            s += f", {len(self.unwritten_rows)} rows not written"
-        if self.nan_rows:
-            s += f", {len(self.nan_rows)} rows with NaN"
-        if self.not_bf16:
-            s += f", {self.not_bf16} values not bf16"
-        if self.repeat_mismatch:
-            s += f", second run differs in {self.repeat_mismatch} elements"
+            s = f"FAIL vs {self.against}: {self.shape_error}"
+        else:
+            head = "PASS" if self.passed else "FAIL"
+            s = (f"{head} vs {self.against}: {self.n_fail}/{self.n_elements} elements outside bound "
+                 f"({100 * self.fail_fraction:.3g}%), max |diff|/bound {self.max_bound_ratio:.3g}, "
+                 f"max {self.max_ulp:g} ulp")
+            if self.unwritten_rows:
+                s += f", {len(self.unwritten_rows)} rows not written"
+            if self.nan_rows:
+                s += f", {len(self.nan_rows)} rows with NaN"
+            if self.not_bf16:
+                s += f", {self.not_bf16} values not bf16"
+            if self.repeat_mismatch:
+                s += f", second run differs in {self.repeat_mismatch} elements"
+        # Beside a shape error too: overwritten inputs are a failure of their own.
+        if self.modified_inputs:
+            s += f", {describe_modified_inputs(self.modified_inputs)}"
         return s
 
     def details(self) -> str:

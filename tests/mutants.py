@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference import DecodeProblem, bf16_round, e4m3fnuz_decode
+from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
 from reference.formats import e2m1_decode, e4m3fn_decode
 from reference.paged_cache import BLK, D, page_views, unpack_e2m1, unswizzle_v_scales
 from reference.problem import HG
@@ -152,3 +152,21 @@ class NumpyKernel:
             if bug == "split_empty_nan":
                 return acc * (v_global / l_all)
         return acc * (v_global / l_all) if l_all > 0 else np.zeros(D)
+
+
+class PlacementBug:
+    """The seed emulation behind an ``xcds`` parameter that leaves the last row
+    unstored (NaN) whenever ``xcds`` is not 0: a bug only an XCD placement shows."""
+
+    name = "placement-bug"
+    geometry = SEED_GEOMETRY
+    splits = (1, 2)
+
+    def available(self) -> str | None:
+        return None
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1, xcds: int = 0) -> np.ndarray:
+        out = emulate(problem, splits=splits)
+        if xcds:
+            out[-1] = np.nan
+        return out

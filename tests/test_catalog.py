@@ -3,14 +3,18 @@ every bug class, and every case passes against the reference backends."""
 
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kernels
 import reference as R
+from reference.examples import random_problem
 from vectors import catalog, cases
-from vectors.io import load_case
+from vectors.io import load_case, save_case
 
 
 def test_regen_check_reproduces_every_committed_byte(capsys):
@@ -69,27 +73,147 @@ def test_malformed_manifest_names_the_field(tmp_path):
         catalog.load_manifest(bad)
 
 
-def test_add_promotes_a_saved_case_and_regen_keeps_it(tmp_path, monkeypatch):
+@pytest.fixture
+def tmp_catalog(tmp_path, monkeypatch):
+    """A copy of the committed catalog (``tmp_path/vectors``) that ``catalog`` reads and writes."""
     here = tmp_path / "vectors"
-    shutil.copytree(catalog.HERE / "data", here / "data")
+    shutil.copytree(catalog.DATA, here / "data")
     shutil.copy(catalog.MANIFEST, here / "manifest.json")
     monkeypatch.setattr(catalog, "HERE", here)
     monkeypatch.setattr(catalog, "DATA", here / "data")
     monkeypatch.setattr(catalog, "MANIFEST", here / "manifest.json")
-    from reference.examples import random_problem
-    from vectors.io import save_case
+    return here
 
-    src = tmp_path / "repro.npz"
-    save_case(src, random_problem(77, reqs=2, topk=3), meta={"splits": 2})
+
+def _add(tmp_path, seed=77, name="prod-bug"):
+    """Promote a saved random problem (repro meta: splits 2) with ``add``; returns its manifest entry."""
+    src = tmp_path / f"repro-{seed}.npz"
+    save_case(src, random_problem(seed, reqs=2, topk=3), meta={"splits": 2, "xcds": 8})
     args = type("A", (), {"file": str(src), "comment": "found in production", "flags": ["split-merge"],
-                          "name": "prod-bug", "splits": None})()
+                          "name": name, "splits": None})()
     assert catalog.cmd_add(args) == 0
+    return catalog.load_manifest(catalog.MANIFEST)["cases"][-1]
+
+
+def _regen(check=False):
+    return catalog.cmd_regen(type("A", (), {"check": check})())
+
+
+def _snapshot(here):
+    """Every byte of a catalog folder's manifest and data files; nothing else but
+    the package's modules may be there (no leftover build folder)."""
+    others = {p.name for p in here.iterdir() if p.suffix != ".py" and p.name != "__pycache__"}
+    assert others == {"data", "manifest.json"}
+    return {"manifest.json": (here / "manifest.json").read_bytes(),
+            **{f"data/{p.name}": p.read_bytes() for p in (here / "data").iterdir()}}
+
+
+def _assert_consistent(here):
+    """Ids 0..n-1 in order, file names from ids and names, meta ids, hashes, no stray files."""
     m = catalog.load_manifest(here / "manifest.json")
-    new = m["cases"][-1]
+    assert [c["id"] for c in m["cases"]] == list(range(len(m["cases"])))
+    for c in m["cases"]:
+        assert c["file"] == f"data/{c['id']:03d}-{c['name']}.npz"
+        _, meta, _ = load_case(here / c["file"], sha256=c["sha256"])
+        assert meta["id"] == c["id"]
+    assert sorted(f"data/{p.name}" for p in (here / "data").iterdir()) == sorted(c["file"] for c in m["cases"])
+
+
+def test_add_promotes_a_saved_case_and_regen_check_passes(tmp_catalog, tmp_path):
+    new = _add(tmp_path)
     assert new["name"] == "prod-bug" and new["source"] == "added" and new["splits"] == [2]
-    p, meta, extra = load_case(here / new["file"], sha256=new["sha256"])
+    p, meta, extra = load_case(tmp_catalog / new["file"], sha256=new["sha256"])
     assert "out_emulated_s2" in extra
-    assert catalog.cmd_regen(type("A", (), {"check": True})()) == 0
+    before = _snapshot(tmp_catalog)
+    assert _regen(check=True) == 0
+    assert _snapshot(tmp_catalog) == before
+
+
+def test_add_then_regen_keeps_every_case_byte_identical(tmp_path):
+    # The commands as a user runs them, in a copy of the packages (the catalog
+    # lives beside the code that reads it).
+    root = Path(__file__).resolve().parents[1]
+    for pkg in ("reference", "kernels", "vectors"):
+        shutil.copytree(root / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*"))
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3), meta={"splits": 2, "xcds": 8})
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-m", "vectors", *args], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    run("add", str(src), "--comment", "c", "--flags", "split-merge")
+    before = _snapshot(tmp_path / "vectors")
+    run("regen")
+    assert _snapshot(tmp_path / "vectors") == before
+    _assert_consistent(tmp_path / "vectors")
+
+
+def test_regen_numbers_added_cases_after_the_builtins(tmp_catalog, tmp_path, monkeypatch):
+    first, second = _add(tmp_path, 77, "prod-a"), _add(tmp_path, 78, "prod-b")
+    old = {c["name"]: load_case(tmp_catalog / c["file"]) for c in (first, second)}
+    monkeypatch.setattr(cases, "CASES", cases.CASES[:2])
+    assert _regen() == 0
+    _assert_consistent(tmp_catalog)
+    m = catalog.load_manifest(tmp_catalog / "manifest.json")
+    assert [(c["id"], c["name"], c.get("source")) for c in m["cases"][2:]] == [(2, "prod-a", "added"),
+                                                                              (3, "prod-b", "added")]
+    for c in m["cases"][2:]:
+        p, meta, extra = load_case(tmp_catalog / c["file"], sha256=c["sha256"])
+        q, old_meta, old_extra = old[c["name"]]
+        assert all(np.array_equal(getattr(p, f), getattr(q, f)) for f in ("q", "pool", "topk", "block_table"))
+        assert meta == {**old_meta, "id": c["id"]}
+        assert extra.keys() == old_extra.keys() and all(np.array_equal(extra[k], old_extra[k]) for k in extra)
+    assert _regen(check=True) == 0
+
+
+def test_interrupted_regen_leaves_the_catalog_intact(tmp_catalog, tmp_path, monkeypatch):
+    _add(tmp_path)
+    before = _snapshot(tmp_catalog)
+    written = []
+
+    def save_then_fail(path, *args, **kw):
+        if len(written) == 3:
+            raise KeyboardInterrupt
+        written.append(path)
+        return save_case(path, *args, **kw)
+
+    monkeypatch.setattr(catalog, "save_case", save_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        _regen()
+    assert len(written) == 3 and all(not p.is_relative_to(tmp_catalog / "data") for p in written)
+    assert _snapshot(tmp_catalog) == before
+    _assert_consistent(tmp_catalog)
+
+
+def test_regen_that_fails_to_swap_in_its_data_restores_the_old(tmp_catalog, tmp_path, monkeypatch):
+    import os
+
+    _add(tmp_path)
+    before = _snapshot(tmp_catalog)
+    monkeypatch.setattr(cases, "CASES", cases.CASES[:2])
+    replace, calls = os.replace, []
+
+    def second_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(f"cannot rename {src}")
+        replace(src, dst)
+
+    monkeypatch.setattr(catalog.os, "replace", second_fails)
+    with pytest.raises(OSError, match="cannot rename"):
+        _regen()
+    assert _snapshot(tmp_catalog) == before
+
+
+def test_regen_refuses_a_catalog_whose_added_file_is_gone(tmp_catalog, tmp_path, capsys):
+    new = _add(tmp_path)
+    (tmp_catalog / new["file"]).unlink()
+    before = _snapshot(tmp_catalog)
+    assert _regen() == 2
+    assert f"{new['file'].split('/')[1]}: no such case file" in capsys.readouterr().err
+    assert _snapshot(tmp_catalog) == before
 
 
 def test_check_all_runs_each_case_at_every_xcds_placement_of_the_manifest(monkeypatch):
@@ -113,3 +237,31 @@ def test_check_all_runs_each_case_at_every_xcds_placement_of_the_manifest(monkey
     ok, lines = catalog.check_all(b)
     assert ok and sorted(b.seen) == sorted(case["xcds"] * 2) and len(case["xcds"]) > 1
     assert f"xcds {case['xcds']}" in lines[1]
+
+
+def test_check_all_fails_a_backend_that_zeroes_its_pool(monkeypatch):
+    class ZeroPool:
+        """Rejects invalid input as the reference does, zeroes the pool either way, returns zeros."""
+
+        name, geometry, splits = "zero-pool", R.SEED_GEOMETRY, (1, 2, 3, 8)
+
+        def available(self):
+            return None
+
+        def __call__(self, problem, *, splits=1):
+            try:
+                problem.validate()
+            finally:
+                problem.pool[...] = 0
+            return np.zeros((problem.rows, problem.H, 128), np.float32)
+
+    m = catalog.load_manifest()
+    # Expectations computed from the zeroed pool would be zeros: what this backend returns.
+    valid = next(c for c in m["cases"] if c["name"] == "stale-tail-1")
+    invalid = next(c for c in m["cases"] if c["result"] == "invalid")
+    monkeypatch.setattr(catalog, "load_manifest", lambda: {**m, "cases": [valid, invalid]})
+    ok, lines = catalog.check_all(ZeroPool())
+    text = "\n".join(lines)
+    assert not ok
+    assert f"{valid['name']:<28} FAIL" in text and f"{invalid['name']:<28} FAIL" in text
+    assert text.count("backend modified its input 'pool'") == len(valid["splits"]) + 1, text

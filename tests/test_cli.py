@@ -48,3 +48,44 @@ def test_failing_backend_exits_1_saves_a_repro_and_replay_reproduces_it(tmp_path
     assert r2.returncode == 1 and "FAIL" in r2.stdout
     r3 = _run("replay", saved[0], "--backend", "emulate", env_extra=env)
     assert r3.returncode == 0 and "PASS" in r3.stdout
+
+
+def _replay_lines(text):
+    return [ln.split("replay: ", 1)[1] for ln in text.splitlines() if ln.strip().startswith("replay: ")]
+
+
+def test_failure_drawn_at_xcds_8_is_saved_and_replayed_at_xcds_8(tmp_path, monkeypatch, capsys):
+    from vectors.cli import main
+    from vectors.io import load_case
+
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
+    spec = "mutants:PlacementBug"
+    assert main(["check", "--backend", spec, "--examples", "20", "--no-golden"]) == 1
+    out = capsys.readouterr().out
+    saved = [ln.split("saved: ", 1)[1] for ln in out.splitlines() if ln.startswith("saved: ")]
+    assert len(saved) == 1
+    _, meta, _ = load_case(saved[0])
+    assert meta["xcds"] == 8
+    assert _replay_lines(out)[0].endswith(f"--splits {meta['splits']} --xcds 8")
+    assert main(["replay", saved[0], "--backend", spec]) == 1
+    assert f"splits={meta['splits']}, xcds=8: FAIL" in capsys.readouterr().out
+    assert main(["replay", saved[0], "--backend", spec, "--xcds", "0"]) == 0
+    assert f"splits={meta['splits']}, xcds=0: PASS" in capsys.readouterr().out
+
+
+def test_golden_failure_hint_names_the_failing_launch(monkeypatch, capsys):
+    import mutants
+    from vectors import catalog
+    from vectors.cli import main
+
+    m = catalog.load_manifest()
+    case = next(c for c in m["cases"] if c["result"] == "valid" and 8 in c["xcds"] and 2 in c["splits"])
+    monkeypatch.setattr(catalog, "load_manifest", lambda: {**m, "cases": [case]})
+    ok, lines = catalog.check_all(mutants.PlacementBug(), spec="mutants:PlacementBug")
+    hints = _replay_lines("\n".join(lines))
+    assert not ok and len(hints) == len([s for s in case["splits"] if s in (1, 2)])
+    assert all(h.endswith(("--splits 1 --xcds 8", "--splits 2 --xcds 8")) for h in hints), hints
+    argv = hints[-1].split()[3:]
+    assert argv[:2] == ["replay", str(catalog.HERE / case["file"])]
+    assert main(argv) == 1 and "xcds=8: FAIL" in capsys.readouterr().out
+    assert main(argv[:-1] + ["0"]) == 0

@@ -34,8 +34,8 @@ def test_backend_conforms_on_generated_problems(backend, backend_spec):
         record_launch(problem, splits, xcds_)
         _, rep = run_case(backend, problem, splits, xcds_)
         if not rep.passed:
-            path = save_repro(backend.name, problem, splits, rep.details())
+            path = save_repro(backend.name, problem, splits, rep.details(), xcds=xcds_)
             pytest.fail(f"{rep.details()}\nsaved: {path}\nreplay: python -m vectors replay {path} "
-                        f"--backend {backend_spec} --splits {splits}")
+                        f"--backend {backend_spec} --splits {splits} --xcds {xcds_}")
 
     prop()

@@ -19,6 +19,7 @@ any such event into a failure rather than a silent change.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -27,11 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from reference import ProblemError, emulate
+from reference.compare import describe_modified_inputs
 from reference.oracle import oracle_details
 from reference.problem import DecodeProblem
 
 from . import cases as C
-from .harness import run_case, takes_xcds
+from .harness import modified_inputs, private_copy, run_case, takes_xcds
 from .io import CaseFileError, load_case, save_case
 
 HERE = Path(__file__).parent
@@ -91,9 +93,23 @@ def _params(case: C.Case, p: DecodeProblem) -> dict:
     }
 
 
+def _file_name(case_id: int, name: str) -> str:
+    return f"{case_id:03d}-{name}.npz"
+
+
+def _meta(entry: dict) -> dict:
+    """The ``meta`` a catalog file stores, from its manifest entry (built-in and added alike,
+    so that regenerating an added case rewrites the bytes ``add`` wrote)."""
+    meta = {k: entry[k] for k in ("id", "name", "comment", "flags", "splits", "result")}
+    meta["splits_list"] = list(entry["splits"])
+    if entry.get("expected_error"):
+        meta["expected_error"] = entry["expected_error"]
+    return meta
+
+
 def _write_case(case_id: int, case: C.Case, folder: Path) -> dict:
     p = case.build()
-    fname = f"{case_id:03d}-{case.name}.npz"
+    fname = _file_name(case_id, case.name)
     entry = {
         "id": case_id, "name": case.name, "file": f"data/{fname}", "comment": case.comment,
         "flags": list(case.flags), "splits": list(case.splits), "xcds": list(case.xcds),
@@ -107,19 +123,19 @@ def _write_case(case_id: int, case: C.Case, folder: Path) -> dict:
         p.validate()
         entry["result"] = "valid"
         extra = expectations(p, case.splits)
-    meta = {k: entry[k] for k in ("id", "name", "comment", "flags", "splits", "result")}
-    meta["splits_list"] = list(case.splits)
-    if case.expected_error:
-        meta["expected_error"] = case.expected_error
-    entry["sha256"] = save_case(folder / fname, p, meta=meta, extra=extra)
+    entry["sha256"] = save_case(folder / fname, p, meta=_meta(entry), extra=extra)
     return entry
 
 
-def _regen_added(entry: dict, src: Path, folder: Path) -> dict:
-    problem, meta, _ = load_case(src)
+def _regen_added(case_id: int, entry: dict, problem: DecodeProblem, folder: Path) -> dict:
+    """Rewrite a case promoted with ``add`` (manifest entry ``entry``, ``problem`` read
+    from its committed file) as case ``case_id`` in ``folder``, the expectations
+    recomputed. The bytes are unchanged unless the reference's arithmetic or the
+    case's id (the built-in count) changed."""
+    fname = _file_name(case_id, entry["name"])
+    entry = {**entry, "id": case_id, "file": f"data/{fname}"}
     extra = {} if entry.get("expected_error") else expectations(problem, entry["splits"])
-    entry = dict(entry)
-    entry["sha256"] = save_case(folder / Path(entry["file"]).name, problem, meta=meta, extra=extra)
+    entry["sha256"] = save_case(folder / fname, problem, meta=_meta(entry), extra=extra)
     return entry
 
 
@@ -127,22 +143,24 @@ def regenerate(folder: Path, progress=None, previous: dict | None = None) -> dic
     """Write every case into ``folder``; return the manifest dict.
 
     Built-in cases come from ``cases.CASES``; cases promoted with ``add``
-    (``source: added`` in ``previous``) are re-read from their committed files.
+    (``source: added`` in ``previous``) are re-read from their committed files
+    (which must match ``previous``'s sha256) and follow the built-ins, in
+    their previous order, numbered on from them. Writes nothing outside ``folder``.
     """
+    # Read first: a missing or altered promoted file stops the run before any work.
+    added = [(c, load_case(HERE / c["file"], sha256=c["sha256"])[0])
+             for c in (previous or {}).get("cases", []) if c.get("source") == "added"]
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
-    added = [c for c in (previous or {}).get("cases", []) if c.get("source") == "added"]
     total = len(C.CASES) + len(added)
     for i, case in enumerate(C.CASES):
         if progress:
             progress(f"  [{i + 1}/{total}] {case.name}")
         entries.append(_write_case(i, case, folder))
-    for j, entry in enumerate(added):
+    for entry, problem in added:
         if progress:
-            progress(f"  [{len(C.CASES) + j + 1}/{total}] {entry['name']} (added)")
-        e = _regen_added(entry, HERE / entry["file"], folder)
-        e["id"] = len(entries)
-        entries.append(e)
+            progress(f"  [{len(entries) + 1}/{total}] {entry['name']} (added)")
+        entries.append(_regen_added(len(entries), entry, problem, folder))
     return {
         "schema_version": SCHEMA_VERSION, "generator_version": GENERATOR_VERSION,
         "contract_version": CONTRACT_VERSION, "notes": C.FLAGS, "cases": entries,
@@ -154,7 +172,8 @@ def _dump(manifest: dict) -> str:
 
 
 def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> tuple[bool, str]:
-    """The validator (and the backend's host side, if given) must raise ``expected_error``."""
+    """The validator (and the backend's host side, if given) must raise ``expected_error``;
+    the backend gets a ``private_copy`` and must leave it as it was."""
     def raised(fn):
         """(exception class name or None, message) of calling fn."""
         try:
@@ -167,18 +186,28 @@ def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> 
 
     lines, ok = [], True
     who = [("reference validator", problem.validate)]
+    seen = None
     if backend is not None:
-        who.append((f"backend {backend.name}", lambda: backend(problem, splits=1)))
+        seen = private_copy(problem)
+        who.append((f"backend {backend.name}", lambda: backend(seen, splits=1)))
     for name, fn in who:
         got, msg = raised(fn)
         good = got == expected_error
         ok &= good
         lines.append(f"{name}: {'PASS' if good else 'FAIL'}: expected {expected_error}, got {got}: {msg}")
+    changed = {} if seen is None else modified_inputs(problem, seen)
+    if changed:
+        ok = False
+        lines.append(f"backend {backend.name}: FAIL: {describe_modified_inputs(changed)}")
     return ok, "\n".join(lines)
 
 
-def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool, list[str]]:
-    """Run every catalog case against ``backend``; returns (ok, report lines)."""
+def check_all(backend, progress=None, stop_at_first: bool = False, spec: str | None = None) -> tuple[bool, list[str]]:
+    """Run every catalog case against ``backend``; returns (ok, report lines).
+
+    spec: how the replay hints name the backend (the ``--backend`` it was
+    loaded by; default its ``name``, right for registered backends).
+    """
     m = load_manifest()
     lines, ok = [f"golden vectors: {len(m['cases'])} cases"], True
     placed = takes_xcds(backend)
@@ -206,13 +235,15 @@ def check_all(backend, progress=None, stop_at_first: bool = False) -> tuple[bool
                         passed, text = False, f"backend raised {type(e).__name__}: {e}"
                     good &= passed
                     if not passed:
-                        details.append(f"splits={s} xcds={x}: {text}")
+                        details.append((s, x, text))
             status = "PASS" if good else "FAIL"
             where = f"splits {splits}" + (f", xcds {placements}" if placed else "")
             lines.append(f"  {c['id']:3d} {c['name']:<28} {status} ({where})")
-            for d in details:
-                lines.append("      " + d.replace("\n", "\n      "))
-                lines.append(f"      replay: python -m vectors replay {HERE / c['file']} --backend {backend.name}")
+            # Case files do not hold the manifest's placements: the hint names the failing launch.
+            for s, x, text in details:
+                lines.append(f"      splits={s} xcds={x}: " + text.replace("\n", "\n      "))
+                lines.append(f"      replay: python -m vectors replay {HERE / c['file']} "
+                             f"--backend {spec or backend.name} --splits {s} --xcds {x}")
         ok &= good
         if stop_at_first and not ok:
             break
@@ -227,16 +258,53 @@ def _progress(msg):
 
 
 def cmd_regen(args) -> int:
-    """``regen [--check]``: rewrite the catalog, or compare a fresh regeneration byte for byte."""
-    previous = load_manifest() if exists() else None
-    if not args.check:
-        if DATA.exists():
-            shutil.rmtree(DATA)
-        manifest = regenerate(DATA, _progress, previous)
-        MANIFEST.write_text(_dump(manifest))
-        size = sum(f.stat().st_size for f in DATA.iterdir())
-        print(f"wrote {len(manifest['cases'])} cases, {size / 2**20:.2f} MiB")
-        return 0
+    """``regen [--check]``: rewrite the catalog, or compare a fresh regeneration byte for byte.
+
+    Exit 2 (the catalog untouched) when the committed catalog cannot be read,
+    e.g. an added case's file is missing or fails its hash.
+    """
+    try:
+        previous = load_manifest() if exists() else None
+        return _regen_check(previous) if args.check else _regen_write(previous)
+    except CaseFileError as e:
+        print(f"regen: {e}", file=sys.stderr)
+        return 2
+
+
+def _regen_write(previous: dict | None) -> int:
+    # Built beside DATA (same file system, so the swap is renames) and swapped in
+    # only when complete: an interrupted regen leaves the committed catalog as it was.
+    build = Path(tempfile.mkdtemp(prefix=".regen-", dir=DATA.parent))
+    try:
+        manifest = regenerate(build / "data", _progress, previous)
+        (build / "manifest.json").write_text(_dump(manifest))
+        _swap_in(build)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    size = sum(f.stat().st_size for f in DATA.iterdir())
+    print(f"wrote {len(manifest['cases'])} cases, {size / 2**20:.2f} MiB")
+    return 0
+
+
+def _swap_in(build: Path) -> None:
+    """Replace DATA with ``build/data``, then MANIFEST with ``build/manifest.json``.
+
+    The manifest goes last: until it is replaced, a reader sees the previous
+    manifest, whose files are unchanged when the regeneration changed nothing
+    and otherwise fail their sha256 check rather than load silently."""
+    old = build / "old-data"
+    if DATA.exists():
+        os.replace(DATA, old)
+    try:
+        os.replace(build / "data", DATA)
+    except BaseException:
+        if old.exists():
+            os.replace(old, DATA)
+        raise
+    os.replace(build / "manifest.json", MANIFEST)
+
+
+def _regen_check(previous: dict | None) -> int:
     if previous is None:
         print("regen --check: no manifest to check against", file=sys.stderr)
         return 1
@@ -286,7 +354,7 @@ def cmd_add(args) -> int:
         expected_error = type(e).__name__
     case_id = len(m["cases"])
     name = args.name or Path(args.file).stem
-    fname = f"{case_id:03d}-{name}.npz"
+    fname = _file_name(case_id, name)
     splits = sorted(set(args.splits or meta.get("splits_list") or [meta.get("splits", 1)]))
     entry = {
         "id": case_id, "name": name, "file": f"data/{fname}", "comment": args.comment,
@@ -296,12 +364,8 @@ def cmd_add(args) -> int:
     }
     if expected_error:
         entry["expected_error"] = expected_error
-    meta = {k: entry[k] for k in ("id", "name", "comment", "flags", "splits", "result")}
-    meta["splits_list"] = splits
-    if expected_error:
-        meta["expected_error"] = expected_error
     extra = {} if expected_error else expectations(problem, splits)
-    entry["sha256"] = save_case(DATA / fname, problem, meta=meta, extra=extra)
+    entry["sha256"] = save_case(DATA / fname, problem, meta=_meta(entry), extra=extra)
     m["cases"].append(entry)
     MANIFEST.write_text(_dump(m))
     print(f"added case {case_id} ({fname}), result {entry['result']}")

@@ -12,7 +12,7 @@ import time
 
 import kernels
 
-from .harness import run_case, save_repro
+from .harness import run_case, save_repro, takes_xcds
 from .io import CaseFileError, load_case
 
 PREFERENCE = ("flydsl", "triton", "torch", "emulate")
@@ -141,7 +141,7 @@ def cmd_check(args) -> int:
 
     if not args.no_golden:
         if catalog.exists():
-            g_ok, lines = catalog.check_all(backend, progress=_progress)
+            g_ok, lines = catalog.check_all(backend, progress=_progress, spec=args.backend)
             ok &= g_ok
             for ln in lines:
                 print(ln)
@@ -153,20 +153,26 @@ def cmd_check(args) -> int:
         _print_stats(stats)
         if failing is not None:
             problem, splits, text, xcds_ = failing
-            path = save_repro(backend.name, problem, splits, text)
+            path = save_repro(backend.name, problem, splits, text, xcds=xcds_)
             print("FIRST FAILING PROBLEM (minimised):")
             print(f"  rows {problem.rows}, Hkv {problem.num_kv_heads}, TOPK {problem.TOPK}, q_len {problem.q_len}, "
                   f"layout {problem.layout}, splits {splits}, xcds {xcds_}")
             print("  " + text.replace("\n", "\n  "))
             print(f"saved: {path}")
-            print(f"replay: python -m vectors replay {path} --backend {args.backend or backend.name} --splits {splits}")
+            print(f"replay: python -m vectors replay {path} --backend {args.backend or backend.name} "
+                  f"--splits {splits} --xcds {xcds_}")
         ok &= g_ok
     print(f"{'CONFORMANT' if ok else 'NOT CONFORMANT'}: backend {backend.name}, {time.time() - t0:.1f} s")
     return 0 if ok else 1
 
 
 def cmd_replay(args) -> int:
-    """``replay FILE``: one case file against one backend, its report printed."""
+    """``replay FILE``: one case file against one backend, its report printed.
+
+    Runs the split counts and the XCD placement the file records (a repro's
+    failing launch; a golden case's split list, xcds 0), unless ``--splits`` or
+    ``--xcds`` name others.
+    """
     backend = pick_backend(args.backend)
     try:
         problem, meta, extra = load_case(args.file)
@@ -180,13 +186,16 @@ def cmd_replay(args) -> int:
         print(text)
         return 0 if ok else 1
     splits_list = [args.splits] if args.splits else meta.get("splits_list") or [meta.get("splits", 1)]
+    xcds = args.xcds if args.xcds is not None else meta.get("xcds", 0)
+    # The placement is named only where it reaches the backend.
+    launch = f", xcds={xcds}" if takes_xcds(backend) else ""
     ok = True
     for s in splits_list:
         if s not in backend.splits:
             print(f"splits={s}: skipped, backend {backend.name} supports {list(backend.splits)}")
             continue
-        _, rep = run_case(backend, problem, s)
-        print(f"splits={s}: " + rep.details())
+        _, rep = run_case(backend, problem, s, xcds)
+        print(f"splits={s}{launch}: " + rep.details())
         ok &= rep.passed
     return 0 if ok else 1
 
@@ -206,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend")
     r.add_argument("file")
     r.add_argument("--backend")
-    r.add_argument("--splits", type=int)
+    r.add_argument("--splits", type=int, help="this split count (default: the file's)")
+    r.add_argument("--xcds", type=int, help="this XCD count (default: the file's, else 0)")
     r.set_defaults(fn=cmd_replay)
     from . import catalog
 
