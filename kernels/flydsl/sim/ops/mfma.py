@@ -13,10 +13,10 @@ constant's fp32 value), D four VGPRs or AGPRs.
 Summation model: every element is ``sum_k A[i,k]*B[k,j] + C[i,j]`` computed
 exactly and rounded once to fp32 (round to nearest even, denormal inputs
 and results kept, overflow to infinity). Products of bf16 are exact in
-float64, and so is their float64 sum whenever the terms' bits span fewer
-than 53 places (checked per element; the usual case). Otherwise the sum
-has a known error bound, and an element whose bound interval could round
-to two different fp32 values is summed again in rational arithmetic. Hardware adds in its own order and
+float64, and the float64 sum has a known error bound: where the bound's
+interval rounds to one fp32 value (the usual case) that is the answer; an
+element whose interval could round to two fp32 values is summed again
+exactly (in rational arithmetic, unless its float64 sum is provably exact). Hardware adds in its own order and
 precision, so it may differ from this by fp32 rounding noise (an ulp or so
 where the sum cancels or lies near a rounding midpoint). An exactly zero
 sum is -0 only when every term is -0 (hardware's sign of zero may differ).
@@ -89,26 +89,26 @@ def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """float32 ``[16, 16]``: ``a @ b + c`` for float64 ``a [16, K]``, ``b [K, 16]``
     (bf16 values) and ``c [16, 16]`` (fp32 values), each element rounded once.
 
-    The float64 sum is exact when ``float64_sum_is_exact`` says so (the common case
-    for bf16 products), or else within a bound of the exact sum; an element
-    whose bound interval holds an fp32 rounding boundary is summed again in
-    rational arithmetic."""
+    The float64 sum (any order) is within ``2 (K + 1) u sum|terms|`` of the exact
+    sum; where that interval rounds to one fp32 value (almost always) that value
+    is the answer. An element whose interval holds an fp32 rounding boundary
+    is summed again exactly (rational arithmetic, unless ``float64_sum_is_exact``
+    shows the float64 sum already is)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        terms = np.concatenate([a[:, None, :] * b.T[None, :, :], c[:, :, None]], axis=2)
-        s = terms.sum(axis=2)
-        abs_sum = np.abs(terms).sum(axis=2)
+        s = a @ b + c
+        abs_sum = np.abs(a) @ np.abs(b) + np.abs(c)
         out = s.astype(np.float32)
-        finite = np.isfinite(abs_sum)
-        doubt = finite & ~float64_sum_is_exact(terms, abs_sum)
-        if doubt.any():
-            bound = 2.0 * (terms.shape[2] + 1) * _U * abs_sum
-            lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
-            hi = np.nextafter(s + bound, np.inf).astype(np.float32)
-            doubt &= lo.view(np.uint32) != hi.view(np.uint32)
-    zero = abs_sum == 0
-    out[zero] = np.where(np.signbit(terms[zero]).all(axis=1), np.float32(-0.0), np.float32(0.0))
-    for i, j in zip(*np.nonzero(doubt)):
-        out[i, j] = round_fraction_to_f32(sum((Fraction(float(t)) for t in terms[i, j]), Fraction(0)))
+        bound = 2.0 * (a.shape[1] + 1) * _U * abs_sum
+        lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
+        hi = np.nextafter(s + bound, np.inf).astype(np.float32)
+        doubt = np.isfinite(abs_sum) & (lo.view(np.uint32) != hi.view(np.uint32))
+        if doubt.any() or not np.all(abs_sum):
+            terms = np.concatenate([a[:, None, :] * b.T[None, :, :], c[:, :, None]], axis=2)
+            doubt &= ~float64_sum_is_exact(terms, abs_sum)
+            zero = abs_sum == 0
+            out[zero] = np.where(np.signbit(terms[zero]).all(axis=1), np.float32(-0.0), np.float32(0.0))
+            for i, j in zip(*np.nonzero(doubt)):
+                out[i, j] = round_fraction_to_f32(sum((Fraction(float(t)) for t in terms[i, j]), Fraction(0)))
     return out
 
 
