@@ -1,351 +1,566 @@
-"""Vector floating-point arithmetic, compares and conversions.
+"""Vector floating-point and conversion instructions (VOP1, VOP2, VOP3, VOP3P,
+VOPC and their SDWA forms) of CDNA3 (gfx942) and CDNA4 (gfx950).
 
-The kernel descriptor asks for round to nearest even and denormals kept for
-fp32 and fp16 (``float_denorm_mode_* 3``), IEEE mode on: numpy's float32 and
-float16 arithmetic on x86 is exactly that, so the basic ops are numpy's.
-Fused ops round once (``fma_f32``: the float64 product is exact and the rare
-double-rounding tie is broken with the exact error). Decisions where
-hardware is not, or not documented as, correctly rounded:
+The kernel descriptor keeps denormals (``float_denorm_mode_32 = 3``,
+``float_denorm_mode_16_64 = 3``), rounds to nearest even and sets
+``ieee_mode``; numpy float32 arithmetic on x86 is exactly that, so the
+single-rounding operations are numpy operations. Semantics follow the ISA
+pseudo-code of AMD's CDNA3/CDNA4 documents; LLVM's assembler is the
+authority on syntax. Decisions, and where hardware might differ:
 
-- ``v_exp_f32`` (2**x) is modelled correctly rounded (float64 ``exp2``
-  rounded to float32; denormal results kept). AMD documents it as
-  approximate (about 1 ulp). ``group.options["exp_ulps"] = k`` moves every
-  finite non-zero result k ulps up (k > 0) or down, so a check can show that
-  its tolerance holds for a kernel whose exp2 is off by that much.
-- ``v_rcp_f32`` is modelled correctly rounded (hardware: about 1 ulp).
-- ``v_div_scale_f32``/``v_div_fmas_f32``/``v_div_fixup_f32`` (LLVM's fdiv
-  expansion): the path where no scaling is needed (no operand near the
-  float32 range limits) is modelled exactly, and special operands (0, inf,
-  NaN) give the IEEE quotient in ``v_div_fixup``; an operand range that needs
-  the ISA's 2**64 scaling raises SimError instead of guessing.
-- ``v_max_f32`` and ``v_max3_f32`` follow IEEE mode: a NaN operand is ignored
-  (``fmax``); for ``max(+0, -0)`` numpy's ``fmax`` (first operand on equality) is
-  used, where hardware may return either zero.
-- NaN results carry numpy's payload; hardware's quiet NaN may differ in its
-  payload bits (nothing in the suite reads them).
-- fp16 results of VOP1/VOP3 (``v_cvt_f16_f32``) zero the register's upper half.
-- fp8 (``v_cvt_pk_f32_fp8``): gfx942 reads E4M3FNUZ (bias 8, 0x80 NaN),
-  gfx950 OCP E4M3FN (0x7F/0xFF NaN, 0x80 = -0), per ``group.target``.
-
-An output modifier (``mul:``/``div:``) or an operand select this module does not
-model raises SimError naming it.
+- NaN results are quiet NaNs, but their payload and sign are whatever numpy
+  produces (hardware returns its own quieted NaN); only ``v_max``/``v_min``
+  follow the pseudo-code bit for bit (a signalling NaN operand returns that
+  NaN quieted, a quiet NaN operand is ignored).
+- ``v_max_f32(+0, -0)`` is +0 and ``v_min_f32(+0, -0)`` is -0 in either
+  operand order, as the CDNA4 pseudo-code says; ``v_max3``/``v_min3`` are two
+  nested ``v_max``/``v_min`` (first S0 with S1, then with S2).
+- ``v_fma_f32``, ``v_fmac_f32`` and ``v_div_fmas_f32`` round once: the
+  product of two float32 is exact in float64, the float64 sum is rounded to
+  odd (TwoSum gives its exact error), and rounding that to float32 is
+  correct (53 >= 24 + 2 bits). ``reference.emulate.fma_f32`` is also exact
+  for float32 inputs but cannot take the post-scale of ``v_div_fmas``.
+- ``v_exp_f32`` is float64 ``exp2`` rounded to float32 (correctly rounded
+  unless the float64 value lies within about 2**-52 relative of a float32
+  midpoint). Denormal results are kept. Hardware's v_exp_f32 is documented
+  as approximate (about 1 ulp), and LLVM's own ``exp2`` lowering pre-scales
+  inputs below -126, which suggests hardware flushes denormal results to 0:
+  for the kernel that is a softmax weight below 2**-126, which no output
+  can see. ``group.options["exp_ulps"] = k`` (a nonzero int) perturbs every
+  finite nonzero result by k ulps on its bit pattern: k > 0 moves away from
+  zero (saturating at infinity), k < 0 toward zero (saturating at a zero of
+  the same sign); zeros, infinities and NaNs are left alone.
+- ``v_rcp_f32`` is the correctly rounded 1/x (IEEE: 1/±0 = ±inf, 1/±inf =
+  ±0, 1/denormal may overflow to inf); hardware is documented as 1 ulp.
+- ``v_div_scale_f32`` follows the CDNA4 pseudo-code (the result is S0 when
+  no branch assigns it; its ``1.0 / S1 == DENORM.f64`` branches cannot fire
+  for float32 operands). ``v_div_fixup_f32`` follows it too, with
+  ``UNDERFLOW_F32`` taken as a signed zero (the correctly rounded value in
+  that branch) and one change: the text's ``exponent(S1) == 255 -> OVERFLOW``
+  branch is unreachable (infinite and NaN S1 are handled before it), so the
+  model tests the quotient S0 instead and returns a signed infinity; without
+  that, quotients beyond about 2**190 (whose Newton-Raphson steps overflow
+  to inf - inf = NaN) would come out NaN. ``v_div_fmas_f32``: the ISA text scales by 2**32 when VCC is
+  set, which cannot undo ``v_div_scale``'s 2**64, so the division macro
+  would be wrong. The model scales by 2**64 up when |S2| (the scaled
+  quotient) >= 1, which is the case where only the denominator was scaled
+  (quotient >= 2**95 before scaling), and by 2**-64 otherwise (the numerator
+  was scaled because the quotient is denormal), with one rounding; the
+  tests check that LLVM's fdiv sequence is then correctly rounded over the
+  whole float32 range. Real hardware may choose the direction differently.
+- ``v_cvt_u32_f32`` truncates toward zero, saturates (negative to 0, large
+  and +inf to 0xffffffff) and turns NaN into 0. ``v_cvt_f32_u32`` rounds to
+  nearest even.
+- 16-bit results (``v_cvt_f16_f32``) zero the upper half of the register
+  unless an SDWA destination select says otherwise; GFX9 hardware may
+  preserve it (the kernel only reads the low half).
+- ``v_cvt_f16_f32``, ``v_cvt_pk_f16_f32``, ``v_pk_mul_f16`` round to nearest
+  even with fp16 denormals and overflow to inf; NaNs become quiet NaNs.
+  ``v_cvt_pk_bf16_f32`` rounds to nearest even; a NaN keeps its sign and top
+  payload bits with the quiet bit set.
+- ``v_cvt_pk_f32_fp8`` reads E4M3FNUZ on gfx942 (bias 8, 0x80 the only NaN,
+  no -0) and OCP E4M3FN on gfx950 (bias 7, 0x7f/0xff NaN, 0x80 = -0); NaN
+  converts to 0x7fc00000 with the fp8 sign.
+- Packed f32 ops (``v_pk_add/mul/fma_f32``): ``op_sel`` picks the 32-bit
+  half of each source that feeds the low result, ``op_sel_hi`` (default all
+  1) the half that feeds the high result, ``neg_lo``/``neg_hi`` negate the
+  source of that result. The high dword of a constant operand is not
+  modelled (SimError); LLVM always sets ``op_sel_hi`` to 0 for one.
+  ``v_pk_mul_f16`` works the same way on 16-bit halves.
+- Compare results written to VCC or an SGPR pair are 0 for inactive lanes.
+- Not implemented (SimError): DPP, output modifiers (``mul:2``, ``mul:4``,
+  ``div:2``), ``op_sel`` on anything but the packed ops and
+  ``v_pack_b32_f16``, ``clamp`` on 16-bit results and compares, constants
+  in the high half of packed sources, ``v_cmpx_*``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from reference.emulate import fma_f32
-from reference.formats import E4M3FN_TABLE, e4m3fnuz_decode
+from ..program import SPECIAL_SGPRS, Instr, Operand
+from ..wave import LANES, SimError, Wave, op
 
-from ..program import Operand
-from ..wave import SimError, op
+_VCC = Operand("s", *SPECIAL_SGPRS["vcc"], text="vcc")
+_SDWA_MODS = frozenset({"dst_sel", "dst_unused", "src0_sel", "src1_sel"})
+_SIGN = np.uint32(0x80000000)
+_MAG = np.uint32(0x7FFFFFFF)
+_INF_BITS = 0x7F800000
+_QNAN_BIT = np.uint32(0x00400000)
+_MIN_NORMAL = np.float32(2.0 ** -126)
+_TWO64 = 2.0 ** 64
 
-_FNUZ_TABLE = e4m3fnuz_decode(np.arange(256, dtype=np.uint8))
-_ALLOWED = {"clamp"}
 
+# ---- form checking ---------------------------------------------------------------------------
 
-def _check_mods(ins, allowed=_ALLOWED):
-    extra = set(ins.mods) - allowed - {"dst_sel", "dst_unused", "src0_sel", "src1_sel"}
+def _validate(ins: Instr, nops: int, mods: frozenset, sdwa: bool) -> None:
+    """SimError for an operand count, encoding or modifier the handler does not
+    implement; remembered on ``ins`` once it passes."""
+    name = ins.mnemonic
+    if ins.enc == "dpp":
+        raise SimError(f"{name}: DPP is not implemented for float ops at {ins.where()}")
+    if ins.enc == "sdwa" and not sdwa:
+        raise SimError(f"{name}: the SDWA form is not implemented at {ins.where()}")
+    if len(ins.ops) != nops:
+        raise SimError(f"{name}: expected {nops} operands, got {len(ins.ops)} at {ins.where()}")
+    allowed = mods | (_SDWA_MODS if ins.enc == "sdwa" else frozenset())
+    extra = set(ins.mods) - allowed
     if extra:
-        raise SimError(f"{ins.mnemonic}: modifier(s) {sorted(extra)} not modelled at {ins.where()}")
+        raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
+    for o in ins.ops:
+        if o.sext:
+            raise SimError(f"{name}: sext() on a float operand {o.text} at {ins.where()}")
+    ins.__dict__["_vfloat_ok"] = True
 
 
-def _f(w, ins, i):
-    return w.vget_f32(ins, i)
+def _vop(*names: str, nops: int, mods: tuple = ("clamp",), sdwa: bool = False):
+    """Register the decorated ``fn(w, ins)`` for ``names`` after a one-time
+    validation of each instruction's form (see ``_validate``)."""
+    allowed = frozenset(mods)
+
+    def deco(fn):
+        def handler(w: Wave, ins: Instr) -> None:
+            if "_vfloat_ok" not in ins.__dict__:
+                _validate(ins, nops, allowed, sdwa)
+            fn(w, ins)
+        handler.__name__, handler.__doc__ = fn.__name__, fn.__doc__
+        op(*names)(handler)
+        return fn
+    return deco
 
 
-def _binary(fn):
-    def h(w, ins):
-        _check_mods(ins)
-        with np.errstate(all="ignore"):
-            w.vset_f32(ins, fn(_f(w, ins, 1), _f(w, ins, 2)))
-    return h
+def _f32(w: Wave, ins: Instr, i: int) -> np.ndarray:
+    """Source ``ins.ops[i]`` as float32 ``[64]`` (abs/neg and SDWA select applied)."""
+    return np.broadcast_to(w.vget_f32(ins, i), (LANES,))
 
 
-op("v_add_f32")(_binary(lambda a, b: a + b))
-op("v_sub_f32")(_binary(lambda a, b: a - b))
-op("v_subrev_f32")(_binary(lambda a, b: b - a))
-op("v_mul_f32")(_binary(lambda a, b: a * b))
-op("v_max_f32")(_binary(np.fmax))
-op("v_min_f32")(_binary(np.fmin))
-
-
-@op("v_max3_f32", "v_min3_f32")
-def _minmax3(w, ins):
-    _check_mods(ins)
-    f = np.fmax if ins.base == "v_max3_f32" else np.fmin
-    w.vset_f32(ins, f(f(_f(w, ins, 1), _f(w, ins, 2)), _f(w, ins, 3)))
-
-
-@op("v_fma_f32")
-def _fma(w, ins):
-    _check_mods(ins)
-    w.vset_f32(ins, fma_f32(_f(w, ins, 1), _f(w, ins, 2), _f(w, ins, 3)))
-
-
-@op("v_fmac_f32")
-def _fmac(w, ins):
-    _check_mods(ins)
-    acc = w.v[ins.ops[0].index].view(np.float32)
-    w.vset_f32(ins, fma_f32(_f(w, ins, 1), _f(w, ins, 2), acc))
-
-
-def _step_ulps(x: np.ndarray, k: int) -> np.ndarray:
-    """Move finite non-zero float32 values k ulps away from zero (k < 0: toward it)."""
-    bits = x.view(np.int32).astype(np.int64)
-    move = np.isfinite(x) & (x != 0)
-    stepped = np.where(move, bits + k, bits)
-    # Never cross zero or leave the finite range: clamp to that sign's ends.
-    mag = stepped & 0x7FFFFFFF
-    ok = (stepped >= (bits & ~0x7FFFFFFF)) & (mag < 0x7F800000) & (mag > 0)
-    return np.where(move & ok, stepped, bits).astype(np.int32).view(np.float32)
-
-
-@op("v_exp_f32")
-def _exp(w, ins):
-    _check_mods(ins)
-    x = _f(w, ins, 1)
-    with np.errstate(over="ignore"):
-        r = np.exp2(np.asarray(x, np.float64)).astype(np.float32)
-    k = int(w.group.options.get("exp_ulps", 0))
-    if k:
-        r = _step_ulps(r, k)
-    w.vset_f32(ins, r)
-
-
-@op("v_rcp_f32")
-def _rcp(w, ins):
-    _check_mods(ins)
-    with np.errstate(divide="ignore"):
-        w.vset_f32(ins, (1.0 / np.asarray(_f(w, ins, 1), np.float64)).astype(np.float32))
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, np.float32).view(np.uint32)
 
 
 def _exponent(x: np.ndarray) -> np.ndarray:
-    return (x.view(np.uint32) >> 23) & 0xFF
+    """The biased exponent field (0 for zeros and denormals, 255 for inf/NaN)."""
+    return ((_bits(x) >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
 
 
-@op("v_div_scale_f32")
-def _div_scale(w, ins):
-    """``v_div_scale_f32 vdst, sdst, s0, s1 (denominator), s2 (numerator)``: where no
-    scaling is needed, vdst = s0 (NaN for a zero operand) and the lane's sdst bit is 0."""
-    _check_mods(ins, set())
-    s0, den, num = (np.broadcast_to(_f(w, ins, i), (64,)) for i in (2, 3, 4))
-    e_den, e_num = _exponent(den).astype(np.int64), _exponent(num).astype(np.int64)
-    zero = (den == 0) | (num == 0)
-    special = zero | ~np.isfinite(den) | ~np.isfinite(num)
-    # The ISA scales when the quotient nears overflow, the denominator is
-    # denormal or so large its reciprocal is, the quotient is denormal, or the
-    # numerator is tiny; this superset of those ranges is refused.
-    needs = ~special & ((e_num - e_den >= 96) | (e_den == 0) | (e_den >= 253) | (e_num - e_den <= -125)
-                        | (e_num <= 23))
-    if (needs & w.exec_mask).any():
-        lane = int(np.flatnonzero(needs & w.exec_mask)[0])
-        raise SimError(f"v_div_scale_f32: lane {lane} divides {num[lane]!r} by {den[lane]!r}, a range that needs "
-                       f"the ISA's 2**64 scaling, which the simulator does not model, at {ins.where()}")
-    w.vset_f32(ins, np.where(zero, np.float32(np.nan), s0))
-    w.mask_set(ins.ops[1], np.zeros(64, bool))
+def _is_denorm(x: np.ndarray) -> np.ndarray:
+    return (x != 0) & (np.abs(x) < _MIN_NORMAL)
 
 
-_VCC = Operand("s", 106, 2)
-
-
-@op("v_div_fmas_f32")
-def _div_fmas(w, ins):
-    """fma(s0, s1, s2); a lane with VCC set (a scaled division) cannot occur,
-    since v_div_scale_f32 refuses those ranges, and is refused here too."""
-    _check_mods(ins)
-    if (w.mask_get(_VCC) & w.exec_mask).any():
-        raise SimError(f"v_div_fmas_f32 with VCC set (a scaled division) is not modelled at {ins.where()}")
-    w.vset_f32(ins, fma_f32(_f(w, ins, 1), _f(w, ins, 2), _f(w, ins, 3)))
-
-
-@op("v_div_fixup_f32")
-def _div_fixup(w, ins):
-    """``v_div_fixup_f32 vdst, quotient, denominator, numerator``: the IEEE
-    quotient for special operands, otherwise the quotient with the sign of
-    numerator / denominator."""
-    _check_mods(ins)
-    q, den, num = (np.broadcast_to(_f(w, ins, i), (64,)) for i in (1, 2, 3))
-    special = (den == 0) | (num == 0) | ~np.isfinite(den) | ~np.isfinite(num)
-    with np.errstate(all="ignore"):
-        ieee = num / den
-    neg = (den.view(np.uint32) ^ num.view(np.uint32)) >> 31
-    signed = (np.abs(q).view(np.uint32) | (neg << 31).astype(np.uint32)).view(np.float32)
-    w.vset_f32(ins, np.where(special, ieee, signed))
-
-
-@op("v_cvt_f32_u32")
-def _cvt_f32_u32(w, ins):
-    _check_mods(ins)
-    w.vset_f32(ins, np.asarray(w.vget(ins, 1), np.uint32).astype(np.float32))
-
-
-@op("v_cvt_u32_f32")
-def _cvt_u32_f32(w, ins):
-    _check_mods(ins)
-    x = np.asarray(_f(w, ins, 1), np.float64)
-    r = np.where(np.isnan(x), 0, np.clip(np.trunc(np.nan_to_num(x, nan=0.0)), 0, 0xFFFFFFFF))
-    w.vset(ins, r.astype(np.uint32))
-
-
-def _f16_of(bits) -> np.ndarray:
-    return (np.asarray(bits, np.uint32) & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16)
-
-
-@op("v_cvt_f32_f16")
-def _cvt_f32_f16(w, ins):
-    _check_mods(ins)
-    o = ins.ops[1]
-    x = _f16_of(w.vget(ins, 1)).astype(np.float32)
-    if o.abs:
-        x = np.abs(x)
-    if o.neg:
-        x = -x
-    w.vset_f32(ins, x)
-
-
-def _to_f16_bits(x) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return np.asarray(x, np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
-
-
-@op("v_cvt_f16_f32")
-def _cvt_f16_f32(w, ins):
-    _check_mods(ins)
-    w.vset(ins, _to_f16_bits(_f(w, ins, 1)))
-
-
-@op("v_cvt_pk_f16_f32")
-def _cvt_pk_f16_f32(w, ins):
-    _check_mods(ins)
-    w.vset(ins, _to_f16_bits(_f(w, ins, 1)) | (_to_f16_bits(_f(w, ins, 2)) << np.uint32(16)))
-
-
-def _bf16_bits_rne(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bits, nearest even; NaN stays a quiet NaN."""
-    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint32)
-    nan = np.isnan(x)
-    return np.where(nan, ((u >> 16) | 0x40).astype(np.uint32), r) & np.uint32(0xFFFF)
-
-
-@op("v_cvt_pk_bf16_f32")
-def _cvt_pk_bf16_f32(w, ins):
-    _check_mods(ins)
-    a = np.broadcast_to(_f(w, ins, 1), (64,))
-    b = np.broadcast_to(_f(w, ins, 2), (64,))
-    w.vset(ins, _bf16_bits_rne(a) | (_bf16_bits_rne(b) << np.uint32(16)))
-
-
-@op("v_pack_b32_f16")
-def _pack(w, ins):
-    _check_mods(ins, {"op_sel"})
-    sel = ins.mods.get("op_sel", (0, 0, 0))
-    if any(o.neg or o.abs for o in ins.ops[1:3]):
-        raise SimError(f"v_pack_b32_f16 with neg/abs is not modelled at {ins.where()}")
-    halves = []
-    for i in (1, 2):
-        x = np.asarray(w.vget(ins, i), np.uint32)
-        halves.append((x >> np.uint32(16)) if sel[i - 1] else (x & np.uint32(0xFFFF)))
-    w.vset(ins, halves[0] | (halves[1] << np.uint32(16)))
-
-
-@op("v_cvt_pk_f32_fp8")
-def _cvt_pk_f32_fp8(w, ins):
-    """Two fp8 bytes (0, 1; or 2, 3 by SDWA WORD_1 / op_sel) into a register pair."""
-    _check_mods(ins, {"op_sel"})
-    x = np.broadcast_to(np.asarray(w.vget(ins, 1), np.uint32), (64,))
-    if ins.mods.get("op_sel", (0,))[0]:
-        x = x >> np.uint32(16)
-    table = _FNUZ_TABLE if w.group.target.fp8_fnuz else E4M3FN_TABLE
-    lo = table[(x & 0xFF).astype(np.intp)]
-    hi = table[((x >> 8) & 0xFF).astype(np.intp)]
-    dst = ins.ops[0]
-    if dst.count != 2:
-        raise SimError(f"v_cvt_pk_f32_fp8 needs a register pair destination at {ins.where()}")
-    w.vset_regs(dst, np.stack([lo.view(np.uint32), hi.view(np.uint32)]))
-
-
-# ---- packed math (VOP3P) -------------------------------------------------------
-
-def _pk_sources(w, ins, n, width):
-    """For each of ``n`` sources: (low-result operand, high-result operand) after
-    op_sel / op_sel_hi / neg_lo / neg_hi. width 32: register pairs of float32;
-    16: halves of one register as float16."""
-    _check_mods(ins, {"op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp"})
+def _clamp_f32(ins: Instr, x: np.ndarray) -> np.ndarray:
+    """The ``clamp`` modifier of an f32 result (DX10 mode: NaN gives 0)."""
     if ins.mods.get("clamp"):
-        raise SimError(f"{ins.mnemonic} clamp is not modelled at {ins.where()}")
-    op_sel = ins.mods.get("op_sel", (0,) * n)
-    op_sel_hi = ins.mods.get("op_sel_hi", (1,) * n)
-    neg_lo = ins.mods.get("neg_lo", (0,) * n)
-    neg_hi = ins.mods.get("neg_hi", (0,) * n)
-    out = []
-    for i in range(n):
-        o = ins.ops[i + 1]
-        if o.neg or o.abs:
-            raise SimError(f"{ins.mnemonic}: neg/abs on a packed source at {ins.where()}")
-        if width == 32:
-            if o.kind == "const":
-                halves = [np.full(64, o.bits32, np.uint32)] * 2
-            else:
-                regs = w.vget_regs(Operand(o.kind, o.index, 2))
-                halves = [regs[0], regs[1]]
-            vals = [h.view(np.float32) for h in halves]
-        else:
-            x = np.broadcast_to(np.asarray(w.raw(o) if o.kind != "const" else np.uint32(o.bits16), np.uint32), (64,))
-            vals = [_f16_of(x), _f16_of(x >> np.uint32(16))]
-        lo = vals[op_sel[i]]
-        hi = vals[op_sel_hi[i]]
-        out.append((-lo if neg_lo[i] else lo, -hi if neg_hi[i] else hi))
-    return out
+        return np.where(np.isnan(x), np.float32(0), np.clip(x, np.float32(0), np.float32(1)))
+    return x
 
 
-def _pk32(fn, n):
-    def h(w, ins):
-        srcs = _pk_sources(w, ins, n, 32)
-        with np.errstate(all="ignore"):
-            lo = np.asarray(fn(*[s[0] for s in srcs]), np.float32)
-            hi = np.asarray(fn(*[s[1] for s in srcs]), np.float32)
-        dst = ins.ops[0]
-        w.vset_regs(Operand("v", dst.index, 2), np.stack([lo.view(np.uint32), hi.view(np.uint32)]))
-    return h
+# ---- exact fused multiply-add ----------------------------------------------------------------
+
+def fma_f32(a, b, c, scale=None) -> np.ndarray:
+    """float32 ``(a * b + c) * scale`` with one rounding; a, b, c float32, scale
+    a float64 power of two per lane (or None for 1).
+
+    The float32 product is exact in float64; the float64 sum is made
+    round-to-odd with its exact TwoSum error, and a round-to-odd value with
+    29 spare bits rounds to float32 (denormals included) exactly as the
+    exact sum would. Scaling by a power of two in float64 is exact."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+        y = np.asarray(c, np.float64)
+        s = x + y
+        bb = s - x
+        err = (x - (s - bb)) + (y - bb)
+        inexact = np.isfinite(err) & (err != 0) & ((s.view(np.int64) & 1) == 0)
+        if inexact.any():
+            s = np.where(inexact, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        if scale is not None:
+            s = s * scale
+        return s.astype(np.float32)
 
 
-op("v_pk_mul_f32")(_pk32(lambda a, b: a * b, 2))
-op("v_pk_add_f32")(_pk32(lambda a, b: a + b, 2))
-op("v_pk_fma_f32")(_pk32(fma_f32, 3))
+# ---- f32 arithmetic ----------------------------------------------------------------------
 
-
-@op("v_pk_mul_f16")
-def _pk_mul_f16(w, ins):
-    """2 x fp16 products: exact in float32 (11 + 11 bits), rounded once to fp16."""
-    (a_lo, a_hi), (b_lo, b_hi) = _pk_sources(w, ins, 2, 16)
-    lo = _to_f16_bits(a_lo.astype(np.float32) * b_lo.astype(np.float32))
-    hi = _to_f16_bits(a_hi.astype(np.float32) * b_hi.astype(np.float32))
-    w.vset(ins, lo | (hi << np.uint32(16)))
-
-
-# ---- compares ------------------------------------------------------------------
-
-_FCMP = {
-    "f": lambda a, b: np.zeros(np.broadcast(a, b).shape, bool), "tru": lambda a, b: np.ones(np.broadcast(a, b).shape, bool),
-    "lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-    "lg": lambda a, b: (a < b) | (a > b), "o": lambda a, b: ~(np.isnan(a) | np.isnan(b)),
-    "u": lambda a, b: np.isnan(a) | np.isnan(b),
-    "nge": lambda a, b: ~(a >= b), "nlg": lambda a, b: ~((a < b) | (a > b)), "ngt": lambda a, b: ~(a > b),
-    "nle": lambda a, b: ~(a <= b), "neq": lambda a, b: ~(a == b), "nlt": lambda a, b: ~(a < b),
+_BINARY = {
+    "v_add_f32": np.add,
+    "v_sub_f32": np.subtract,
+    "v_subrev_f32": lambda a, b: np.subtract(b, a),
+    "v_mul_f32": np.multiply,
 }
 
 
-def _fcmp(rel):
-    def h(w, ins):
-        _check_mods(ins, set())
-        with np.errstate(invalid="ignore"):
-            r = np.broadcast_to(_FCMP[rel](_f(w, ins, 1), _f(w, ins, 2)), (64,))
-        w.mask_set(ins.ops[0], r)
+def _binary(fn):
+    def h(w: Wave, ins: Instr) -> None:
+        with np.errstate(all="ignore"):
+            w.vset_f32(ins, fn(_f32(w, ins, 1), _f32(w, ins, 2)))
     return h
 
 
-for _rel in _FCMP:
-    op(f"v_cmp_{_rel}_f32")(_fcmp(_rel))
+for _name, _fn in _BINARY.items():
+    _vop(_name, nops=3, sdwa=True)(_binary(_fn))
+
+
+@_vop("v_fma_f32", nops=4)
+def _fma(w: Wave, ins: Instr) -> None:
+    """D = S0 * S1 + S2, one rounding."""
+    w.vset_f32(ins, fma_f32(_f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)))
+
+
+@_vop("v_fmac_f32", nops=3)
+def _fmac(w: Wave, ins: Instr) -> None:
+    """D = S0 * S1 + D, one rounding."""
+    d = w.v[ins.ops[0].index].view(np.float32)
+    w.vset_f32(ins, fma_f32(_f32(w, ins, 1), _f32(w, ins, 2), d))
+
+
+def _order_key(bits: np.ndarray) -> np.ndarray:
+    """int32 keys ordered as the non-NaN floats of ``bits`` are, with -0 < +0."""
+    i = bits.view(np.int32)
+    return i ^ ((i >> 31) & np.int32(0x7FFFFFFF))
+
+
+def _max2(a: np.ndarray, b: np.ndarray, want_max: bool) -> np.ndarray:
+    """v_max_f32 / v_min_f32 in IEEE mode, per the CDNA4 pseudo-code: a
+    signalling NaN operand (S0 first) returns it quieted, a quiet NaN operand
+    is ignored, +0 is above -0."""
+    ba, bb = _bits(a), _bits(b)
+    ka, kb = _order_key(ba), _order_key(bb)
+    r = np.where(ka >= kb if want_max else ka < kb, ba, bb)
+    nan_a, nan_b = a != a, b != b
+    if nan_a.any() or nan_b.any():
+        r = np.where(nan_b, ba, r)
+        r = np.where(nan_a, bb, r)
+        r = np.where(nan_b & ((bb & _QNAN_BIT) == 0), bb | _QNAN_BIT, r)
+        r = np.where(nan_a & ((ba & _QNAN_BIT) == 0), ba | _QNAN_BIT, r)
+    return r.view(np.float32)
+
+
+def _minmax(want_max: bool, three: bool):
+    def h(w: Wave, ins: Instr) -> None:
+        r = _max2(_f32(w, ins, 1), _f32(w, ins, 2), want_max)
+        if three:
+            r = _max2(r, _f32(w, ins, 3), want_max)
+        w.vset_f32(ins, r)
+    return h
+
+
+_vop("v_max_f32", nops=3, sdwa=True)(_minmax(True, False))
+_vop("v_min_f32", nops=3, sdwa=True)(_minmax(False, False))
+_vop("v_max3_f32", nops=4)(_minmax(True, True))
+_vop("v_min3_f32", nops=4)(_minmax(False, True))
+
+
+@_vop("v_exp_f32", nops=2, sdwa=True)
+def _exp(w: Wave, ins: Instr) -> None:
+    """D = 2**S0, float64 exp2 rounded to float32 (see the module note), with
+    the optional ``exp_ulps`` perturbation."""
+    with np.errstate(over="ignore"):
+        r = np.exp2(_f32(w, ins, 1).astype(np.float64)).astype(np.float32)
+    k = w.group.options.get("exp_ulps")
+    if k:
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise SimError(f"option exp_ulps must be an int, got {k!r}")
+        b = r.view(np.uint32)
+        mag = (b & _MAG).astype(np.int64)
+        move = (mag != 0) & (mag < _INF_BITS)
+        moved = (b & _SIGN) | np.clip(mag + k, 0, _INF_BITS).astype(np.uint32)
+        r = np.where(move, moved, b).view(np.float32)
+    w.vset_f32(ins, r)
+
+
+@_vop("v_rcp_f32", nops=2, sdwa=True)
+def _rcp(w: Wave, ins: Instr) -> None:
+    """D = 1 / S0, correctly rounded."""
+    with np.errstate(divide="ignore", over="ignore"):
+        w.vset_f32(ins, np.float32(1) / _f32(w, ins, 1))
+
+
+# ---- the division macro ------------------------------------------------------------------
+
+@_vop("v_div_scale_f32", nops=5)
+def _div_scale(w: Wave, ins: Instr) -> None:
+    """D = S0 scaled by 2**±64 where the Newton-Raphson division of S2 by S1
+    would meet denormals; the SGPR-pair destination gets the post-scale flag."""
+    s0, s1, s2 = _f32(w, ins, 2), _f32(w, ins, 3), _f32(w, ins, 4)
+    e1, e2 = _exponent(s1), _exponent(s2)
+    with np.errstate(all="ignore"):
+        quot = s2 / s1
+    zero = (s2 == 0) | (s1 == 0)
+    rest = ~zero
+    big = rest & (e2 - e1 >= 96)
+    rest &= ~big
+    den = rest & _is_denorm(s1)
+    rest &= ~den
+    qden = rest & _is_denorm(quot)
+    rest &= ~qden
+    tiny = rest & (e2 <= 23)
+    up = (big & (s0 == s1)) | den | (qden & (s0 == s2)) | tiny
+    with np.errstate(over="ignore"):
+        scaled = (s0.astype(np.float64) * _TWO64).astype(np.float32)
+    d = np.where(up, scaled, s0)
+    d = np.where(zero, np.float32(np.nan), d)
+    w.vset_f32(ins, d)
+    w.mask_set(ins.ops[1], big | qden)
+
+
+@_vop("v_div_fmas_f32", nops=4)
+def _div_fmas(w: Wave, ins: Instr) -> None:
+    """D = S0 * S1 + S2 with one rounding, post-scaled by 2**±64 in lanes where
+    VCC is set (direction: see the module note)."""
+    s0, s1, s2 = _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)
+    vcc = w.mask_get(_VCC)
+    scale = np.where(vcc, np.where(np.abs(s2) >= 1, _TWO64, 1 / _TWO64), 1.0)
+    w.vset_f32(ins, fma_f32(s0, s1, s2, scale))
+
+
+@_vop("v_div_fixup_f32", nops=4)
+def _div_fixup(w: Wave, ins: Instr) -> None:
+    """D = the quotient S0 of S2 / S1 with the special cases of division applied."""
+    q, den, num = _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)
+    neg = np.signbit(den) ^ np.signbit(num)
+    sign = np.where(neg, _SIGN, np.uint32(0))
+    inf_d, inf_n = np.isinf(den), np.isinf(num)
+    zero_d, zero_n = den == 0, num == 0
+    out = sign | (_bits(q) & _MAG)
+    # The ISA text tests exponent(S1) == 255 here, which the infinity and NaN
+    # cases above make unreachable; the quotient's exponent is what the macro
+    # needs (a quotient that overflowed inside the Newton-Raphson steps).
+    out = np.where(_exponent(q) == 255, sign | np.uint32(_INF_BITS), out)
+    out = np.where((_exponent(num) - _exponent(den) < -150), sign, out)
+    out = np.where(inf_d | zero_n, sign, out)
+    out = np.where(zero_d | inf_n, sign | np.uint32(_INF_BITS), out)
+    out = np.where((zero_d & zero_n) | (inf_d & inf_n), np.uint32(0xFFC00000), out)
+    out = np.where(np.isnan(den), _bits(den) | _QNAN_BIT, out)
+    out = np.where(np.isnan(num), _bits(num) | _QNAN_BIT, out)
+    w.vset_f32(ins, out.view(np.float32))
+
+
+# ---- compares ----------------------------------------------------------------------------
+
+_COMPARES = {
+    "f": lambda a, b: np.zeros(LANES, bool),
+    "lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater,
+    "lg": lambda a, b: (a < b) | (a > b), "ge": np.greater_equal,
+    "o": lambda a, b: ~(np.isnan(a) | np.isnan(b)),
+    "u": lambda a, b: np.isnan(a) | np.isnan(b),
+    "nge": lambda a, b: ~(a >= b), "nlg": lambda a, b: ~((a < b) | (a > b)),
+    "ngt": lambda a, b: ~(a > b), "nle": lambda a, b: ~(a <= b),
+    "neq": lambda a, b: ~(a == b), "nlt": lambda a, b: ~(a < b),
+    "tru": lambda a, b: np.ones(LANES, bool),
+}
+
+
+def _compare(fn):
+    def h(w: Wave, ins: Instr) -> None:
+        with np.errstate(invalid="ignore"):
+            w.mask_set(ins.ops[0], fn(_f32(w, ins, 1), _f32(w, ins, 2)))
+    return h
+
+
+for _cond, _fn in _COMPARES.items():
+    _vop(f"v_cmp_{_cond}_f32", nops=3, mods=(), sdwa=True)(_compare(_fn))
+
+
+# ---- conversions -------------------------------------------------------------------------
+
+@_vop("v_cvt_f32_u32", nops=2, sdwa=True)
+def _cvt_f32_u32(w: Wave, ins: Instr) -> None:
+    """D = float32(S0 as uint32), round to nearest even."""
+    w.vset_f32(ins, np.broadcast_to(w.vget(ins, 1), (LANES,)).astype(np.uint32).astype(np.float32))
+
+
+@_vop("v_cvt_u32_f32", nops=2, sdwa=True)
+def _cvt_u32_f32(w: Wave, ins: Instr) -> None:
+    """D = uint32(S0) truncated, saturating; NaN gives 0."""
+    x = _f32(w, ins, 1).astype(np.float64)
+    r = np.clip(np.trunc(np.nan_to_num(x, nan=0.0, posinf=2.0 ** 32, neginf=0.0)), 0, 2.0 ** 32 - 1)
+    w.vset(ins, r.astype(np.uint32))
+
+
+def _f16_source(w: Wave, ins: Instr, i: int) -> np.ndarray:
+    """Source ``ins.ops[i]`` as fp16 bit patterns (uint16 ``[64]``): the low 16
+    bits after the SDWA select, with abs/neg applied to the fp16 sign."""
+    h = (np.broadcast_to(w.vget(ins, i), (LANES,)) & np.uint32(0xFFFF)).astype(np.uint16)
+    o = ins.ops[i]
+    if o.abs:
+        h = h & np.uint16(0x7FFF)
+    if o.neg:
+        h = h ^ np.uint16(0x8000)
+    return h
+
+
+def _to_f16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> fp16 bits (uint32), round to nearest even, NaNs quiet."""
+    x = np.asarray(x, np.float32)
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16).view(np.uint16).astype(np.uint32)
+    nan = x != x
+    if nan.any():
+        h = np.where(nan, h | np.uint32(0x0200), h)
+    return h
+
+
+@_vop("v_cvt_f32_f16", nops=2, sdwa=True)
+def _cvt_f32_f16(w: Wave, ins: Instr) -> None:
+    """D = float32(S0.f16), exact."""
+    w.vset_f32(ins, _f16_source(w, ins, 1).view(np.float16).astype(np.float32))
+
+
+@_vop("v_cvt_f16_f32", nops=2, mods=(), sdwa=True)
+def _cvt_f16_f32(w: Wave, ins: Instr) -> None:
+    """D.f16 = S0 rounded to nearest even (upper half zero, see the module note)."""
+    w.vset(ins, _to_f16_bits(_f32(w, ins, 1)))
+
+
+@_vop("v_cvt_pk_f16_f32", nops=3, mods=())
+def _cvt_pk_f16_f32(w: Wave, ins: Instr) -> None:
+    """D = {f16(S1), f16(S0)}, round to nearest even."""
+    h = _to_f16_bits(np.stack([_f32(w, ins, 1), _f32(w, ins, 2)]))
+    w.vset(ins, h[0] | (h[1] << np.uint32(16)))
+
+
+def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits (uint32), round to nearest even; NaN keeps sign and
+    top payload bits with the quiet bit set."""
+    b = _bits(x)
+    out = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = x != x
+    if nan.any():
+        out = np.where(nan, (b >> np.uint32(16)) | np.uint32(0x0040), out)
+    return out
+
+
+@_vop("v_cvt_pk_bf16_f32", nops=3, mods=())
+def _cvt_pk_bf16_f32(w: Wave, ins: Instr) -> None:
+    """D = {bf16(S1), bf16(S0)}, round to nearest even."""
+    h = _to_bf16_bits(np.stack([_f32(w, ins, 1), _f32(w, ins, 2)]))
+    w.vset(ins, h[0] | (h[1] << np.uint32(16)))
+
+
+@_vop("v_pack_b32_f16", nops=3, mods=("op_sel",))
+def _pack_b32_f16(w: Wave, ins: Instr) -> None:
+    """D = {S1.f16, S0.f16}; ``op_sel`` bit i takes source i's high half."""
+    sel = tuple(ins.mods.get("op_sel", (0, 0, 0))) + (0, 0, 0)
+    if sel[2]:
+        raise SimError(f"{ins.mnemonic}: destination op_sel not implemented at {ins.where()}")
+    halves = []
+    for i in (1, 2):
+        x = np.broadcast_to(w.vget(ins, i), (LANES,)).astype(np.uint32)
+        h = (x >> np.uint32(16 * sel[i - 1])) & np.uint32(0xFFFF)
+        o = ins.ops[i]
+        if o.abs:
+            h = h & np.uint32(0x7FFF)
+        if o.neg:
+            h = h ^ np.uint32(0x8000)
+        halves.append(h)
+    w.vset(ins, halves[0] | (halves[1] << np.uint32(16)))
+
+
+def _fp8_table(fnuz: bool) -> np.ndarray:
+    """float32 bit patterns of the 256 E4M3FNUZ (``fnuz``) or OCP E4M3FN bytes."""
+    out = np.zeros(256, np.uint32)
+    bias = 8 if fnuz else 7
+    for byte in range(256):
+        sign, e, m = byte >> 7, (byte >> 3) & 0xF, byte & 7
+        if (fnuz and byte == 0x80) or (not fnuz and e == 15 and m == 7):
+            out[byte] = 0x7FC00000 | sign << 31
+            continue
+        mag = (m / 8) * 2.0 ** (1 - bias) if e == 0 else (1 + m / 8) * 2.0 ** (e - bias)
+        out[byte] = np.array(-mag if sign else mag, np.float32).view(np.uint32)
+    return out
+
+
+_FP8 = {True: _fp8_table(True), False: _fp8_table(False)}
+
+
+@_vop("v_cvt_pk_f32_fp8", nops=2, mods=(), sdwa=True)
+def _cvt_pk_f32_fp8(w: Wave, ins: Instr) -> None:
+    """D[0:1] = the two fp8 bytes of a 16-bit half of S0 (WORD_1 with SDWA's
+    ``src0_sel:WORD_1``) as float32, low byte in D[0]."""
+    if ins.enc == "sdwa":
+        sel = ins.mods.get("src0_sel", "DWORD")
+        if sel not in ("WORD_0", "WORD_1", "DWORD") or ins.mods.get("dst_sel", "DWORD") != "DWORD":
+            raise SimError(f"{ins.mnemonic}: select {sel} / dst_sel not implemented at {ins.where()}")
+    if ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+        raise SimError(f"{ins.mnemonic}: destination must be a VGPR pair at {ins.where()}")
+    if ins.ops[1].neg or ins.ops[1].abs:
+        raise SimError(f"{ins.mnemonic}: source modifiers not implemented at {ins.where()}")
+    x = np.broadcast_to(w.vget(ins, 1), (LANES,)).astype(np.uint32)
+    table = _FP8[w.group.target.fp8_fnuz]
+    w.vset_regs(ins.ops[0], np.stack([table[x & np.uint32(0xFF)], table[(x >> np.uint32(8)) & np.uint32(0xFF)]]))
+
+
+# ---- packed (VOP3P) ------------------------------------------------------------------------
+
+def _pk_plan(ins: Instr, n: int) -> tuple:
+    """Per source: (half for the low result, half for the high result, negate
+    low, negate high), from ``op_sel``/``op_sel_hi``/``neg_lo``/``neg_hi``."""
+    plan = ins.__dict__.get("_vfloat_pk")
+    if plan is None:
+        def mod(key, default):
+            v = tuple(ins.mods.get(key, (default,) * n))
+            return v + (default,) * (n - len(v))
+        sel, sel_hi = mod("op_sel", 0), mod("op_sel_hi", 1)
+        neg_lo, neg_hi = mod("neg_lo", 0), mod("neg_hi", 0)
+        for i in range(n):
+            o = ins.ops[i + 1]
+            if o.neg or o.abs:
+                raise SimError(f"{ins.mnemonic}: neg/abs on {o.text} (packed ops use neg_lo/neg_hi) at {ins.where()}")
+            if o.kind == "const" and (sel[i] or sel_hi[i]):
+                raise SimError(f"{ins.mnemonic}: the high half of constant {o.text} is not modelled at {ins.where()}")
+        plan = tuple(zip(sel, sel_hi, neg_lo, neg_hi))
+        ins.__dict__["_vfloat_pk"] = plan
+    return plan
+
+
+def _pk_f32_sources(w: Wave, ins: Instr, n: int) -> list[np.ndarray]:
+    """Each source of a packed f32 op as float32 ``[2, 64]``: row 0 feeds the
+    low result, row 1 the high result."""
+    out = []
+    for i, (sel, sel_hi, neg_lo, neg_hi) in enumerate(_pk_plan(ins, n)):
+        o = ins.ops[i + 1]
+        if o.kind == "const":
+            words = np.full((2, LANES), o.bits32, np.uint32)
+        elif o.kind == "v":
+            words = w.v[o.index:o.index + 2]
+        else:
+            words = np.repeat(w.s[o.index:o.index + 2, None], LANES, axis=1)
+        if o.kind != "const" and (sel, sel_hi) != (0, 1):
+            words = words[[sel, sel_hi]]
+        if neg_lo or neg_hi:
+            words = words ^ np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
+        out.append(words.view(np.float32))
+    return out
+
+
+def _pk_f32(n: int, fn):
+    def h(w: Wave, ins: Instr) -> None:
+        if ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+            raise SimError(f"{ins.mnemonic}: destination must be a VGPR pair at {ins.where()}")
+        # Both results in one [2, 64] operation: row 0 the low result, row 1 the high.
+        src = _pk_f32_sources(w, ins, n)
+        with np.errstate(all="ignore"):
+            res = _clamp_f32(ins, fn(*src)).astype(np.float32, copy=False)
+        w.vset_regs(ins.ops[0], res.view(np.uint32))
+    return h
+
+
+_PK_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp")
+_vop("v_pk_add_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.add))
+_vop("v_pk_mul_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.multiply))
+_vop("v_pk_fma_f32", nops=4, mods=_PK_MODS)(_pk_f32(3, fma_f32))
+
+
+@_vop("v_pk_mul_f16", nops=3, mods=_PK_MODS[:-1])
+def _pk_mul_f16(w: Wave, ins: Instr) -> None:
+    """D = {S0.hi * S1.hi, S0.lo * S1.lo} in fp16 (selects per op_sel/op_sel_hi,
+    round to nearest even, fp16 denormals)."""
+    factors = []
+    for i, (sel, sel_hi, neg_lo, neg_hi) in enumerate(_pk_plan(ins, 2)):
+        x = np.broadcast_to(w.vget(ins, i + 1), (LANES,)).astype(np.uint32)
+        h = np.stack([x >> np.uint32(16 * sel), x >> np.uint32(16 * sel_hi)]).astype(np.uint16)
+        if neg_lo or neg_hi:
+            h ^= np.array([[0x8000 * neg_lo], [0x8000 * neg_hi]], np.uint16)
+        factors.append(h.view(np.float16).astype(np.float32))
+    # The product of two fp16 values is exact in float32, so this is one rounding.
+    r = _to_f16_bits(factors[0] * factors[1])
+    w.vset(ins, r[0] | (r[1] << np.uint32(16)))
