@@ -202,18 +202,21 @@ def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> 
     return ok, "\n".join(lines)
 
 
-def check_all(backend, progress=None, stop_at_first: bool = False, spec: str | None = None) -> tuple[bool, list[str]]:
-    """Run every catalog case against ``backend``; returns (ok, report lines).
+def check_all(backend, progress=None, stop_at_first: bool = False, spec: str | None = None,
+              cases=None) -> tuple[bool, list[str]]:
+    """Run every catalog case (or those whose id is in ``cases``) against
+    ``backend``; returns (ok, report lines).
 
     spec: how the replay hints name the backend (the ``--backend`` it was
     loaded by; default its ``name``, right for registered backends).
     """
     m = load_manifest()
-    lines, ok = [f"golden vectors: {len(m['cases'])} cases"], True
+    chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
+    lines, ok = [f"golden vectors: {len(chosen)} cases"], True
     placed = takes_xcds(backend)
-    for i, c in enumerate(m["cases"]):
+    for i, c in enumerate(chosen):
         if progress:
-            progress(f"  golden: [{i + 1}/{len(m['cases'])}] {c['name']}")
+            progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
         problem, meta, _ = load_case(HERE / c["file"], sha256=c["sha256"])
         if c["result"] == "invalid":
             good, text = check_invalid(problem, c["expected_error"], backend)

@@ -28,7 +28,7 @@ from reference.emulate import SEED_GEOMETRY
 
 from ..backend import flydsl_missing, launch_plan
 from ..lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
-from .compile import CompileError, arg_order, assembly_path
+from .compile import CompileError, arg_order, assembly_path, cache_dir
 from .launch import Kernel, dispatch
 from .memory import Memory
 from .program import parse_program
@@ -138,10 +138,13 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def sim_missing() -> str | None:
-    """None when the simulator can get compiled kernels here, else the reason."""
+    """None when the simulator can get compiled kernels here (FlyDSL and
+    ``ld.lld`` >= 19 to compile them, or a cache of compiled ones), else the reason."""
     missing = flydsl_missing()
     if missing:
-        return missing
+        if any(cache_dir().glob("*.s")):
+            return None
+        return f"{missing}, and no compiled kernels are cached in {cache_dir()}"
     from ..resources import rocm_path
 
     rocm, note = rocm_path()

@@ -4,7 +4,7 @@
 ``COMPILE_ONLY=1`` in a subprocess (FlyDSL picks its target from the
 environment when it is imported), reads LLVM's final assembly
 (``22_final_isa.s``) and keeps it under ``$NVFP4_SIM_CACHE`` (default
-``~/.cache/nvfp4-sim``), keyed by the configuration and a hash of the kernel's
+``~/.cache/nvfp4-sim``), keyed by the configuration, a hash of the kernel's
 source files and the FlyDSL version, so a changed kernel is recompiled.
 Beside it, ``<same name>.json`` records the order in which the launcher
 passes its arguments to the kernel (FlyDSL reorders them; read off the
@@ -42,12 +42,17 @@ def cache_dir() -> Path:
 
 
 def _source_key() -> str:
-    import flydsl
-
-    h = hashlib.sha256(getattr(flydsl, "__version__", "?").encode())
+    """A hash of the kernel's source files."""
+    h = hashlib.sha256()
     for name in _SOURCES:
         h.update((Path(__file__).resolve().parents[1] / name).read_bytes())
     return h.hexdigest()[:16]
+
+
+def _flydsl_version() -> str:
+    import flydsl
+
+    return str(getattr(flydsl, "__version__", "?"))
 
 
 def _worker(topk: int, splits: int, xcds: int, layout: str, mutant: str | None) -> None:
@@ -87,14 +92,22 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     """The cached assembly of one configuration (``mutant``: one of
     ``decode.MUTANTS`` or None), compiling it first when needed.
 
-    Raises CompileError when FlyDSL or ``ld.lld`` >= 19 is missing or the compile fails."""
+    Where FlyDSL is not installed, an assembly cached from these kernel sources
+    (by any FlyDSL version) is used: the simulator itself needs no FlyDSL, so a
+    cache folder copied to another machine runs there. Raises CompileError
+    when the configuration is not cached and FlyDSL or ``ld.lld`` >= 19 is
+    missing, or the compile fails."""
     if arch not in ARCHS or layout not in LAYOUTS:
         raise ValueError(f"arch must be one of {ARCHS} and layout one of {LAYOUTS}, got {arch!r}, {layout!r}")
+    tag = f"-{mutant}" if mutant else ""
+    stem = f"{arch}-k{topk}-s{splits}-x{xcds}-{layout}{tag}-{_source_key()}"
     missing = flydsl_missing()
     if missing:
-        raise CompileError(missing)
-    tag = f"-{mutant}" if mutant else ""
-    path = cache_dir() / f"{arch}-k{topk}-s{splits}-x{xcds}-{layout}{tag}-{_source_key()}.s"
+        cached = sorted(p for p in cache_dir().glob(f"{stem}-*.s") if p.with_suffix(".json").exists())
+        if cached:
+            return cached[-1]
+        raise CompileError(f"{missing}; and {stem} is not in the cache {cache_dir()}")
+    path = cache_dir() / f"{stem}-fly{_flydsl_version()}.s"
     if path.exists() and path.with_suffix(".json").exists():
         return path
     rocm, note = rocm_path()
