@@ -36,6 +36,17 @@ from .wave import SimError
 
 BLOCK = 256
 ORDERS = ("forward", "reverse")
+# The kernel is compiled per TOPK; a problem's slot lists are padded with -1
+# (empty slots, which the kernel skips) up to the next of these widths, so a
+# sweep over many TOPK values needs few compiles. 33 keeps an odd width.
+TOPK_BUCKETS = (1, 2, 4, 8, 16, 33, 64)
+
+
+def topk_bucket(topk: int, buckets=TOPK_BUCKETS) -> int:
+    """The compiled TOPK a problem of ``topk`` slots runs with (``buckets`` None: exact)."""
+    if buckets is None:
+        return topk
+    return next(b for b in buckets if b >= topk)
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,7 +100,7 @@ class SimWorkspace:
 
 def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, out: np.ndarray | None = None,
         order: str = "forward", workspace: SimWorkspace | None = None, options: dict | None = None,
-        mutant: str | None = None) -> dict:
+        mutant: str | None = None, buckets=TOPK_BUCKETS) -> dict:
     """Launch the kernel for ``arch`` on a validated ``problem`` in the simulator.
 
     Returns ``{"out": float32 [rows, H, 128], "instructions": int}``. ``out``
@@ -97,7 +108,8 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     buffer's prior contents, so rows the kernel never stores keep them.
     ``order`` is the workgroup order (``launch.workgroup_order``); ``options``
     reach the instruction handlers (``exp_ulps``); ``mutant`` builds the kernel
-    with one of ``kernels.flydsl.decode.MUTANTS``."""
+    with one of ``kernels.flydsl.decode.MUTANTS``; ``buckets`` the compiled TOPK
+    widths (``TOPK_BUCKETS``; None compiles the problem's own)."""
     if splits not in SPLITS:
         raise ValueError(f"splits={splits}: the kernel is built and checked for {SPLITS}")
     if xcds < 0:
@@ -105,7 +117,10 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     if problem.layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {problem.layout!r}")
     rows, H = problem.rows, problem.H
-    hkv, topk_w = problem.num_kv_heads, problem.topk.shape[2]
+    hkv = problem.num_kv_heads
+    topk_w = topk_bucket(problem.topk.shape[2], buckets)
+    topk = np.full((hkv, rows, topk_w), -1, np.int32)
+    topk[:, :, :problem.topk.shape[2]] = problem.topk
     kern, order_args = kernel(arch, topk_w, splits, xcds, problem.layout, mutant)
     plan = launch_plan(rows, problem.q_len, H, hkv, rows * topk_w, problem.block_table.shape[1], splits, xcds,
                        problem.sm_scale)
@@ -116,7 +131,7 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     tickets = ws.tickets(plan.n)
     mem = Memory()
     addr = [mem.alloc("q", q), mem.alloc("pool", np.ascontiguousarray(problem.pool)),
-            mem.alloc("topk", np.ascontiguousarray(problem.topk, np.int32)),
+            mem.alloc("topk", topk),
             mem.alloc("block_table", np.ascontiguousarray(problem.block_table, np.int32)),
             mem.alloc("seq_lens", np.ascontiguousarray(problem.seq_lens, np.int32)),
             mem.alloc("out", dev_out)]
@@ -153,16 +168,21 @@ def sim_missing() -> str | None:
 
 class FlydslSimBackend:
     """``flydsl-sim-<arch>``: the seed kernel compiled for ``arch`` and run by the
-    simulator; seed geometry; every configuration the ``flydsl`` backend offers."""
+    simulator; seed geometry; every configuration the ``flydsl`` backend offers.
+    ``buckets``: the compiled TOPK widths (``TOPK_BUCKETS``; None: exact)."""
 
     geometry = SEED_GEOMETRY
     splits = SPLITS
+    # Executing every instruction in Python is slow: the harness keeps its
+    # generated problems small for backends that say so.
+    interpreted = True
 
-    def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None):
+    def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None, buckets=TOPK_BUCKETS):
         if arch not in ARCHS:
             raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
         self.arch = arch
         self.mutant = mutant
+        self.buckets = buckets
         self.name = f"flydsl-sim-{arch}" + (f"-{mutant}" if mutant else "")
         self.options = options or {}
         self.workspace = SimWorkspace()
@@ -178,7 +198,7 @@ class FlydslSimBackend:
         problem.validate()
         try:
             res = run(problem, self.arch, splits=splits, xcds=xcds, out=out, order=next(self._orders),
-                      workspace=self.workspace, options=self.options, mutant=self.mutant)
+                      workspace=self.workspace, options=self.options, mutant=self.mutant, buckets=self.buckets)
         except CompileError as e:
             raise SimError(f"cannot compile the kernel for {self.arch}: {e}") from e
         self.instructions += res["instructions"]
