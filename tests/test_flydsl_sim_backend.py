@@ -75,12 +75,11 @@ def _check(b, p: DecodeProblem, splits: int, xcds: int = 0):
     return rep
 
 
-CONFIGS = [  # (seed, splits, xcds, problem keywords)
-    (1, 1, 0, dict(reqs=2, topk=16)),
-    (2, 2, 0, dict(reqs=2, q_len=2, num_kv_heads=2, topk=8)),
+CONFIGS = [  # (seed, splits, xcds, problem keywords): small, one trait each
+    (2, 2, 0, dict(reqs=1, q_len=2, num_kv_heads=2, topk=8)),
     (3, 8, 0, dict(reqs=1, topk=33, seq_lens=[33 * 128 - 5])),
-    (4, 4, 8, dict(reqs=2, q_len=3, topk=8, layout="planar")),
-    (5, 1, 8, dict(reqs=1, topk=1)),
+    (4, 1, 8, dict(reqs=1, q_len=3, topk=4, layout="planar")),
+    (5, 4, 0, dict(reqs=2, topk=1)),
     (6, 2, 0, dict(reqs=1, topk=64, seq_lens=[40 * 128], invalid_fraction=0.5)),
 ]
 
@@ -93,8 +92,8 @@ def test_the_simulated_kernel_matches_the_emulation_on_generated_problems(toolch
 
 # Golden cases cheap enough for CI (one or two rows): the classes that break
 # real kernels first.
-GOLDEN_SUBSET = ("first-slots-invalid", "v-scale-swizzle", "stale-tail-127", "e4m3-subnormal", "e4m3-max",
-                 "e2m1-every-code", "split-rescale")
+GOLDEN_SUBSET = ("first-slots-invalid", "v-scale-swizzle", "split-rescale")
+GOLDEN_SPLITS = (1, 2)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -104,7 +103,7 @@ def test_golden_subset_conforms(toolchain, arch):
     assert len(cases) == len(GOLDEN_SUBSET)
     for c in cases:
         problem, _, _ = load_case(VECTORS / c["file"])
-        for splits in c["splits"]:
+        for splits in [s for s in c["splits"] if s in GOLDEN_SPLITS]:
             _, rep = run_case(b, problem, splits, 0)
             assert rep.passed, f"case {c['id']} {c['name']} splits {splits}:\n{rep.details()}"
 
@@ -148,23 +147,23 @@ def test_selected_pages_beyond_4_gib_of_pool_are_read(toolchain):
     far = DecodeProblem(**{**base.__dict__, "pool": pool, "block_table": bt})
     assert int(bt[0, 0]) * pb > 2**32
     b = SB.FlydslSimBackend("gfx950")
-    near = b(base, splits=1)
-    assert np.array_equal(b(far, splits=1).view(np.uint32), near.view(np.uint32))
-    _check(b, far, 1)
+    # The harness copies a problem's arrays for each run (to catch a backend
+    # that writes its inputs); a 5 GiB pool is called directly instead.
+    _check(b, base, 1)
+    assert np.array_equal(b(far, splits=1).view(np.uint32), b(base, splits=1).view(np.uint32))
 
 
 @pytest.mark.parametrize("ulps", [-1, 1])
 def test_the_tolerance_holds_when_exp2_is_off_by_one_ulp(toolchain, ulps):
     b = SB.FlydslSimBackend("gfx950", options={"exp_ulps": ulps})
-    for seed in (9, 10):
-        _check(b, random_problem(seed, reqs=2, q_len=2, topk=8), 2)
+    _check(b, random_problem(9, reqs=1, q_len=2, topk=8, seq_lens=[8 * 128]), 2)
 
 
 def test_workgroup_orders_agree_bitwise_and_tickets_return_to_zero(toolchain):
-    p = random_problem(11, reqs=2, num_kv_heads=2, topk=8)
+    p = random_problem(11, reqs=1, num_kv_heads=2, topk=8)
     ws = SB.SimWorkspace()
     outs = [SB.run(p, "gfx950", splits=4, order=o, workspace=ws)["out"]
             for o in ("forward", "reverse", "shuffle:1", "shuffle:2")]
     for o in outs[1:]:
         assert np.array_equal(o.view(np.uint32), outs[0].view(np.uint32))
-    assert not ws.tickets(2 * 2).any()
+    assert not ws.tickets(2).any()

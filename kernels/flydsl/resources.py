@@ -11,7 +11,8 @@ spills, uses more than 256 VGPR+AGPR per lane, fits fewer than two
 workgroups on a CU (registers or LDS: 64 KiB on gfx942, 160 KiB on gfx950), lacks
 fp16 denormals (the K/V decode relies on them), has LDS other than the
 ``Shared`` fields it uses, or has ``sc1`` anywhere but on the split partials
-of an ``xcds == 0`` launch. Exit status: 0 all pass, 1 a check failed, 2 no
+of an ``xcds == 0`` launch. Every compile is also kept in the simulator's
+compile cache (``kernels.flydsl.sim.compile``). Exit status: 0 all pass, 1 a check failed, 2 no
 usable linker or FlyDSL.
 
 Linking needs ``ld.lld`` 19 or newer at ``$ROCM_PATH/llvm/bin/ld.lld``. When
@@ -151,6 +152,7 @@ def _worker(arch: str, configs: list[tuple]) -> None:
     import flydsl.compiler as flyc
 
     from .decode import compile_nvfp4_sparse_decode
+    from .sim.compile import store
 
     dump = os.environ["FLYDSL_DUMP_DIR"]
     for topk, splits, xcds, layout in configs:
@@ -159,6 +161,8 @@ def _worker(arch: str, configs: list[tuple]) -> None:
         args = [0] * 11 + [0, 1, 1, 16, 1, 1, 1, 1, 1.0, 1, None]
         flyc.compile[launch.compile_hints](launch, *args)
         isa = Path(dump, launch.kernel_name, "22_final_isa.s").read_text()
+        # The same compile is what the simulator runs: keep it in its cache.
+        store(Path(dump, launch.kernel_name), arch, topk, splits, xcds, layout)
         row = {"arch": arch, "topk": topk, "splits": splits, "xcds": xcds, "layout": layout,
                "compile_s": round(time.perf_counter() - t0, 2),
                "lds_expected": expected_lds(launch.shared, splits), **parse_isa(isa)}
@@ -172,7 +176,7 @@ def compile_configs(arch: str, configs: list[tuple], rocm: str) -> list[dict]:
     Raises RuntimeError with the compiler's output when the process fails."""
     with tempfile.TemporaryDirectory(prefix=f"flydsl-{arch}-") as dump:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
-                   FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm, ARCH=arch)
+                   FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm, ARCH=arch)
         spec = ",".join(":".join(map(str, c)) for c in configs)
         proc = subprocess.run([sys.executable, "-m", "kernels.flydsl.resources", "--worker", arch, spec],
                               capture_output=True, text=True, env=env,

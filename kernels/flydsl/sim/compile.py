@@ -87,6 +87,27 @@ def arg_order(asm: Path) -> list[int]:
     return json.loads(asm.with_suffix(".json").read_text())["launch_args"]
 
 
+def _stem(arch: str, topk: int, splits: int, xcds: int, layout: str, mutant: str | None) -> str:
+    tag = f"-{mutant}" if mutant else ""
+    return f"{arch}-k{topk}-s{splits}-x{xcds}-{layout}{tag}-{_source_key()}"
+
+
+def store(dump: Path, arch: str, topk: int, splits: int, xcds: int, layout: str,
+          mutant: str | None = None) -> Path:
+    """Keep one compile's dump folder (``FLYDSL_DUMP_DIR/<kernel name>`` with
+    ``22_final_isa.s`` and ``00_origin.mlir``) in the cache; returns the assembly's path.
+    Runs where FlyDSL is installed (the compile just made the dump)."""
+    path = cache_dir() / f"{_stem(arch, topk, splits, xcds, layout, mutant)}-fly{_flydsl_version()}.s"
+    order = launch_arg_order(Path(dump, "00_origin.mlir").read_text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for dest, text in ((path.with_suffix(".json"), json.dumps({"launch_args": order})),
+                       (path, Path(dump, "22_final_isa.s").read_text())):
+        tmp = dest.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(dest)
+    return path
+
+
 def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
                   mutant: str | None = None) -> Path:
     """The cached assembly of one configuration (``mutant``: one of
@@ -99,8 +120,7 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     missing, or the compile fails."""
     if arch not in ARCHS or layout not in LAYOUTS:
         raise ValueError(f"arch must be one of {ARCHS} and layout one of {LAYOUTS}, got {arch!r}, {layout!r}")
-    tag = f"-{mutant}" if mutant else ""
-    stem = f"{arch}-k{topk}-s{splits}-x{xcds}-{layout}{tag}-{_source_key()}"
+    stem = _stem(arch, topk, splits, xcds, layout, mutant)
     missing = flydsl_missing()
     if missing:
         cached = sorted(p for p in cache_dir().glob(f"{stem}-*.s") if p.with_suffix(".json").exists())
@@ -120,18 +140,9 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
                                str(topk), str(splits), str(xcds), layout, mutant or "-"],
                               capture_output=True, text=True, env=env, cwd=str(_ROOT))
         name = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-        src = Path(dump, name, "22_final_isa.s")
-        if proc.returncode != 0 or not name or not src.exists():
-            raise CompileError(f"compiling {arch} topk {topk} splits {splits} xcds {xcds} {layout} {tag} failed "
-                               f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        order = launch_arg_order(Path(dump, name, "00_origin.mlir").read_text())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for dest, text in ((path.with_suffix(".json"), json.dumps({"launch_args": order})),
-                           (path, src.read_text())):
-            tmp = dest.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            tmp.replace(dest)
-    return path
+        if proc.returncode != 0 or not name or not Path(dump, name, "22_final_isa.s").exists():
+            raise CompileError(f"compiling {stem} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        return store(Path(dump, name), arch, topk, splits, xcds, layout, mutant)
 
 
 def main(argv=None) -> int:
