@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import kernels
 from vectors.harness import run_case, save_repro
-from vectors.strategies import problems, record_launch, xcds
+from vectors.strategies import problems, problems_for, record_launch, xcds
 
 
 @pytest.fixture
@@ -23,9 +23,10 @@ def backend(backend_spec):
 
 
 def test_backend_conforms_on_generated_problems(backend, backend_spec):
-    # The Triton CPU interpreter runs each program in Python: keep its problems small.
+    # Interpreted backends (Triton's CPU interpreter, the FlyDSL simulator) are slow:
+    # small problems, fewer of them.
     small = getattr(backend, "interpreted", False)
-    strategy = problems(max_reqs=2, max_kv_heads=2, max_topk=8, max_q_len=2) if small else problems(max_reqs=4)
+    strategy = problems_for(backend) if small else problems(max_reqs=4)
     examples = 8 if small else settings().max_examples
 
     @settings(max_examples=examples)

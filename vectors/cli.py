@@ -64,7 +64,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
 
-    from .strategies import case_classes, problems, record_launch, xcds
+    from .strategies import case_classes, problems_for, record_launch, xcds
 
     splits_opts = tuple(splits_choice or backend.splits)
     stats = collections.defaultdict(lambda: [0, 0])
@@ -75,7 +75,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     @hseed(seed)
     @settings(max_examples=examples, deadline=None, database=None, print_blob=False,
               suppress_health_check=list(HealthCheck), phases=phases)
-    @given(problems(), st.sampled_from(splits_opts), xcds)
+    @given(problems_for(backend), st.sampled_from(splits_opts), xcds)
     def prop(problem, splits, xcds_):
         """One generated problem: run, compare, record coverage; raise on failure."""
         rep = None

@@ -159,3 +159,14 @@ def record_launch(problem: DecodeProblem, splits_: int, xcds_: int) -> None:
     event(f"splits={splits_}")
     if xcds_ and problem.rows % (xcds_ * problem.q_len):
         event("xcds=8, rows not a multiple of 8 * q_len")
+
+
+# Backends that execute in Python (the Triton interpreter, the FlyDSL
+# simulator) declare ``interpreted``: they are given small problems.
+SMALL = dict(max_reqs=2, max_kv_heads=2, max_topk=8, max_q_len=2)
+
+
+def problems_for(backend):
+    """The problem strategy for ``backend``: ``problems()``, or small ones
+    (``SMALL``) when the backend is ``interpreted``."""
+    return problems(**SMALL) if getattr(backend, "interpreted", False) else problems()
