@@ -1,11 +1,11 @@
 """``python -m kernels.flydsl.sim.sweep``: the full conformance check of the
 simulated FlyDSL kernel, spread over worker processes (the by-hand run).
 
-    python -m kernels.flydsl.sim.sweep [--arch gfx950 --arch gfx942] [--golden]
+    python -m kernels.flydsl.sim.sweep [--arch gfx950 --arch gfx942] [--golden [--case ID]]
         [--examples 200] [--seed 1] [--jobs N] [--shard-size 10]
 
 For each target: every golden case (``--golden``) at every split count and
-XCD placement its manifest lists, and ``--examples`` generated problems in
+XCD placement its manifest lists (a task per case and split count), and ``--examples`` generated problems in
 shards of ``--shard-size`` (each shard its own hypothesis seed, derived from
 ``--seed``, without shrinking: a failure is printed with its replay file).
 Workers are processes (``--jobs``, default the CPU count); the compiled
@@ -24,15 +24,17 @@ import os
 import sys
 import time
 
-from ..lanes import ARCHS
+from ..lanes import ARCHS, SPLITS
 
 
-def _golden_task(arch: str, case_id: int) -> tuple[bool, list[str], int]:
+def _golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, list[str], int]:
     from vectors.catalog import check_all
 
     from .backend import FlydslSimBackend
 
     b = FlydslSimBackend(arch)
+    if splits is not None:
+        b.splits = (splits,)
     ok, lines = check_all(b, cases={case_id}, spec=b.name)
     return ok, lines[1:], b.instructions
 
@@ -59,6 +61,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.flydsl.sim.sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--golden", action="store_true", help="check every golden case")
+    ap.add_argument("--case", type=int, action="append", help="only this golden case id (repeatable)")
     ap.add_argument("--examples", type=int, default=0, help="generated problems per target")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shard-size", type=int, default=10)
@@ -78,12 +81,19 @@ def main(argv=None) -> int:
     tasks = []
     for arch in args.arch or ARCHS:
         if args.golden:
-            tasks += [(f"{arch} golden case {c['id']} {c['name']}", _golden_task, (arch, c["id"]))
-                      for c in load_manifest()["cases"]]
+            # One task per (case, split count): the largest cases take minutes each.
+            for c in load_manifest()["cases"]:
+                if args.case and c["id"] not in args.case:
+                    continue
+                splits = [s for s in c.get("splits", []) if s in SPLITS] if c["result"] == "valid" else [None]
+                tasks += [(f"{arch} golden case {c['id']} {c['name']}" + (f" splits {s}" if s else ""),
+                           _golden_task, (arch, c["id"], s)) for s in splits]
         for k in range(0, args.examples, args.shard_size):
             n = min(args.shard_size, args.examples - k)
             seed = args.seed * 100_003 + k
             tasks.append((f"{arch} generated {k}..{k + n - 1}", _generated_task, (arch, n, seed)))
+    # Most splits first: those tasks run longest, so the pool ends together.
+    tasks.sort(key=lambda t: -(t[2][2] or 0) if t[1] is _golden_task else -8)
     t0 = time.perf_counter()
     failed, done, instructions = [], 0, 0
     with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
