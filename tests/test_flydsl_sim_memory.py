@@ -3,7 +3,6 @@ lane-by-lane Python model over the same bytes, with some lanes disabled."""
 
 from __future__ import annotations
 
-import glob
 import re
 import zlib
 
@@ -14,6 +13,7 @@ from kernels.flydsl.sim.launch import execute, make_test_wave
 from kernels.flydsl.sim.memory import Memory
 from kernels.flydsl.sim.program import parse_program
 from kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, mask_to_int
+from sim_kernels import compiled_kernels
 
 LANES = 64
 SENTINEL = 0xDEADBEEF
@@ -348,13 +348,11 @@ def test_ds_access_outside_lds_faults_but_disabled_lanes_do_not():
 # ---- every family's mnemonics in the compiled kernels have a handler --------------
 
 FAMILY = re.compile(r"^(buffer_|global_|flat_|scratch_|ds_|v_mfma|v_permlane|v_smfmac)")
-ASM = sorted(glob.glob("/root/.cache/nvfp4-sim/*.s"))
 
 
-@pytest.mark.skipif(not ASM, reason="no compiled kernels in /root/.cache/nvfp4-sim")
-@pytest.mark.parametrize("path", ASM, ids=lambda p: p.rsplit("/", 1)[-1])
-def test_every_memory_xlane_and_mfma_mnemonic_in_the_kernels_has_a_handler(path):
-    prog = parse_program(open(path).read())
-    mine = {i.base for i in prog.instrs if FAMILY.match(i.base)}
-    assert mine, "the kernel has memory instructions"
-    assert sorted(m for m in mine if m not in OPS) == []
+def test_every_memory_xlane_and_mfma_mnemonic_in_the_kernels_has_a_handler():
+    for path in compiled_kernels():
+        prog = parse_program(open(path).read())
+        mine = {i.base for i in prog.instrs if FAMILY.match(i.base)}
+        assert mine, f"{path}: the kernel has memory instructions"
+        assert sorted(m for m in mine if m not in OPS) == [], path

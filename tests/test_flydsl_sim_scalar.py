@@ -1,9 +1,7 @@
 """The simulator's scalar family: SOP1/SOP2/SOPK/SOPC against Python-int
 arithmetic (results and SCC), SOPP control flow, and SMEM loads."""
 
-import glob
 import itertools
-import os
 import random
 
 import numpy as np
@@ -14,6 +12,7 @@ from kernels.flydsl.sim.launch import execute, make_test_wave
 from kernels.flydsl.sim.memory import Memory
 from kernels.flydsl.sim.program import parse_instruction, parse_program
 from kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, handler_for
+from sim_kernels import compiled_kernels
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
@@ -487,14 +486,11 @@ def test_s_load_destination_must_match_the_width():
 
 # ---- the compiled kernels ---------------------------------------------------
 
-ISA_FILES = sorted(glob.glob(os.path.expanduser("~/.cache/nvfp4-sim/*.s")))
 SCALAR_PREFIXES = ("s_",)
 
 
 def _programs():
-    if not ISA_FILES:
-        pytest.skip("no compiled kernels in ~/.cache/nvfp4-sim")
-    return [parse_program(open(p).read()) for p in ISA_FILES]
+    return [parse_program(open(p).read()) for p in compiled_kernels()]
 
 
 def test_every_scalar_mnemonic_of_the_compiled_kernels_has_a_handler():

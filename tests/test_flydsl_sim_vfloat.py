@@ -7,7 +7,6 @@ lanes keep their value."""
 
 from __future__ import annotations
 
-import glob
 import math
 import re
 import struct
@@ -21,11 +20,11 @@ from kernels.flydsl.sim.launch import execute, make_test_wave
 from kernels.flydsl.sim.ops import vfloat
 from kernels.flydsl.sim.program import parse_instruction
 from kernels.flydsl.sim.wave import OPS, SimError, UnknownInstruction, handler_for
+from sim_kernels import compiled_kernels
 
 # The models compute with NaNs and infinities on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
-ASM = sorted(glob.glob("/root/.cache/nvfp4-sim/*.s"))
 EXEC_LO, EXEC_HI = 0x0FF0FFF0, 0x3FFFFFFC  # lanes 0-3, 16-19, 28-33, 62, 63 off
 ACTIVE = ((np.uint64(EXEC_LO | EXEC_HI << 32) >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(bool)
 SENTINEL = 0xDEADBEEF
@@ -340,12 +339,12 @@ def test_rcp_is_correctly_rounded_reciprocal():
 _CHAIN = {"v_div_scale_f32", "v_rcp_f32", "v_fma_f32", "v_fmac_f32", "v_mul_f32", "v_div_fmas_f32", "v_div_fixup_f32"}
 
 
-def fdiv_sequences():
-    """Per compiled kernel, the first fdiv expansion: its instructions (only the
+def fdiv_sequences(paths):
+    """Per compiled kernel (``paths``), the first fdiv expansion: its instructions (only the
     mnemonics of the macro, from the denominator's v_div_scale_f32 to
     v_div_fixup_f32)."""
     seqs = []
-    for path in ASM:
+    for path in paths:
         lines = open(path).read().splitlines()
         for i, ln in enumerate(lines):
             if "v_div_scale_f32" not in ln:
@@ -376,9 +375,14 @@ def _set_operand(w, text: str, values: np.ndarray) -> None:
         put(w, o.index, values)
 
 
-@pytest.mark.skipif(not ASM, reason="no compiled kernels in /root/.cache/nvfp4-sim")
-@pytest.mark.parametrize("name,body", fdiv_sequences() if ASM else [])
-def test_llvm_fdiv_expansion_is_correctly_rounded(name, body):
+def test_llvm_fdiv_expansion_of_every_compiled_kernel_is_correctly_rounded():
+    seqs = fdiv_sequences(compiled_kernels())
+    assert seqs
+    for name, body in seqs:
+        _check_fdiv_sequence(name, body)
+
+
+def _check_fdiv_sequence(name, body):
     scale = parse_instruction(body[0])
     fixup = parse_instruction(body[-1])
     assert scale.base == "v_div_scale_f32" and fixup.base == "v_div_fixup_f32"
@@ -773,12 +777,11 @@ _FAMILY = re.compile(r"^v_(cmp_\w+_f(16|32|64)|cvt_\w+|pack_b32_f16|pk_(add|mul|
                      r"|(add|sub|subrev|mul|fma|fmac|max|min|max3|min3|exp|rcp|div_scale|div_fmas|div_fixup)_f32)$")
 
 
-@pytest.mark.skipif(not ASM, reason="no compiled kernels in /root/.cache/nvfp4-sim")
 def test_every_float_form_of_the_compiled_kernels_runs():
     """Each distinct float/conversion instruction text (registers renamed away)
     of every compiled kernel has a handler of this family and executes."""
     seen = {}
-    for path in ASM:
+    for path in compiled_kernels():
         for ln in open(path):
             s = ln.strip()
             if not s.startswith("v_"):

@@ -6,7 +6,6 @@ hold 0 for them)."""
 
 from __future__ import annotations
 
-import glob
 import re
 
 import numpy as np
@@ -16,6 +15,7 @@ import kernels.flydsl.sim.ops.vint  # noqa: F401  (registers the family)
 from kernels.flydsl.sim.launch import execute, make_test_wave
 from kernels.flydsl.sim.program import parse_instruction
 from kernels.flydsl.sim.wave import OPS, SimError
+from sim_kernels import compiled_kernels
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
@@ -677,9 +677,7 @@ _NOT_INTEGER = re.compile(r"f16|f32|f64|bf16|fp8|bf8|mfma|permlane|_pk_")
 
 
 def test_every_vector_integer_mnemonic_in_the_kernels_has_a_handler():
-    files = glob.glob("/root/.cache/nvfp4-sim/*.s")
-    if not files:
-        pytest.skip("no compiled kernels in /root/.cache/nvfp4-sim")
+    files = compiled_kernels()
     seen = set()
     for path in files:
         for line in open(path):
@@ -694,9 +692,7 @@ def test_every_vector_integer_mnemonic_in_the_kernels_has_a_handler():
 def test_every_vector_integer_instruction_form_in_the_kernels_executes():
     """Each distinct vector-integer line of the compiled kernels passes its
     handler's operand/modifier validation and runs on random registers."""
-    files = glob.glob("/root/.cache/nvfp4-sim/*.s")
-    if not files:
-        pytest.skip("no compiled kernels in /root/.cache/nvfp4-sim")
+    files = compiled_kernels()
     lines = set()
     for path in files:
         for line in open(path):
