@@ -119,22 +119,22 @@ _REG = re.compile(r"^(?P<kind>[sva])(?:(?P<one>\d+)|\[(?P<lo>\d+):(?P<hi>\d+)\])
 _ENCODINGS = ("_e32", "_e64", "_sdwa", "_dpp")
 
 
-def _split_top(s: str) -> list[str]:
-    """Split at commas outside brackets and parentheses."""
+def _split(s: str, at_space: bool) -> list[str]:
+    """Split at commas (or, with ``at_space``, white space) outside brackets and
+    parentheses, so ``name:[a,b]`` and ``swizzle(A,B)`` stay whole."""
     parts, depth, cur = [], 0, []
     for ch in s:
         if ch in "[(":
             depth += 1
         elif ch in "])":
             depth -= 1
-        if ch == "," and depth == 0:
+        if depth == 0 and (ch.isspace() if at_space else ch == ","):
             parts.append("".join(cur).strip())
             cur = []
         else:
             cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
+    parts.append("".join(cur).strip())
+    return [p for p in parts if p]
 
 
 def _int_bits(v: int) -> tuple[int, int, int]:
@@ -212,8 +212,8 @@ def parse_instruction(text: str, line: int = 0) -> Instr:
     if mnemonic == "s_waitcnt":
         return Instr(mnemonic, base, enc, ops, {"counts": rest}, line, text)
     if rest:
-        pieces = _split_top(rest)
-        last_words = _split_words(pieces[-1])
+        pieces = _split(rest, at_space=False)
+        last_words = _split(pieces[-1], at_space=True)
         if len(pieces) == 1 and _is_modifier(last_words[0]):
             operand_texts, mod_words = [], last_words
         else:
@@ -225,25 +225,6 @@ def parse_instruction(text: str, line: int = 0) -> Instr:
         for w in mod_words:
             _parse_mod(w, mods)
     return Instr(mnemonic, base, enc, ops, mods, line, text)
-
-
-def _split_words(piece: str) -> list[str]:
-    """Whitespace split that keeps ``name:[a,b]`` and ``swizzle(A,B)`` whole."""
-    words, depth, cur = [], 0, []
-    for ch in piece:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        if ch.isspace() and depth == 0:
-            if cur:
-                words.append("".join(cur))
-                cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        words.append("".join(cur))
-    return words
 
 
 def _is_modifier(tok: str) -> bool:

@@ -52,6 +52,25 @@ def op(*names: str) -> Callable[[Handler], Handler]:
     return deco
 
 
+SDWA_MODS = frozenset({"dst_sel", "dst_unused", "src0_sel", "src1_sel"})
+
+
+def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) -> None:
+    """SimError for an encoding (DPP; SDWA unless ``sdwa``), operand count (not
+    ``nops``) or modifier (outside ``mods``, plus the SDWA selects) that a
+    handler of ``family`` does not implement."""
+    name = ins.mnemonic
+    if ins.enc == "dpp":
+        raise SimError(f"{name}: DPP is not implemented for {family} at {ins.where()}")
+    if ins.enc == "sdwa" and not sdwa:
+        raise SimError(f"{name}: the SDWA form is not implemented at {ins.where()}")
+    if len(ins.ops) != nops:
+        raise SimError(f"{name}: expected {nops} operands, got {len(ins.ops)} at {ins.where()}")
+    extra = set(ins.mods) - mods - (SDWA_MODS if ins.enc == "sdwa" else frozenset())
+    if extra:
+        raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
+
+
 def handler_for(ins: Instr) -> Handler:
     """The handler of ``ins``; UnknownInstruction when there is none."""
     h = OPS.get(ins.base) or OPS.get(ins.mnemonic)

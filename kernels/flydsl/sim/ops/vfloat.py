@@ -79,10 +79,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import LANES, SimError, Wave, op
+from ..wave import LANES, SimError, Wave, check_form, op
 
 _VCC = Operand("s", *SPECIAL_SGPRS["vcc"], text="vcc")
-_SDWA_MODS = frozenset({"dst_sel", "dst_unused", "src0_sel", "src1_sel"})
 _SIGN = np.uint32(0x80000000)
 _MAG = np.uint32(0x7FFFFFFF)
 _INF_BITS = 0x7F800000
@@ -97,16 +96,7 @@ def _validate(ins: Instr, nops: int, mods: frozenset, sdwa: bool) -> None:
     """SimError for an operand count, encoding or modifier the handler does not
     implement; remembered on ``ins`` once it passes."""
     name = ins.mnemonic
-    if ins.enc == "dpp":
-        raise SimError(f"{name}: DPP is not implemented for float ops at {ins.where()}")
-    if ins.enc == "sdwa" and not sdwa:
-        raise SimError(f"{name}: the SDWA form is not implemented at {ins.where()}")
-    if len(ins.ops) != nops:
-        raise SimError(f"{name}: expected {nops} operands, got {len(ins.ops)} at {ins.where()}")
-    allowed = mods | (_SDWA_MODS if ins.enc == "sdwa" else frozenset())
-    extra = set(ins.mods) - allowed
-    if extra:
-        raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
+    check_form(ins, nops, mods, sdwa, "float ops")
     for o in ins.ops:
         if o.sext:
             raise SimError(f"{name}: sext() on a float operand {o.text} at {ins.where()}")

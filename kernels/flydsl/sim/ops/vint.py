@@ -36,10 +36,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..program import Instr, Operand, SPECIAL_SGPRS
-from ..wave import LANES, SimError, Wave, op
+from ..wave import LANES, SimError, Wave, check_form, op
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
-_SDWA_MODS = frozenset({"dst_sel", "dst_unused", "src0_sel", "src1_sel"})
 _LANE = np.arange(LANES, dtype=np.uint64)
 # Bits of the lanes below each lane, split in the halves mbcnt_lo / mbcnt_hi count.
 _BELOW = (np.uint64(1) << _LANE) - np.uint64(1)
@@ -52,16 +51,7 @@ def _validate(ins: Instr, nops: int, mods: frozenset, sdwa: bool, negabs: bool) 
     """SimError for an operand count, encoding, modifier or source modifier the
     handler does not implement; remembered on ``ins`` once it passes."""
     name = ins.mnemonic
-    if ins.enc == "dpp":
-        raise SimError(f"{name}: DPP is not implemented for vector integer ops at {ins.where()}")
-    if ins.enc == "sdwa" and not sdwa:
-        raise SimError(f"{name}: the SDWA form is not implemented at {ins.where()}")
-    if len(ins.ops) != nops:
-        raise SimError(f"{name}: expected {nops} operands, got {len(ins.ops)} at {ins.where()}")
-    allowed = mods | (_SDWA_MODS if ins.enc == "sdwa" else frozenset())
-    extra = set(ins.mods) - allowed
-    if extra:
-        raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
+    check_form(ins, nops, mods, sdwa, "vector integer ops")
     for o in ins.ops:
         if (o.neg or o.abs) and not negabs:
             raise SimError(f"{name}: source modifier on {o.text} not implemented at {ins.where()}")
