@@ -211,8 +211,9 @@ class Report:
     whose interval is one bf16 value; n_off_nearest, finite bf16 outputs other
     than the nearest-even rounding of ``pre``; of those n_toward_zero /
     n_away_from_zero (by magnitude) and n_below / n_above (by value);
-    mean_signed_ulp, the mean over finite outputs of the ulps from that
-    rounding, positive away from zero; bias_p, the bound on the chance of the
+    mean_signed_ulp, the mean of the ulps from that rounding (positive away
+    from zero) over the n_rounding elements these statistics count (finite
+    bf16 outputs whose nearest-even reference is at least 2**-125); bias_p, the bound on the chance of the
     most one-sided count under the null hypothesis; bias, the named verdict
     when ``bias_p <= BIAS_ALPHA`` (a failure), else None.
     """
@@ -236,6 +237,7 @@ class Report:
     n_below: int = 0
     n_above: int = 0
     mean_signed_ulp: float = 0.0
+    n_rounding: int = 0
     bias_p: float = 1.0
     bias: str | None = None
 
@@ -423,7 +425,7 @@ def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) 
     rep.n_away_from_zero = int((off & (mag_g > mag_n)).sum())
     rep.n_below = int((off & (signed < 0)).sum())
     rep.n_above = int((off & (signed > 0)).sum())
-    n_ok = int(ok.sum())
+    n_ok = rep.n_rounding = int(ok.sum())
     rep.mean_signed_ulp = float(outward[ok].sum() / n_ok) if n_ok else 0.0
     k = rep.n_off_nearest
     sides = [("toward zero", rep.n_toward_zero), ("away from zero", rep.n_away_from_zero),
