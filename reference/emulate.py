@@ -190,7 +190,12 @@ def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geomet
     return _emulate(problem, splits, geometry, details=True)
 
 
-def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: bool) -> Emulation:
+def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: bool, *,
+             exp2=exp2_f32, p_round=bf16_round) -> Emulation:
+    """The emulation; ``exp2`` and ``p_round`` (the rounding of P before the PV
+    product, when the geometry rounds P) replace those two operations, for
+    ``tests/mutants.py`` to model kernels that get them wrong; the output's own
+    rounding is applied by callers of ``pre_round`` there."""
     if not isinstance(splits, (int, np.integer)) or splits < 1:
         raise ValueError(f"splits = {splits!r}, must be an integer >= 1")
     problem.validate()
@@ -248,15 +253,15 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
         with np.errstate(invalid="ignore"):
             m_new = np.maximum(mo, _f32(mx.astype(np.float64) * c))
         m_use = np.where(m_new == -np.inf, np.float32(0), m_new)
-        alpha = exp2_f32(mo - m_use)
+        alpha = exp2(mo - m_use)
         arg = fma_f32(s, c, -m_use[..., None])
-        p = exp2_f32(arg)  # [A, W, 16, KPW]
+        p = exp2(arg)  # [A, W, 16, KPW]
         lanes = p.reshape(p.shape[:-1] + (L, G.keys_per_lane))
         ps = lanes[..., 0]
         for i in range(1, G.keys_per_lane):
             ps = _f32(ps + lanes[..., i].astype(np.float64))
         l[pi, zi] = _f32(_f32(l[pi, zi] * alpha[..., None]) + ps.astype(np.float64))
-        pb = bf16_round(p) if G.p_bf16 else p
+        pb = p_round(p) if G.p_bf16 else p
         pv = np.matmul(pb.astype(np.float64), v)  # [A, W, 16, D]
         O[pi, zi] = _f32(_f32(O[pi, zi] * alpha[..., None]).astype(np.float64) + pv)
         if details:
@@ -282,7 +287,7 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
         big = np.maximum(big, m[:, :, w])
     big_raw = big
     big = np.where(big == -np.inf, np.float32(0), big)
-    wt = exp2_f32(m - big[:, :, None])  # [P, S, W, 16]
+    wt = exp2(m - big[:, :, None])  # [P, S, W, 16]
     l_lane = np.zeros((P, S, HG, L), np.float32)
     acc = np.zeros((P, S, HG, D), np.float32)
     acc_abs = np.zeros((P, S, HG, D))
@@ -301,7 +306,7 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
         for z in range(1, S):
             top = np.maximum(top, big_raw[:, z])
         top = np.where(top == -np.inf, np.float32(0), top)
-        ws = exp2_f32(big_raw - top[:, None])  # [P, S, 16]
+        ws = exp2(big_raw - top[:, None])  # [P, S, 16]
         l_all = np.zeros((P, HG), np.float32)
         acc_all = np.zeros((P, HG, D), np.float32)
         abs_all = np.zeros((P, HG, D))

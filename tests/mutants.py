@@ -2,8 +2,10 @@
 
 ``NumpyKernel()`` is a correct, independent float64 split-KV online-softmax
 implementation (exact class, compared with the oracle); ``NumpyKernel(bug)``
-reproduces one of the contract's known bug classes. The suite must pass the
-correct one and fail every mutant: that is what makes a green run mean
+reproduces one of the contract's known bug classes. ``SeedKernel(bug)`` is the
+seed's own arithmetic (the emulation, seed geometry, compared with the
+emulation) with one rounding bug from ``ROUNDING_BUGS``. The suite must pass
+the correct ones and fail every mutant: that is what makes a green run mean
 something.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
+from reference.emulate import _emulate, exp2_f32
 from reference.formats import e2m1_decode, e4m3fn_decode
 from reference.paged_cache import BLK, D, page_views, unpack_e2m1, unswizzle_v_scales
 from reference.problem import HG
@@ -31,7 +34,103 @@ BUGS = {
     "ticket_not_reset": "split tickets not reset: second launch leaves rows unwritten",
     "nibble_swap": "E2M1 nibble order swapped",
     "scale_group_shift": "scale group off by one (dims 16g..16g+15 use scale g+1)",
+    "exact_output_truncated": "output converted to bf16 by truncation (exact class, judged against the oracle)",
 }
+
+ROUNDING_BUGS = {
+    "output_truncated": "output converted to bf16 by truncation instead of round-to-nearest-even",
+    "output_half_away": "output rounded to bf16 half away from zero instead of half to even",
+    "p_truncated": "P truncated to bf16 before the PV product instead of rounded to nearest even",
+    "exp2_low_2ulp": "every exp2 two float32 ulps low",
+    "one_ulp_on_1pct": "a 1-ulp error on 1% of the output elements (spread by a fixed hash, either sign)",
+}
+
+# Rounding mutants no conformance check can reject from the outputs it is given
+# (tests/test_mutants.py holds the proofs).
+UNDETECTABLE = {
+    "output_half_away": (
+        "differs from nearest-even only where the float32 value is exactly a bf16 tie; delta > 0 "
+        "everywhere (term 4 alone is >= 2**-126), so both neighbours of a tie are in the interval: "
+        "a correct kernel whose value lies a hair to either side gives either one. Only the bias "
+        "verdict can see it, and only in a problem with >= 32 such ties; the golden catalog holds 9 "
+        "tie elements in all and the generator none in 1000 problems"),
+    "exp2_low_2ulp": (
+        "a common factor on every weight cancels between the numerator and l; what is left (the "
+        "factor varies by < 2**-23 across a binade, and bf16(p) flips only for keys within 4 u of a "
+        "bf16 midpoint, all inside the flip-risk window of term 3, whose own part is 8 u) keeps the "
+        "unrounded output within delta of the emulation's: every element is inside its interval "
+        "by construction, and the flips move outputs by the sign of v, not one way"),
+}
+
+
+def bf16_truncate(x) -> np.ndarray:
+    """float32 -> bf16 by dropping the low 16 bits (toward zero)."""
+    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+def bf16_half_away(x) -> np.ndarray:
+    """float32 -> bf16 to nearest, ties away from zero (add half an ulp to the magnitude bits)."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+    return ((u + np.uint32(0x8000)) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+def exp2_low_2ulp(x) -> np.ndarray:
+    """``exp2_f32`` two float32 ulps low (0 stays 0, a result below 2 ulps becomes 0)."""
+    r = np.asarray(exp2_f32(x))
+    bits = r.view(np.int32)
+    low = np.where((r > 0) & np.isfinite(r), np.maximum(bits - 2, 0), bits).astype(np.int32)
+    return low.view(np.float32)
+
+
+def one_ulp_pattern(shape) -> np.ndarray:
+    """int8 of ``shape``: +1 or -1 on a fixed 1% of the elements (multiplicative hash of the
+    flat index), else 0. Fixed, so that two runs of a problem agree."""
+    h = (np.arange(int(np.prod(shape)), dtype=np.uint64) * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
+    hit = h < np.uint64(int(0.01 * 2**32))
+    sign = np.where((h >> np.uint64(7)) & np.uint64(1), 1, -1)
+    return np.where(hit, sign, 0).astype(np.int8).reshape(shape)
+
+
+def bf16_step(x, steps) -> np.ndarray:
+    """bf16 values ``x`` (float32) moved by ``steps`` bf16 ulps (by value; through zero)."""
+    bits = (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.int64)
+    key = np.where(bits & 0x8000, -(bits & 0x7FFF), bits) + np.asarray(steps, np.int64)
+    out = np.where(key < 0, (-key) | 0x8000, key).astype(np.uint32) << np.uint32(16)
+    return out.view(np.float32)
+
+
+class SeedKernel:
+    """The seed's arithmetic (``reference.emulate``, seed geometry), optionally with one
+    rounding bug from ``ROUNDING_BUGS``."""
+
+    geometry = SEED_GEOMETRY
+    splits = tuple(range(1, 9))
+
+    def __init__(self, bug: str | None = None):
+        if bug is not None and bug not in ROUNDING_BUGS:
+            raise ValueError(f"unknown bug {bug!r}")
+        self.bug = bug
+        self.name = f"seed-mutant:{bug}" if bug else "seed-correct"
+
+    def available(self) -> str | None:
+        return None
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
+        bug = self.bug
+        kw = {}
+        if bug == "p_truncated":
+            kw["p_round"] = bf16_truncate
+        if bug == "exp2_low_2ulp":
+            kw["exp2"] = exp2_low_2ulp
+        pre = _emulate(problem, splits, SEED_GEOMETRY, False, **kw).pre_round
+        if bug == "output_truncated":
+            return bf16_truncate(pre)
+        if bug == "output_half_away":
+            return bf16_half_away(pre)
+        out = bf16_round(pre)
+        if bug == "one_ulp_on_1pct":
+            out = bf16_step(out, one_ulp_pattern(out.shape))
+        return out
 
 
 def _dequant(data, scales, bug):
@@ -102,7 +201,7 @@ class NumpyKernel:
                     parts.append(self._split(problem, row, h, kvh, mine, valid, slots, pos[row], self_blk[row],
                                              k_all, v_all, bt_flat, stride, req, scale))
                 out[row, h] = self._merge(parts, problem.v_global_scale, splits)
-        res = bf16_round(out)
+        res = bf16_truncate(out.astype(np.float32)) if bug == "exact_output_truncated" else bf16_round(out)
         if bug == "ticket_not_reset" and splits > 1 and self._launches > 1:
             res[:] = np.nan
         return res

@@ -98,3 +98,138 @@ def test_p_kept_in_float32_is_caught_against_the_seed_emulation():
     p = random_problem(10, reqs=4, q_len=2, num_kv_heads=2, topk=8)
     g = R.Geometry(32, 8, p_bf16=False)
     assert not compare_with_emulation(p, R.emulate(p, geometry=g)).passed
+
+
+# --- the interval test and the rounding statistics ----------------------------------------
+
+from reference.compare import (  # noqa: E402
+    BIAS_ALPHA,
+    bf16_interval,
+    bias_false_alarm,
+    interval_vs_emulation,
+    interval_vs_oracle,
+)
+
+
+def _truncate(x):
+    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+def _step(x, n):
+    """bf16 values moved by n ulps by value (positive values only here)."""
+    return ((np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.int64) + n).astype(np.uint32) << 16
+
+
+def test_interval_is_the_roundings_of_the_values_within_delta():
+    p = _problem()
+    iv = interval_vs_emulation(p, splits=2)
+    e = R.emulate_details(p, splits=2)
+    assert np.array_equal(iv.nearest, e.out) and np.array_equal(iv.pre, e.pre_round.astype(np.float64))
+    lo, hi = bf16_interval(iv.pre, iv.delta)
+    assert np.array_equal(lo, iv.lo) and np.array_equal(hi, iv.hi)
+    assert np.all(iv.lo <= iv.nearest) and np.all(iv.nearest <= iv.hi)
+    # Any value within delta rounds into the interval; the ends are such roundings.
+    rng = np.random.default_rng(0)
+    for t in (-1.0, -0.5, 0.0, 0.999, rng.uniform(-1, 1, iv.pre.shape)):
+        y = R.bf16_round(iv.pre + t * iv.delta)
+        assert np.all((iv.lo <= y) & (y <= iv.hi))
+    assert np.array_equal(iv.lo, R.bf16_round(iv.pre - iv.delta)) or np.mean(
+        iv.lo != R.bf16_round(iv.pre - iv.delta)) < 1e-6
+    # One bf16 value exactly where no midpoint lies within delta of pre.
+    ulp = bf16_ulp(iv.pre)
+    nz = np.abs(iv.pre) >= 2.0**-120
+    frac = np.abs(iv.pre) / ulp % 1.0
+    far = nz & (np.abs(frac - 0.5) > iv.delta / ulp * 1.001) & (iv.delta < ulp / 4)
+    assert far.any() and np.all(iv.determined[far]) and np.all(iv.lo[far] == iv.nearest[far])
+
+
+def test_one_ulp_off_in_a_one_value_interval_fails_though_the_old_whole_ulp_bound_admitted_it():
+    p = _problem()
+    iv = interval_vs_emulation(p)
+    _, old_bound = bound_vs_emulation(p)
+    got = R.emulate(p).copy()
+    idx = np.argwhere(iv.determined & (got > 0))[0]
+    r, h, d = idx
+    got[r, h, d] = _step(got[r, h, d], 1).view(np.float32)
+    assert abs(float(got[r, h, d]) - float(iv.nearest[r, h, d])) <= old_bound[r, h, d]
+    rep = compare_with_emulation(p, got)
+    assert not rep.passed and rep.n_fail == 1 and rep.max_bound_ratio > 1
+    w = rep.worst[0]
+    assert (w.row, w.head, w.dim) == (r, h, d) and w.lo == w.hi == w.expected
+    assert "allowed" in str(w) and rep.n_off_nearest == 1 and rep.bias is None
+
+
+def test_the_other_value_of_a_two_value_interval_passes_and_is_counted():
+    p = _problem()
+    iv = interval_vs_emulation(p)
+    got = R.emulate(p).copy()
+    two = ~iv.determined & (iv.nearest > 2.0**-100)
+    idx = np.argwhere(two & (iv.hi > iv.nearest))[0]
+    got[tuple(idx)] = iv.hi[tuple(idx)]
+    rep = compare_with_emulation(p, got)
+    assert rep.passed, rep.details()
+    assert rep.n_off_nearest == 1 and rep.n_away_from_zero == 1 and rep.n_above == 1
+    assert rep.max_bound_ratio < 1 and rep.mean_signed_ulp > 0
+
+
+def test_truncated_output_fails_against_the_emulation_with_a_toward_zero_verdict():
+    p = _problem()
+    e = R.emulate_details(p)
+    rep = compare_with_emulation(p, _truncate(e.pre_round))
+    assert not rep.passed and rep.n_fail > 0
+    assert rep.bias and rep.bias.startswith("outputs rounded toward zero in ")
+    assert rep.n_away_from_zero == 0 and rep.n_toward_zero == rep.n_off_nearest > 1000
+    assert rep.mean_signed_ulp < -0.3
+    assert "rounding bias: outputs rounded toward zero" in rep.summary()
+    assert "rounding: " in rep.details()
+
+
+def test_truncated_exact_output_fails_against_the_oracle_with_a_toward_zero_verdict():
+    p = random_problem(9, reqs=4, q_len=2, num_kv_heads=2, topk=8)
+    exact, _ = R.sparse_decode(p)
+    iv = interval_vs_oracle(p, p_bf16=False)
+    assert np.array_equal(iv.pre, exact)
+    assert compare_with_oracle(p, R.bf16_round(exact)).n_off_nearest == 0
+    rep = compare_with_oracle(p, _truncate(exact.astype(np.float32)))
+    assert not rep.passed and rep.n_fail > 0 and "toward zero" in rep.bias
+
+
+def test_bias_threshold_follows_from_the_count_alone():
+    # All k off-nearest elements on one side: flagged from k = 32 on (4 tails at 1e-9).
+    assert 4 * bias_false_alarm(31, 31) > BIAS_ALPHA >= 4 * bias_false_alarm(32, 32)
+    assert bias_false_alarm(5, 10) == 1.0 and bias_false_alarm(0, 0) == 1.0
+    # The Chernoff bound is an upper bound of the exact binomial tail.
+    from math import comb
+
+    for k, t in ((20, 15), (100, 70), (400, 230)):
+        exact = sum(comb(k, i) for i in range(t, k + 1)) / 2**k
+        assert exact <= bias_false_alarm(t, k) < 20 * exact
+
+
+def test_balanced_off_nearest_elements_do_not_make_a_verdict():
+    p = _problem()
+    iv = interval_vs_emulation(p)
+    got = R.emulate(p).copy()
+    two = np.argwhere(~iv.determined & (iv.nearest > 2.0**-100) & (iv.hi > iv.nearest) & (iv.lo < iv.nearest))
+    for i, idx in enumerate(two[:200]):
+        got[tuple(idx)] = (iv.hi if i % 2 else iv.lo)[tuple(idx)]
+    rep = compare_with_emulation(p, got)
+    assert rep.passed and rep.bias is None and rep.n_off_nearest == min(200, len(two))
+    # The same elements all moved one way (inside their intervals) fail on bias alone.
+    got = R.emulate(p).copy()
+    for idx in two[:200]:
+        got[tuple(idx)] = iv.lo[tuple(idx)]
+    rep = compare_with_emulation(p, got)
+    assert rep.n_fail == 0 and not rep.passed and "toward zero" in rep.bias
+
+
+def test_flushed_subnormal_outputs_are_left_out_of_the_bias_count():
+    # Term 4 allows flushing subnormals to zero, which is one-sided: 213 flushed
+    # outputs all toward zero would make a verdict (k >= 32) if they were counted.
+    with np.errstate(over="ignore"):
+        p = random_problem(4, reqs=2, q_len=1, topk=4, v_global_scale=2.0**-130)
+    e = R.emulate_details(p)
+    got = np.where(np.abs(e.out) < 2.0**-126, np.float32(0), e.out).astype(np.float32)
+    assert np.count_nonzero(got != e.out) >= 32
+    rep = compare_with_emulation(p, got)
+    assert rep.passed and rep.n_off_nearest == 0, rep.details()

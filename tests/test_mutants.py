@@ -1,17 +1,35 @@
 """The suite catches every injected bug class and passes the correct kernel,
-through each of its two channels: the golden vectors and generated problems."""
+through each of its two channels: the golden vectors and generated problems.
+Rounding mutants that no check can catch in principle are proved so here."""
 
+import numpy as np
 import pytest
 
-from mutants import BUGS, NumpyKernel
+import reference as R
+from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
+from reference.compare import compare_with_emulation, interval_vs_emulation
+from reference.emulate import _emulate
+from reference.examples import random_problem
+from reference.formats import e4m3fn_encode
+from reference.paged_cache import page_views, swizzle_v_scales, unswizzle_v_scales
 from vectors import catalog
 from vectors.cli import check_generated
+from vectors.io import load_case
+
+DETECTABLE = sorted(set(ROUNDING_BUGS) - set(UNDETECTABLE))
 
 
 def test_correct_numpy_kernel_passes_golden_vectors_and_generated_problems():
     ok, lines = catalog.check_all(NumpyKernel())
     assert ok, "\n".join(lines)
     ok, _, failing = check_generated(NumpyKernel(), examples=10, seed=1, shrink=False)
+    assert ok, failing and failing[2]
+
+
+def test_correct_seed_kernel_passes_golden_vectors_and_generated_problems():
+    ok, lines = catalog.check_all(SeedKernel())
+    assert ok, "\n".join(lines)
+    ok, _, failing = check_generated(SeedKernel(), examples=10, seed=1, shrink=False)
     assert ok, failing and failing[2]
 
 
@@ -25,3 +43,86 @@ def test_every_mutant_is_caught_by_the_golden_vectors(bug):
 def test_every_mutant_is_caught_by_generated_problems(bug):
     ok, _, _ = check_generated(NumpyKernel(bug), examples=60, seed=1, shrink=False)
     assert not ok, f"mutant {bug} ({BUGS[bug]}) passed 60 generated problems"
+
+
+@pytest.mark.parametrize("bug", DETECTABLE)
+def test_every_rounding_mutant_is_caught_by_the_golden_vectors(bug):
+    ok, _ = catalog.check_all(SeedKernel(bug), stop_at_first=True)
+    assert not ok, f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed every golden vector"
+
+
+@pytest.mark.parametrize("bug", DETECTABLE)
+def test_every_rounding_mutant_is_caught_by_generated_problems(bug):
+    ok, _, _ = check_generated(SeedKernel(bug), examples=60, seed=1, shrink=False)
+    assert not ok, f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed 60 generated problems"
+
+
+def _golden_valid(limit=None):
+    m = catalog.load_manifest()
+    cases = [c for c in m["cases"] if c["result"] == "valid"][:limit]
+    for c in cases:
+        problem, _, _ = load_case(catalog.HERE / c["file"], sha256=c["sha256"])
+        yield c, problem
+
+
+def _tie_problem():
+    """One request, two visible keys with equal scores (q = 0): V = 256 and 1 in every
+    dimension, v_global 1, so every output is 257 / 2 = 128.5, a bf16 tie (128 | 129)."""
+    p = random_problem(0, reqs=1, q_len=1, num_kv_heads=1, topk=1, seq_lens=[2], v_global_scale=1.0)
+    p.q[...] = 0
+    views = page_views(p.pool, p.layout, 1)
+    page = int(p.block_table[0, 0])
+    views.v_data[page, 0, 0] = 0x66  # E2M1 4, both nibbles
+    views.v_data[page, 0, 1] = 0x22  # E2M1 1
+    lin = unswizzle_v_scales(views.v_scale[page, 0])
+    lin[0], lin[1] = e4m3fn_encode(64.0), e4m3fn_encode(1.0)
+    views.v_scale[page, 0] = swizzle_v_scales(lin)
+    return p
+
+
+def test_half_away_rounding_is_undetectable_elementwise_at_every_tie():
+    assert "output_half_away" in UNDETECTABLE
+    ties_total = 0
+    for c, p in _golden_valid():
+        s = c["splits"][0]
+        iv = interval_vs_emulation(p, splits=s)
+        pre = _emulate(p, s, R.SEED_GEOMETRY, False).pre_round
+        got = bf16_half_away(pre)
+        tie = (pre.view(np.uint32) & 0xFFFF) == 0x8000
+        # It differs from nearest-even at ties only ...
+        assert np.array_equal(got[~tie], R.bf16_round(pre)[~tie])
+        # ... and there delta > 0 puts both neighbours in the interval, the rounding of
+        # pre nudged either way by less than delta: a value a correct kernel may hold.
+        assert np.all(iv.delta >= 2.0**-126)
+        assert np.all((iv.lo[tie] <= np.minimum(got, iv.nearest)[tie]) & (np.maximum(got, iv.nearest)[tie] <= iv.hi[tie]))
+        rep = compare_with_emulation(p, got, splits=s)
+        assert rep.passed, rep.details()
+        ties_total += int(tie.sum())
+    # Too few ties for the bias verdict (it needs >= 32 in one report).
+    assert ties_total < 32
+
+
+def test_half_away_rounding_is_named_by_the_bias_verdict_where_a_problem_has_enough_ties():
+    p = _tie_problem()
+    pre = _emulate(p, 1, R.SEED_GEOMETRY, False).pre_round
+    assert np.all(pre[0] == 128.5) and np.all(R.emulate(p)[0] == 128)
+    rep = compare_with_emulation(p, SeedKernel("output_half_away")(p))
+    assert rep.n_fail == 0 and not rep.passed and rep.bias.startswith("outputs rounded away from zero in 100%")
+    assert compare_with_emulation(p, SeedKernel()(p)).passed
+
+
+def test_exp2_two_ulp_low_stays_within_delta_of_the_emulation():
+    assert "exp2_low_2ulp" in UNDETECTABLE
+    from mutants import exp2_low_2ulp
+
+    problems = [(c["splits"][-1], p) for c, p in _golden_valid()]
+    problems += [(s, random_problem(seed, reqs=3, q_len=2, num_kv_heads=2, topk=16)) for seed, s in ((1, 1), (2, 3))]
+    worst = 0.0
+    for s, p in problems:
+        iv = interval_vs_emulation(p, splits=s)
+        pre = _emulate(p, s, R.SEED_GEOMETRY, False, exp2=exp2_low_2ulp).pre_round.astype(np.float64)
+        # Within delta of the emulation's unrounded value: inside the interval by construction.
+        worst = max(worst, float(np.max(np.abs(pre - iv.pre) / iv.delta)))
+        rep = compare_with_emulation(p, SeedKernel("exp2_low_2ulp")(p, splits=s), splits=s)
+        assert rep.passed, rep.details()
+    assert worst <= 1.0

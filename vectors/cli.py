@@ -68,7 +68,8 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
 
     splits_opts = tuple(splits_choice or backend.splits)
     stats = collections.defaultdict(lambda: [0, 0])
-    state = {"n": 0, "failing": None, "shrinking": False, "elements": 0, "max_ratio": 0.0, "max_ulp": 0.0}
+    state = {"n": 0, "failing": None, "shrinking": False, "elements": 0, "max_ratio": 0.0, "max_ulp": 0.0,
+             "rounding": collections.Counter()}
 
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
 
@@ -91,6 +92,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
                 state["elements"] += rep.n_elements
                 state["max_ratio"] = max(state["max_ratio"], rep.max_bound_ratio)
                 state["max_ulp"] = max(state["max_ulp"], rep.max_ulp)
+                _add_rounding(state["rounding"], rep)
             launch = [f"splits={splits}"] + ([f"xcds={xcds_}"] if xcds_ else [])
             for c in case_classes(problem) + launch:
                 stats[c][0] += 1
@@ -109,16 +111,55 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         ok = True
     except AssertionError:
         ok = False
-    stats["__totals__"] = {k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp")}
+    stats["__totals__"] = {k: state[k] for k in ("n", "elements", "max_ratio", "max_ulp", "rounding")}
     return ok, stats, state["failing"]
+
+
+_ROUNDING_FIELDS = ("n_elements", "n_determined", "n_off_nearest", "n_toward_zero", "n_away_from_zero",
+                    "n_below", "n_above", "n_rounding")
+
+
+def _add_rounding(acc: collections.Counter, rep) -> None:
+    """Add one report's rounding statistics to the run's totals."""
+    for f in _ROUNDING_FIELDS:
+        acc[f] += getattr(rep, f)
+    acc["signed_ulp_sum"] += rep.mean_signed_ulp * rep.n_rounding
+    acc["bias_verdicts"] += rep.bias is not None
+
+
+def rounding_lines(acc) -> list[str]:
+    """The run's rounding statistics (totals of ``Report`` fields) as printed lines:
+    the share checked to one bf16 value, off nearest-even counts, the mean signed
+    error, and the bias verdict the totals would give as one report."""
+    from reference.compare import BIAS_ALPHA, Report, bias_false_alarm
+
+    if not acc or not acc["n_elements"]:
+        return []
+    r = Report(against="run", n_fail=0, max_ulp=0.0, worst=[], nan_rows=[], unwritten_rows=[], not_bf16=0,
+               **{f: int(acc[f]) for f in _ROUNDING_FIELDS})
+    r.mean_signed_ulp = acc["signed_ulp_sum"] / max(acc["n_rounding"], 1)
+    lines = [f"  rounding: {r.rounding_summary()}"]
+    sides = [("toward zero", r.n_toward_zero), ("away from zero", r.n_away_from_zero),
+             ("down (toward -inf)", r.n_below), ("up (toward +inf)", r.n_above)]
+    name, t = max(sides, key=lambda s: s[1])
+    p = min(1.0, 4 * bias_false_alarm(t, r.n_off_nearest))
+    if acc["bias_verdicts"]:
+        lines.append(f"  rounding bias named in {acc['bias_verdicts']} problem(s)")
+    if p <= BIAS_ALPHA:
+        lines.append(f"  rounding anomaly over the run: outputs rounded {name} in "
+                     f"{100 * t / r.n_elements:.3g}% of elements ({t} of the {r.n_off_nearest} off "
+                     f"nearest-even; chance under no bias <= {p:.2g})")
+    return lines
 
 
 def _print_stats(stats) -> None:
     totals = stats.pop("__totals__", None)
     if totals:
         print(f"  {totals['n']} problems, {totals['elements']} output elements compared, "
-              f"largest |diff|/bound {totals['max_ratio']:.3g}, largest bf16 ulp distance {totals['max_ulp']:g} "
-              f"(large only where outputs cancel to near zero)")
+              f"largest |got - pre|/reach {totals['max_ratio']:.3g}, largest bf16 ulp distance "
+              f"{totals['max_ulp']:g} (large only where outputs cancel to near zero)")
+        for line in rounding_lines(totals.get("rounding")):
+            print(line)
     if not stats:
         return
     w = max(len(k) for k in stats)
