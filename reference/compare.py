@@ -89,7 +89,13 @@ elements whose output differs from ``rne(pre)`` (``n_off_nearest``), how
 many of them lie toward zero and away from it (by magnitude), how many below
 and above (by value), and the mean signed error in ulps (positive: away from
 zero), over the elements whose ``rne(pre)`` is at least ``2**-125`` in
-magnitude (below, flushing to zero is allowed by term 4 and is one-sided). For a correct kernel the side of a differing element is the side of
+magnitude (below, flushing to zero is allowed by term 4 and is one-sided)
+and whose ``pre`` lies farther from its nearest midpoint than the shared
+part of ``delta`` (``Interval.shared``: one flipped ``bf16(p)`` moves every
+dim of a (row, head) in the direction of its ``v``, which is the direction
+of the output where that key dominates, so those elements deviate together,
+not independently; against the oracle, P's bf16 rounding likewise). For a
+correct kernel the side of a differing element is the side of
 the midpoint nearest ``pre`` (a question of where ``pre`` falls within its
 bf16 cell, far above float32 noise) combined with the sign of the kernel's
 float32 deviation: the null hypothesis is that each differing element goes
@@ -313,7 +319,10 @@ class Interval:
     correct kernel's distance from ``pre`` before its own rounding.
     nearest: float32 bf16 values, ``rne(pre)``. lo, hi: float32 bf16 values,
     ``rne(pre - delta)`` and ``rne(pre + delta)``, the ends widened outward by
-    one float64 ulp.
+    one float64 ulp. shared: float64, the part of ``delta`` whose cause is common
+    to a whole (row, head) (a flipped ``bf16(p)``; P's bf16 rounding against
+    the oracle), so that elements it can push across a midpoint do not deviate
+    independently (left out of the bias count).
     """
 
     pre: np.ndarray
@@ -321,11 +330,26 @@ class Interval:
     nearest: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    shared: np.ndarray | float = 0.0
 
     @property
     def determined(self) -> np.ndarray:
         """bool: the interval is exactly one bf16 value."""
         return _key(self.lo) == _key(self.hi)
+
+    @property
+    def independent(self) -> np.ndarray:
+        """bool: ``pre`` lies farther from its nearest rounding midpoint than
+        ``shared`` reaches, so a correct kernel's deviation across it would be
+        float32 noise of its own, not a shared cause (a flipped ``bf16(p)`` moves
+        every dim of a (row, head) the same way): the elements the bias count uses."""
+        k = _key(self.nearest)
+        with np.errstate(invalid="ignore", over="ignore"):
+            near = self.nearest.astype(np.float64)
+            mid_up = (near + _from_key(np.minimum(k + 1, 0x7F80)).astype(np.float64)) / 2
+            mid_down = (near + _from_key(np.maximum(k - 1, -0x7F80)).astype(np.float64)) / 2
+            to_midpoint = np.minimum(mid_up - self.pre, self.pre - mid_down)
+        return ~(to_midpoint < self.shared)
 
 
 def _key(x) -> np.ndarray:
@@ -351,10 +375,11 @@ def bf16_interval(pre, delta) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _interval(pre, delta) -> Interval:
+def _interval(pre, delta, shared=0.0) -> Interval:
     lo, hi = bf16_interval(pre, delta)
     return Interval(pre=np.asarray(pre, np.float64), delta=np.asarray(delta, np.float64),
-                    nearest=bf16_round(np.asarray(pre, np.float64)), lo=lo, hi=hi)
+                    nearest=bf16_round(np.asarray(pre, np.float64)), lo=lo, hi=hi,
+                    shared=np.asarray(shared, np.float64))
 
 
 def _reach(iv: Interval, got: np.ndarray) -> np.ndarray:
@@ -415,6 +440,7 @@ def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) 
     ``2**-125`` in magnitude: below that, flushing subnormals to zero (term 4)
     is allowed and is one-sided by nature."""
     ok = ok & (np.abs(iv.nearest) >= 2.0**-125)
+    ok = ok & iv.independent
     g = np.where(ok, got, np.float32(0))
     signed = (_key(g) - _key(iv.nearest)).astype(np.float64)  # in ulps, by value
     outward = np.where(iv.nearest < 0, -signed, signed)  # positive: away from zero
@@ -460,7 +486,7 @@ def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1,
     gamma = _gamma_emulated(problem, geometry, splits)
     eta = e.score_noise.astype(np.float64)[..., None]
     delta = e.flip_risk + (gamma + 2 * eta) * e.magnitude + _underflow(problem, e.abs_v_sum)
-    return _interval(e.pre_round.astype(np.float64), delta)
+    return _interval(e.pre_round.astype(np.float64), delta, shared=e.flip_risk)
 
 
 def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool, geometry: Geometry | None = None,
@@ -475,7 +501,7 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool, geometry: Geomet
     gamma = _gamma_exact(problem, F32_EPS) if geometry is None else _gamma_emulated(problem, geometry, splits)
     delta = (gamma + 2 * eta) * mag * (1 + P_BF16_REL) + (P_BF16_REL * mag if p_bf16 else 0.0)
     delta = delta + _underflow(problem, vsum) + _gamma_exact(problem, F64_EPS) * mag
-    return _interval(out, delta)
+    return _interval(out, delta, shared=P_BF16_REL * mag if p_bf16 else 0.0)
 
 
 def bound_vs_emulation(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY):
