@@ -676,14 +676,19 @@ def test_unimplemented_forms_raise(text):
 _NOT_INTEGER = re.compile(r"f16|f32|f64|bf16|fp8|bf8|mfma|permlane|_pk_")
 
 
-def test_every_vector_integer_mnemonic_in_the_kernels_has_a_handler():
-    files = compiled_kernels()
-    seen = set()
-    for path in files:
+def _integer_lines() -> set[str]:
+    """Every distinct vector-integer instruction line of the compiled kernels."""
+    lines = set()
+    for path in compiled_kernels():
         for line in open(path):
             m = re.match(r"\s+(v_\w+)", line)
             if m and not _NOT_INTEGER.search(m.group(1)):
-                seen.add(parse_instruction(line.strip()).base)
+                lines.add(line.split("//")[0].strip())
+    return lines
+
+
+def test_every_vector_integer_mnemonic_in_the_kernels_has_a_handler():
+    seen = {parse_instruction(line).base for line in _integer_lines()}
     assert seen, "no vector integer mnemonics found"
     missing = sorted(n for n in seen if n not in OPS)
     assert not missing, missing
@@ -692,13 +697,7 @@ def test_every_vector_integer_mnemonic_in_the_kernels_has_a_handler():
 def test_every_vector_integer_instruction_form_in_the_kernels_executes():
     """Each distinct vector-integer line of the compiled kernels passes its
     handler's operand/modifier validation and runs on random registers."""
-    files = compiled_kernels()
-    lines = set()
-    for path in files:
-        for line in open(path):
-            m = re.match(r"\s+(v_\w+)", line)
-            if m and not _NOT_INTEGER.search(m.group(1)):
-                lines.add(line.split("//")[0].strip())
+    lines = _integer_lines()
     rng = np.random.default_rng(26)
     w = make_wave(rng)
     w.v[:] = rng.integers(0, 1 << 32, w.v.shape, dtype=np.uint64).astype(np.uint32)
