@@ -343,12 +343,8 @@ class Interval:
         ``shared`` reaches, so a correct kernel's deviation across it would be
         float32 noise of its own, not a shared cause (a flipped ``bf16(p)`` moves
         every dim of a (row, head) the same way): the elements the bias count uses."""
-        k = _key(self.nearest)
         with np.errstate(invalid="ignore", over="ignore"):
-            near = self.nearest.astype(np.float64)
-            mid_up = (near + _from_key(np.minimum(k + 1, 0x7F80)).astype(np.float64)) / 2
-            mid_down = (near + _from_key(np.maximum(k - 1, -0x7F80)).astype(np.float64)) / 2
-            to_midpoint = np.minimum(mid_up - self.pre, self.pre - mid_down)
+            to_midpoint = np.minimum(_midpoint(self.nearest, 1) - self.pre, self.pre - _midpoint(self.nearest, -1))
         return ~(to_midpoint < self.shared)
 
 
@@ -382,14 +378,18 @@ def _interval(pre, delta, shared=0.0) -> Interval:
                     shared=np.asarray(shared, np.float64))
 
 
+def _midpoint(x, step: int) -> np.ndarray:
+    """float64 midpoint between bf16 values ``x`` and their next bf16 neighbour
+    above (``step`` 1) or below (-1), infinities at the ends."""
+    nxt = _from_key(np.clip(_key(x) + step, -0x7F80, 0x7F80))
+    return (np.asarray(x, np.float64) + nxt.astype(np.float64)) / 2
+
+
 def _reach(iv: Interval, got: np.ndarray) -> np.ndarray:
     """Distance from ``pre`` to the rounding-cell edge past ``hi`` (for got >= pre)
     or before ``lo`` (got < pre): ``|got - pre| / reach < 1`` exactly inside."""
     with np.errstate(invalid="ignore", over="ignore"):
-        hk, lk = _key(iv.hi), _key(iv.lo)
-        up = (iv.hi.astype(np.float64) + _from_key(np.minimum(hk + 1, 0x7F80)).astype(np.float64)) / 2
-        down = (iv.lo.astype(np.float64) + _from_key(np.maximum(lk - 1, -0x7F80)).astype(np.float64)) / 2
-        return np.where(got >= iv.pre, up - iv.pre, iv.pre - down)
+        return np.where(got >= iv.pre, _midpoint(iv.hi, 1) - iv.pre, iv.pre - _midpoint(iv.lo, -1))
 
 
 def _report(problem: DecodeProblem, got, iv: Interval, against: str) -> Report:

@@ -25,6 +25,7 @@ import numpy as np
 
 from reference import DecodeProblem
 from reference.emulate import SEED_GEOMETRY
+from reference.formats import bf16_bits, from_bf16_bits
 
 from ..backend import flydsl_missing, launch_plan
 from ..lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
@@ -126,8 +127,8 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     plan = launch_plan(rows, problem.q_len, H, hkv, rows * topk_w, problem.block_table.shape[1], splits, xcds,
                        problem.sm_scale)
     ws = workspace or SimWorkspace()
-    q = _bf16_bits(problem.q)
-    dev_out = _bf16_bits(out if out is not None else np.zeros(problem.q.shape, np.float32))
+    q = bf16_bits(problem.q)
+    dev_out = bf16_bits(out if out is not None else np.zeros(problem.q.shape, np.float32))
     scales = np.array([problem.k_global_scale, problem.v_global_scale], np.float32)
     tickets = ws.tickets(plan.n)
     mem = Memory()
@@ -144,13 +145,7 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     if tickets.any():
         bad = int(np.flatnonzero(tickets)[0])
         raise SimError(f"ticket {bad} is {int(tickets[bad])} after the launch; the kernel must reset it to 0")
-    return {"out": (dev_out.astype(np.uint32) << 16).view(np.float32), "instructions": count}
-
-
-def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    """uint16 bf16 bit patterns of float32 values that are bf16 (or NaN)."""
-    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
-    return np.where(np.isnan(x), np.uint32(0x7FC0), bits >> 16).astype(np.uint16)
+    return {"out": from_bf16_bits(dev_out), "instructions": count}
 
 
 def sim_missing() -> str | None:

@@ -28,7 +28,7 @@ import numpy as np
 from . import ops  # noqa: F401  (registers every instruction family)
 from .memory import Lds, Memory
 from .program import Program, parse_instruction
-from .wave import LANES, SimError, Wave, handler_for
+from .wave import LANES, SimError, Wave, handler_for, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
 
@@ -101,9 +101,8 @@ class Kernel:
                 nxt += 1
         tid = wave_id * LANES + np.arange(LANES)
         w.v[0] = tid
-        live = tid < block
-        w.s[126] = int(np.sum(live[:32].astype(np.uint64) << np.arange(32, dtype=np.uint64)))
-        w.s[127] = int(np.sum(live[32:].astype(np.uint64) << np.arange(32, dtype=np.uint64)))
+        live = mask_to_int(tid < block)
+        w.s[126], w.s[127] = live & 0xFFFFFFFF, live >> 32
         w.scc = 0
         return w
 
