@@ -537,12 +537,27 @@ def compare_with_oracle(problem: DecodeProblem, got, *, p_bf16: bool = False,
     return _report(problem, got, iv, "oracle" + (" (P in bf16)" if p_bf16 else ""))
 
 
+def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1) -> tuple[Interval, str]:
+    """``(interval, against)``: the acceptance interval for a backend of ``geometry``
+    (the exact oracle's for None, otherwise the emulation of that geometry) and
+    how reports name it."""
+    if geometry is None:
+        return interval_vs_oracle(problem, p_bf16=False), "oracle"
+    return (interval_vs_emulation(problem, splits=splits, geometry=geometry),
+            f"emulation({_geom_name(geometry)}, splits={splits})")
+
+
+def compare_with_interval(problem: DecodeProblem, got, iv: Interval, against: str) -> Report:
+    """Compare ``got`` (float32 ``[rows, H, 128]``) with a given interval (e.g. one
+    read back from a golden case file); ``against`` names it in the report."""
+    return _report(problem, got, iv, against)
+
+
 def compare_backend_output(problem: DecodeProblem, got, *, geometry: Geometry | None, splits: int = 1) -> Report:
     """The right comparison for a backend: the exact oracle for geometry None,
     otherwise the emulation of its own geometry."""
-    if geometry is None:
-        return compare_with_oracle(problem, got, p_bf16=False)
-    return compare_with_emulation(problem, got, splits=splits, geometry=geometry)
+    iv, against = backend_interval(problem, geometry=geometry, splits=splits)
+    return _report(problem, got, iv, against)
 
 
 def _geom_name(g: Geometry) -> str:

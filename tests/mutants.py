@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.protocol import Capabilities
 from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
 from reference.emulate import _emulate, exp2_f32
 from reference.formats import e2m1_decode, e4m3fn_decode
@@ -104,7 +105,7 @@ class SeedKernel:
     rounding bug from ``ROUNDING_BUGS``."""
 
     geometry = SEED_GEOMETRY
-    splits = tuple(range(1, 9))
+    capabilities = Capabilities(splits=tuple(range(1, 9)))
 
     def __init__(self, bug: str | None = None):
         if bug is not None and bug not in ROUNDING_BUGS:
@@ -149,7 +150,7 @@ class NumpyKernel:
     """A float64 split-KV decode kernel, optionally with one bug from ``BUGS``."""
 
     geometry = None
-    splits = tuple(range(1, 9))
+    capabilities = Capabilities(splits=tuple(range(1, 9)))
 
     def __init__(self, bug: str | None = None):
         if bug is not None and bug not in BUGS:
@@ -259,7 +260,7 @@ class PlacementBug:
 
     name = "placement-bug"
     geometry = SEED_GEOMETRY
-    splits = (1, 2)
+    capabilities = Capabilities(splits=(1, 2), xcds=(0, 8))
 
     def available(self) -> str | None:
         return None

@@ -9,6 +9,7 @@ import pytest
 import kernels
 import reference as R
 from reference.examples import random_problem
+from kernels.protocol import Capabilities, Launch
 from vectors.harness import run_case
 
 INPUTS = ("q", "pool", "topk", "block_table", "seq_lens")
@@ -19,7 +20,7 @@ class BufferBackend:
 
     name = "buffer"
     geometry = R.SEED_GEOMETRY
-    splits = (1, 2)
+    capabilities = Capabilities(splits=(1, 2), xcds=(0, 8), out=True)
 
     def __init__(self, skip_row=None, drift=False):
         self.skip_row, self.drift, self.calls, self.seen_xcds = skip_row, drift, 0, []
@@ -40,19 +41,19 @@ class BufferBackend:
 def test_correct_buffer_backend_passes_and_receives_xcds():
     b = BufferBackend()
     p = random_problem(1, reqs=3, q_len=2, num_kv_heads=1, topk=4)
-    _, rep = run_case(b, p, 2, xcds=8)
+    _, rep = run_case(b, p, Launch(splits=2, xcds=8))
     assert rep.passed and b.seen_xcds == [8, 8] and b.calls == 2
 
 
 def test_row_never_stored_shows_as_unwritten():
     p = random_problem(2, reqs=3, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200, 100])
-    _, rep = run_case(BufferBackend(skip_row=1), p, 1)
+    _, rep = run_case(BufferBackend(skip_row=1), p, Launch(splits=1))
     assert not rep.passed and rep.unwritten_rows == [1]
 
 
 def test_second_run_that_differs_fails():
     p = random_problem(3, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200])
-    _, rep = run_case(BufferBackend(drift=True), p, 2)
+    _, rep = run_case(BufferBackend(drift=True), p, Launch(splits=2))
     assert not rep.passed and rep.repeat_mismatch > 0
     assert "second run differs" in rep.summary()
 
@@ -63,10 +64,11 @@ def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     p = random_problem(4, reqs=2, topk=3)
-    path = save_repro("mutant:x", p, 2, "FAIL ...", xcds=8)
+    path = save_repro("mutant:x", p, Launch(splits=2, xcds=8), "FAIL ...")
     assert path.parent == tmp_path and path.name.startswith("mutant_x-")
     q, meta, _ = load_case(path)
-    assert meta["splits"] == 2 and meta["xcds"] == 8 and np.array_equal(q.topk, p.topk)
+    assert meta["launches"] == [{"splits": 2, "xcds": 8, "order": None}] and meta["backend"] == "mutant:x"
+    assert np.array_equal(q.topk, p.topk)
 
 
 class Clobber:
@@ -77,7 +79,7 @@ class Clobber:
 
     name = "clobber"
     geometry = R.SEED_GEOMETRY
-    splits = (1, 2)
+    capabilities = Capabilities(splits=(1, 2))
 
     def __init__(self, field, honest=False, via="numpy"):
         self.field, self.honest, self.via = field, honest, via
@@ -107,7 +109,7 @@ def _problem():
 def test_backend_that_zeroes_an_input_fails_naming_it(field):
     p = _problem()
     before = {f: getattr(p, f).copy() for f in INPUTS}
-    _, rep = run_case(Clobber(field), p, 2)
+    _, rep = run_case(Clobber(field), p, Launch(splits=2))
     assert not rep.passed and list(rep.modified_inputs) == [field]
     n = int(np.count_nonzero(before[field].reshape(-1).view(np.uint8)))
     assert n > 0 and rep.modified_inputs[field] == n
@@ -121,7 +123,7 @@ def test_backend_that_zeroes_an_input_fails_naming_it(field):
 def test_writes_that_bypass_numpy_flags_are_caught(via):
     if via == "torch":
         pytest.importorskip("torch")
-    _, rep = run_case(Clobber("pool", via=via), _problem(), 1)
+    _, rep = run_case(Clobber("pool", via=via), _problem(), Launch(splits=1))
     assert not rep.passed and "'pool'" in rep.summary()
 
 
@@ -129,7 +131,7 @@ def test_expectations_come_from_the_unmodified_problem():
     # Right output, then the pool zeroed: the output matches the expectation of
     # the original problem (it would not match one computed from zeroed pages),
     # and the clobbering alone fails the case.
-    _, rep = run_case(Clobber("pool", honest=True), _problem(), 2)
+    _, rep = run_case(Clobber("pool", honest=True), _problem(), Launch(splits=2))
     assert rep.n_fail == 0 and rep.repeat_mismatch == 0
     assert not rep.passed and list(rep.modified_inputs) == ["pool"]
 
@@ -140,7 +142,7 @@ def test_every_changed_input_is_named():
             problem.q[0, 0, 0] = 1.0 - problem.q[0, 0, 0]
             return super().__call__(problem, splits=splits)
 
-    _, rep = run_case(Both("seq_lens", honest=True), _problem(), 1)
+    _, rep = run_case(Both("seq_lens", honest=True), _problem(), Launch(splits=1))
     assert list(rep.modified_inputs) == ["q", "seq_lens"]
     assert "backend modified its inputs 'q' (" in rep.summary() and "'seq_lens' (" in rep.summary()
 
@@ -151,7 +153,7 @@ def test_changed_input_shows_beside_a_shape_error():
             super().__call__(problem, splits=splits)
             return np.zeros(3, np.float32)
 
-    _, rep = run_case(Flat("topk"), _problem(), 1)
+    _, rep = run_case(Flat("topk"), _problem(), Launch(splits=1))
     assert rep.shape_error and "output must be float32" in rep.summary() and "'topk' (" in rep.summary()
 
 
@@ -163,5 +165,5 @@ def test_correct_backends_pass_without_warnings(name):
     with warnings.catch_warnings():
         # torch warns on from_numpy of a read-only array: the harness must not hand it one.
         warnings.simplefilter("error")
-        _, rep = run_case(b, _problem(), 2)
+        _, rep = run_case(b, _problem(), Launch(splits=2))
     assert rep.passed, rep.details()

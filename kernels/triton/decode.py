@@ -33,6 +33,8 @@ from reference.emulate import softmax_constant
 from reference.formats import E4M3FN_TABLE, e2m1_decode
 from reference.paged_cache import page_bytes
 
+from ..protocol import INTERPRETED_LIMITS, Capabilities
+
 try:
     import torch
     import triton
@@ -260,8 +262,6 @@ class TritonBackend:
 
     name = "triton"
     geometry = GEOMETRY
-    splits = tuple(range(1, 9))
-
     def __init__(self, mutant: str | None = None):
         if mutant is not None and mutant not in MUTANTS:
             raise ValueError(f"unknown mutant {mutant!r}; known: {sorted(MUTANTS)}")
@@ -270,9 +270,11 @@ class TritonBackend:
             self.name = f"triton-mutant:{mutant}"
 
     @property
-    def interpreted(self) -> bool:
-        """True when running on the CPU interpreter (slow: tests keep problems small)."""
-        return _interpret()
+    def capabilities(self) -> Capabilities:
+        """Every layout and split count 1..8; on the CPU interpreter (slow) small generated problems."""
+        if _interpret():
+            return Capabilities(splits=tuple(range(1, 9)), targets=("cpu-interpreter",), limits=INTERPRETED_LIMITS)
+        return Capabilities(splits=tuple(range(1, 9)), targets=("cuda", "rocm"))
 
     def available(self) -> str | None:
         """None with triton and a GPU (or TRITON_INTERPRET=1), else the reason."""
