@@ -91,3 +91,55 @@ def test_golden_failure_replay_commands_run_as_printed(monkeypatch, capsys):
     assert "0 of 1 cases passed, 1 failed" in out and len(hints) == 1, out
     assert hints[0].endswith("--backend mutants:PlacementBug --splits 1 --xcds 8"), hints
     assert main(hints[0].split()[3:]) == 1 and "xcds=8" in capsys.readouterr().out
+
+
+def test_add_of_a_missing_file_exits_2(capsys):
+    from vectors.cli import main
+
+    assert main(["add", "/nonexistent/x.npz", "--comment", "c", "--flags", "split-merge"]) == 2
+    assert "no such case file" in capsys.readouterr().err
+
+
+def test_list_with_an_unknown_flag_exits_2(capsys):
+    from vectors.cli import main
+
+    assert main(["list", "--flag", "nosuchflag"]) == 2
+    assert "unknown flag 'nosuchflag'" in capsys.readouterr().err
+
+
+def test_replay_help_describes_every_argument():
+    r = _run("replay", "--help")
+    assert r.returncode == 0
+    for arg in ("file", "--backend", "--splits", "--xcds", "--order"):
+        line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(arg))
+        assert len(line.split()) > 1 or arg == "file", line
+
+
+def test_a_reference_backend_run_ends_by_saying_how_to_check_your_kernel():
+    r = _run("check", "--backend", "emulate", "--examples", "2", "--no-golden")
+    assert r.returncode == 0 and "To check your kernel: python -m vectors check --backend" in r.stdout
+
+
+def test_ctrl_c_is_a_message_and_exit_2(monkeypatch, capsys):
+    from vectors import cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "check_generated", interrupted)
+    assert cli.main(["check", "--backend", "emulate", "--no-golden", "--examples", "3"]) == 2
+    assert "interrupted: no verdict" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_quietly_with_exit_2():
+    import os
+
+    r = subprocess.run(f"{sys.executable} -m vectors list | head -1", shell=True, cwd=ROOT, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=120)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_backend_module_that_raises_on_import_is_a_setup_error(tmp_path):
+    (tmp_path / "broken_kernel.py").write_text("raise RuntimeError('HIP runtime missing')\n")
+    r = _run("check", "--backend", "broken_kernel:Backend", "--examples", "1", env_extra={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 2 and "HIP runtime missing" in r.stderr and "Traceback" not in r.stderr

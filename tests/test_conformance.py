@@ -56,3 +56,14 @@ def test_backend_conforms_on_generated_problems(backend, backend_spec):
     # Interpreted backends (Triton's CPU interpreter, the FlyDSL simulator) are slow: fewer problems.
     small = backend.capabilities.limits == INTERPRETED_LIMITS
     check_backend(backend, backend_spec, 8 if small else settings().max_examples)
+
+
+def test_a_failure_saves_one_repro_however_many_shrink_steps_it_took(tmp_path, monkeypatch):
+    from mutants import NumpyKernel
+
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception) as e:
+        check_backend(NumpyKernel("head_mod"), "mutants:HeadMod", 20)
+    saved = list(tmp_path.glob("*.npz"))
+    assert len(saved) == 1 and f"saved: {saved[0]}" in str(e.value)
+    assert f"replay: python -m vectors replay {saved[0]} --backend mutants:HeadMod" in str(e.value)

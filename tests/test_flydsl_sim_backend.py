@@ -25,7 +25,8 @@ from reference import DecodeProblem
 from reference.examples import random_problem
 from reference.paged_cache import page_bytes
 from vectors.catalog import load_manifest
-from vectors.harness import run_case
+from kernels.protocol import Launch
+from vectors.harness import BackendCrash, run_case
 from vectors.io import load_case
 from vectors.catalog import HERE as VECTORS
 
@@ -70,7 +71,7 @@ k:
 
 
 def _check(b, p: DecodeProblem, splits: int, xcds: int = 0):
-    _, rep = run_case(b, p, splits, xcds)
+    _, rep = run_case(b, p, Launch(splits, xcds))
     assert rep.passed, rep.details()
     return rep
 
@@ -103,8 +104,8 @@ def test_golden_subset_conforms(toolchain, arch):
     assert len(cases) == len(GOLDEN_SUBSET)
     for c in cases:
         problem, _, _ = load_case(VECTORS / c["file"])
-        for splits in [s for s in c["splits"] if s in GOLDEN_SPLITS]:
-            _, rep = run_case(b, problem, splits, 0)
+        for splits in sorted({x["splits"] for x in c["launches"]} & set(GOLDEN_SPLITS)):
+            _, rep = run_case(b, problem, Launch(splits))
             assert rep.passed, f"case {c['id']} {c['name']} splits {splits}:\n{rep.details()}"
 
 
@@ -127,10 +128,10 @@ def test_kernel_mutants_are_caught_through_the_simulator(toolchain, mutant):
     b = SB.FlydslSimBackend(arch, mutant=mutant)
     p = random_problem(7, **kw)
     try:
-        _, rep = run_case(b, p, splits, 0)
+        _, rep = run_case(b, p, Launch(splits))
         caught = not rep.passed
-    except SimError as e:  # the simulator's own ticket check
-        caught = "ticket" in str(e)
+    except BackendCrash as e:  # the simulator's own ticket check, inside the backend's call
+        caught = isinstance(e.error, SimError) and "ticket" in str(e.error)
     assert caught, f"mutant {mutant} passed"
 
 

@@ -10,7 +10,7 @@ import kernels
 import reference as R
 from reference.examples import random_problem
 from kernels.protocol import Capabilities, Launch
-from vectors.harness import run_case
+from vectors.harness import BackendCrash, run_case
 
 INPUTS = ("q", "pool", "topk", "block_table", "seq_lens")
 
@@ -167,3 +167,99 @@ def test_correct_backends_pass_without_warnings(name):
         warnings.simplefilter("error")
         _, rep = run_case(b, _problem(), Launch(splits=2))
     assert rep.passed, rep.details()
+
+
+class Returns:
+    """The emulation, returned as ``convert(output)``."""
+
+    name, geometry = "returns", R.SEED_GEOMETRY
+    capabilities = Capabilities(splits=(1, 2))
+
+    def __init__(self, convert):
+        self.convert = convert
+
+    def available(self):
+        return None
+
+    def __call__(self, problem, *, splits=1):
+        return self.convert(R.emulate(problem, splits=splits))
+
+
+def _torch_as(dtype, grad=False):
+    torch = pytest.importorskip("torch")
+
+    def convert(x):
+        t = torch.from_numpy(x).to(getattr(torch, dtype))
+        return t.requires_grad_(True) if grad else t
+    return convert
+
+
+@pytest.mark.parametrize("convert", [
+    pytest.param(lambda x: x, id="numpy float32"),
+    pytest.param(lambda x: x.astype(__import__("ml_dtypes").bfloat16), id="numpy bfloat16"),
+    pytest.param("torch-bfloat16", id="torch bfloat16"),
+    pytest.param("torch-float32-grad", id="torch float32 requires_grad"),
+])
+def test_outputs_kernels_naturally_return_are_accepted(convert):
+    if convert == "torch-bfloat16":
+        convert = _torch_as("bfloat16")
+    elif convert == "torch-float32-grad":
+        convert = _torch_as("float32", grad=True)
+    _, rep = run_case(Returns(convert), _problem(), Launch(splits=2))
+    assert rep.passed, rep.details()
+
+
+def test_float16_output_is_converted_exactly_and_judged():
+    # float16 holds fewer exponents than bf16: judged (and failing where it rounds), never a type error.
+    _, rep = run_case(Returns(lambda x: x.astype(np.float16)), _problem(), Launch(splits=2))
+    assert rep.shape_error is None
+
+
+@pytest.mark.parametrize("convert, msg", [
+    (lambda x: x.tolist(), "returned a builtins.list"),
+    (lambda x: x.astype(np.float64), "numpy array of float64"),
+    (lambda x: x.astype(np.int32), "numpy array of int32"),
+])
+def test_other_outputs_fail_with_a_message_about_their_type(convert, msg):
+    out, rep = run_case(Returns(convert), _problem(), Launch(splits=2))
+    assert out is None and not rep.passed and msg in rep.shape_error
+
+
+def test_an_exception_inside_the_backend_is_a_backend_crash():
+    class Raises(Returns):
+        def __call__(self, problem, *, splits=1):
+            raise ZeroDivisionError("kernel bug")
+
+    with pytest.raises(BackendCrash) as e:
+        run_case(Raises(None), _problem(), Launch(splits=2))
+    assert isinstance(e.value.error, ZeroDivisionError) and e.value.launch == Launch(splits=2)
+
+
+def test_an_exception_of_the_harness_is_not_blamed_on_the_backend(monkeypatch):
+    import vectors.harness as H
+
+    def broken(*a, **k):
+        raise KeyError("harness bug")
+
+    monkeypatch.setattr(H, "compare_with_interval", broken)
+    with pytest.raises(KeyError):
+        run_case(Returns(lambda x: x), _problem(), Launch(splits=2))
+
+
+def test_a_launch_outside_the_capabilities_is_refused_before_the_backend_runs():
+    with pytest.raises(ValueError, match="splits 3 not supported"):
+        run_case(Returns(lambda x: x), _problem(), Launch(splits=3))
+
+
+def test_backends_with_orders_run_twice_in_two_orders():
+    class Ordered(Returns):
+        capabilities = Capabilities(splits=(1,), orders=("forward", "reverse"))
+
+        def __call__(self, problem, *, splits=1, order="forward"):
+            self.seen.append(order)
+            return R.emulate(problem, splits=splits)
+
+    b = Ordered(None)
+    b.seen = []
+    run_case(b, _problem(), Launch(splits=1, order="reverse"))
+    assert b.seen == ["reverse", "forward"]

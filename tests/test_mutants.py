@@ -13,48 +13,44 @@ from reference.examples import random_problem
 from reference.formats import e4m3fn_encode
 from reference.paged_cache import page_views, swizzle_v_scales, unswizzle_v_scales
 from vectors import catalog
-from vectors.cli import check_generated
+from vectors.check import check_generated, check_golden
 from vectors.io import load_case
 
 DETECTABLE = sorted(set(ROUNDING_BUGS) - set(UNDETECTABLE))
 
 
 def test_correct_numpy_kernel_passes_golden_vectors_and_generated_problems():
-    ok, lines = catalog.check_all(NumpyKernel())
-    assert ok, "\n".join(lines)
-    ok, _, failing = check_generated(NumpyKernel(), examples=10, seed=1, shrink=False)
-    assert ok, failing and failing[2]
+    run = check_golden(NumpyKernel())
+    assert run.ok, run.text()
+    gen = check_generated(NumpyKernel(), examples=10, seed=1, shrink=False)
+    assert gen.ok, gen.failing and gen.failing[2]
 
 
 def test_correct_seed_kernel_passes_golden_vectors_and_generated_problems():
-    ok, lines = catalog.check_all(SeedKernel())
-    assert ok, "\n".join(lines)
-    ok, _, failing = check_generated(SeedKernel(), examples=10, seed=1, shrink=False)
-    assert ok, failing and failing[2]
+    run = check_golden(SeedKernel())
+    assert run.ok, run.text()
+    gen = check_generated(SeedKernel(), examples=10, seed=1, shrink=False)
+    assert gen.ok, gen.failing and gen.failing[2]
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_every_mutant_is_caught_by_the_golden_vectors(bug):
-    ok, _ = catalog.check_all(NumpyKernel(bug), stop_at_first=True)
-    assert not ok, f"mutant {bug} ({BUGS[bug]}) passed every golden vector"
+    assert check_golden(NumpyKernel(bug), stop_at_first=True).count("FAIL"), f"mutant {bug} ({BUGS[bug]}) passed every golden vector"
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_every_mutant_is_caught_by_generated_problems(bug):
-    ok, _, _ = check_generated(NumpyKernel(bug), examples=60, seed=1, shrink=False)
-    assert not ok, f"mutant {bug} ({BUGS[bug]}) passed 60 generated problems"
+    assert not check_generated(NumpyKernel(bug), examples=60, seed=1, shrink=False).ok, f"mutant {bug} ({BUGS[bug]}) passed 60 generated problems"
 
 
 @pytest.mark.parametrize("bug", DETECTABLE)
 def test_every_rounding_mutant_is_caught_by_the_golden_vectors(bug):
-    ok, _ = catalog.check_all(SeedKernel(bug), stop_at_first=True)
-    assert not ok, f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed every golden vector"
+    assert check_golden(SeedKernel(bug), stop_at_first=True).count("FAIL"), f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed every golden vector"
 
 
 @pytest.mark.parametrize("bug", DETECTABLE)
 def test_every_rounding_mutant_is_caught_by_generated_problems(bug):
-    ok, _, _ = check_generated(SeedKernel(bug), examples=60, seed=1, shrink=False)
-    assert not ok, f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed 60 generated problems"
+    assert not check_generated(SeedKernel(bug), examples=60, seed=1, shrink=False).ok, f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed 60 generated problems"
 
 
 def _golden_valid(limit=None):

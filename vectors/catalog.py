@@ -1,6 +1,6 @@
 """The golden-vector catalog: ``vectors/manifest.json`` and ``vectors/data/*.npz`` (library
 side; the commands are in ``vectors.cli``). The file format is documented for
-checkers in other languages in ``vectors/FORMAT.md``.
+checkers in other languages in ``reference/CONTRACT.md`` section 10.
 
 Each valid case file stores, beside the problem, the expectations a checker
 needs to judge an output from the file alone, as bf16 bit patterns (uint16,
