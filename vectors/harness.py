@@ -69,16 +69,34 @@ def modified_inputs(original: DecodeProblem, seen: DecodeProblem) -> dict[str, i
     return changed
 
 
+class BackendCrash(Exception):
+    """The backend's own ``__call__`` raised ``original`` (a kernel failure,
+    told apart from an error of the harness's conversion or comparison,
+    which propagates unchanged)."""
+
+    def __init__(self, backend_name: str, original: BaseException):
+        super().__init__(f"backend {backend_name} raised {type(original).__name__}: {original}")
+        self.original = original
+
+
+def _invoke(backend, problem: DecodeProblem, **kw):
+    """``backend(problem, **kw)``, anything it raises wrapped in ``BackendCrash``."""
+    try:
+        return backend(problem, **kw)
+    except Exception as e:
+        raise BackendCrash(getattr(backend, "name", repr(backend)), e) from e
+
+
 def _call(backend, problem: DecodeProblem, splits: int, xcds: int) -> tuple[np.ndarray, dict[str, int]]:
     seen = private_copy(problem)
     params = _params(backend)
     kw = {"xcds": xcds} if "xcds" in params else {}
     if "out" in params:
         out = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
-        res = backend(seen, splits=splits, out=out, **kw)
+        res = _invoke(backend, seen, splits=splits, out=out, **kw)
         got = out if res is None else np.asarray(res)
     else:
-        got = np.asarray(backend(seen, splits=splits, **kw))
+        got = np.asarray(_invoke(backend, seen, splits=splits, **kw))
     return got, modified_inputs(problem, seen)
 
 
@@ -92,6 +110,8 @@ def run_case(backend, problem: DecodeProblem, splits: int = 1, xcds: int = 0) ->
     backend never sees (each run gets a ``private_copy``); input bytes a run
     changed are in ``report.modified_inputs``. The first output is as the
     backend returned it (float32 ``[rows, H, 128]`` when it conforms).
+    Raises ``BackendCrash`` when the backend's ``__call__`` raises; an error
+    of the harness itself propagates as raised.
     """
     first, changed = _call(backend, problem, splits, xcds)
     second, changed_again = _call(backend, problem, splits, xcds)
