@@ -3,7 +3,7 @@
 # with torch, triton, numpy and hypothesis:  bash kernels/gpu_check.sh [smoke|full]
 #   smoke: golden vectors for triton and torch, 20 generated problems each, the benchmark.
 #   full:  thousands of generated problems (parallel shards), golden vectors,
-#          the four Triton mutants.
+#          the Triton mutants (python -m vectors.bugs --mutants triton).
 # Logs go to $OUT (default ./gpu-results).
 set -u
 mode=${1:-smoke}
@@ -30,8 +30,9 @@ done
 for s in $(seq 1 3); do
   timeout 420 python3 -m vectors check --backend torch --examples "$per" --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>/dev/null &
 done
-for m in causal v_scale_linear minus_one merge_no_rescale; do
-  timeout 420 python3 -m vectors check --backend "kernels.triton.decode:$m" --examples 40 --seed 7 > "$out/mut_$m.log" 2>/dev/null &
+# The Triton mutants are the registry's (vectors/bugs.py).
+for spec in $(python3 -m vectors.bugs --mutants triton); do
+  timeout 420 python3 -m vectors check --backend "$spec" --examples 40 --seed 7 > "$out/mut_${spec##*:}.log" 2>/dev/null &
 done
 wait
 { for f in "$out"/tr_*.log; do echo "== $f"; cat "$f"; done; } > "$out/triton_generated.txt"

@@ -1,5 +1,5 @@
 """vectors.harness: NaN pre-filled buffers, xcds passing, repeat runs, inputs
-a backend must not change."""
+a backend must not change, a backend's own crash told apart from the harness's."""
 
 import warnings
 
@@ -10,6 +10,7 @@ import kernels
 import reference as R
 from reference.examples import random_problem
 from kernels.protocol import Capabilities, Launch
+from vectors import harness
 from vectors.harness import BackendCrash, run_case
 
 INPUTS = ("q", "pool", "topk", "block_table", "seq_lens")
@@ -56,6 +57,37 @@ def test_second_run_that_differs_fails():
     _, rep = run_case(BufferBackend(drift=True), p, Launch(splits=2))
     assert not rep.passed and rep.repeat_mismatch > 0
     assert "second run differs" in rep.summary()
+
+
+class Raising(BufferBackend):
+    """Raises from its own ``__call__`` on the given call."""
+
+    def __init__(self, on_call):
+        super().__init__()
+        self.on_call = on_call
+
+    def __call__(self, problem, *, splits=1, xcds=0, out=None):
+        if self.calls + 1 == self.on_call:
+            raise IndexError("kernel fault")
+        super().__call__(problem, splits=splits, xcds=xcds, out=out)
+
+
+@pytest.mark.parametrize("on_call", [1, 2])
+def test_an_exception_of_the_backend_is_a_backend_crash_holding_it(on_call):
+    p = random_problem(4, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200])
+    with pytest.raises(BackendCrash, match="backend buffer raised IndexError: kernel fault") as e:
+        run_case(Raising(on_call), p, 1)
+    assert isinstance(e.value.original, IndexError)
+
+
+def test_an_exception_of_the_harness_propagates_unchanged(monkeypatch):
+    def broken(*args, **kw):
+        raise ZeroDivisionError("comparison fault")
+
+    monkeypatch.setattr(harness, "compare_backend_output", broken)
+    p = random_problem(5, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200])
+    with pytest.raises(ZeroDivisionError, match="comparison fault"):
+        run_case(BufferBackend(), p, 1)
 
 
 def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
