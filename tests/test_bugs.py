@@ -23,7 +23,9 @@ import pytest
 import mutants
 from kernels import get_backend
 from vectors import bugs, cases, catalog
-from vectors.harness import BackendCrash, run_case, takes_xcds
+from kernels.protocol import Capabilities, Launch
+from vectors.check import check_invalid
+from vectors.harness import BackendCrash, run_case
 from vectors.io import load_case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,18 +51,19 @@ def failure(backend, entry, splits: int = 1, xcds: int = 0) -> str | None:
     """
     problem = _problem(entry["name"])
     if entry["result"] == "invalid":
-        ok, text = catalog.check_invalid(problem, entry["expected_error"], backend)
+        ok, text = check_invalid(problem, entry["expected_error"], backend)
         return None if ok else text
     try:
-        _, rep = run_case(backend, problem, splits, xcds)
+        _, rep = run_case(backend, problem, Launch(splits, xcds))
     except BackendCrash as e:
         return f"the kernel crashed: {e}"
     return None if rep.passed else rep.details()
 
 
 def _launches(backend, entry):
-    placements = entry["xcds"] if takes_xcds(backend) else [0]
-    return [(s, x) for s in entry["splits"] if s in backend.splits for x in placements]
+    caps = backend.capabilities
+    seen = dict.fromkeys(Launch.from_json(x).as_seen_by(caps) for x in entry["launches"])
+    return [(x.splits, x.xcds) for x in seen if x.splits in caps.splits and x.xcds in caps.xcds]
 
 
 def _registered(spec) -> bugs.Mutant:
@@ -168,7 +171,7 @@ def test_every_triton_and_flydsl_mutant_has_a_catching_launch_on_a_case_with_its
         mutant = _registered(spec)
         entry = next((c for c in bugs.golden_cases(mutant.bug) if c["name"] == name), None)
         assert entry is not None, f"{spec}: case {name} does not carry flag {mutant.bug}"
-        assert entry["result"] == "valid" and splits in entry["splits"], (spec, entry["splits"])
+        assert entry["result"] == "valid" and splits in {x["splits"] for x in entry["launches"]}, spec
 
 
 def _usable(spec):
@@ -220,7 +223,7 @@ class Crashing:
 
     name = "crashing"
     geometry = None
-    splits = (1,)
+    capabilities = Capabilities(splits=(1,))
 
     def available(self):
         return None
@@ -234,7 +237,7 @@ def test_a_crash_of_the_kernel_counts_as_caught():
     assert "the kernel crashed" in failure(Crashing(), entry)
     with pytest.raises(BackendCrash) as e:
         run_case(Crashing(), _problem(entry["name"]))
-    assert isinstance(e.value.original, FloatingPointError)
+    assert isinstance(e.value.error, FloatingPointError)
 
 
 def test_a_harness_error_is_not_counted_as_a_catch(monkeypatch):
@@ -246,7 +249,7 @@ def test_a_harness_error_is_not_counted_as_a_catch(monkeypatch):
     entry = bugs.golden_cases("head-map")[0]
     mutant = mutants.NumpyKernel("head_mod")
     assert failure(mutant, entry)
-    monkeypatch.setattr(H, "compare_backend_output", broken)
+    monkeypatch.setattr(H, "compare_with_interval", broken)
     with pytest.raises(RuntimeError, match="harness comparison broke"):
         failure(mutant, entry)
 
