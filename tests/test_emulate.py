@@ -25,9 +25,7 @@ def test_emulation_is_within_the_exact_bound_of_the_oracle(p, splits):
 def test_emulation_never_nan_and_empty_rows_exactly_zero(p):
     e = R.emulate_details(p, splits=3)
     assert not np.isnan(e.out).any()
-    from reference.oracle import key_mask
-
-    seen = key_mask(p).any(axis=(2, 3))  # [Hkv, rows]
+    seen = p.key_mask().any(axis=(2, 3))  # [Hkv, rows]
     empty = np.repeat(~seen.T, 16, axis=1)  # [rows, H]
     assert np.all(e.out[empty] == 0) and not np.signbit(e.out[empty]).any()
 
