@@ -260,11 +260,6 @@ class Report:
         """Fraction of compared elements outside their interval."""
         return self.n_fail / max(self.n_elements, 1)
 
-    @property
-    def determined_fraction(self) -> float:
-        """Fraction of compared elements checked to exactly one bf16 value."""
-        return self.n_determined / max(self.n_elements, 1)
-
     def rounding_summary(self) -> str:
         """One phrase: how tightly the elements were checked and how the output rounds."""
         n = max(self.n_elements, 1)

@@ -155,11 +155,13 @@ def kernel_constant(problem: DecodeProblem) -> np.float32:
     return softmax_constant(problem.sm_scale, problem.k_global_scale)
 
 
-def _split_schedule(valid: np.ndarray, splits: int):
-    """Slot order of each (pair, split): ``slots [P, S, T]`` (-1 past the end).
+def split_schedule(valid: np.ndarray, splits: int):
+    """The slots each (pair, split) attends, in order: the contract's split schedule.
 
-    valid: bool ``[P, TOPK]``. Valid slots ranked in slot order; split z takes
-    ranks ``[z*chunk, (z+1)*chunk)`` with ``chunk = ceil(n_valid / S)``.
+    valid: bool ``[P, TOPK]``; splits: S >= 1. Valid slots are ranked in slot
+    order; split z takes ranks ``[z*chunk, (z+1)*chunk)`` with
+    ``chunk = ceil(n_valid / S)``. Returns ``(slots, T)``: slots int64
+    ``[P, S, max(T, 1)]`` (-1 past a split's end), T the longest chunk.
     """
     P, K = valid.shape
     order = np.argsort(~valid, axis=1, kind="stable")
@@ -210,7 +212,7 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     pages = np.maximum(problem.slot_pages(), 0).reshape(hk * rows, topk)
     heads = np.repeat(np.arange(hk), rows)
     q = problem.q.reshape(rows, hk, HG, D).transpose(1, 0, 2, 3).reshape(hk * rows, HG, D).astype(np.float64)
-    slots, T = _split_schedule(valid, S)
+    slots, T = split_schedule(valid, S)
     P = hk * rows
 
     m = np.full((P, S, W, HG), -np.inf, np.float32)

@@ -28,7 +28,8 @@ from reference.emulate import SEED_GEOMETRY
 from reference.formats import bf16_bits, from_bf16_bits
 
 from ..backend import flydsl_missing, launch_plan
-from ..lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
+from ..lanes import LAYOUTS, PART_F, SPLITS, k_table
+from ..targets import ARCHS
 from .compile import CompileError, arg_order, assembly_path, cache_dir
 from .launch import Kernel, dispatch
 from .memory import Memory
