@@ -20,7 +20,7 @@ from kernels.flydsl import lanes as L
 from kernels.flydsl import targets
 from reference.examples import random_problem
 from reference.formats import e2m1_decode, e4m3fn_decode, e4m3fnuz_decode
-from reference.paged_cache import dequantize_pages, page_bytes
+from reference.paged_cache import LAYOUTS, dequantize_pages, page_bytes
 
 TARGETS = {arch: L.NumpyOps(fnuz=targets.target(arch).fnuz) for arch in targets.ARCHS}
 LANE = np.arange(64)
@@ -202,7 +202,7 @@ def tile_mismatches(pool: np.ndarray, hkv: int, target: str, layout: str = "toke
     return bad
 
 
-@pytest.mark.parametrize("layout", ["token_rows", "planar"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("hkv", [1, 3])
 def test_every_lane_loads_and_dequantises_exactly_its_k_and_v_operands(target, hkv, layout):
@@ -252,7 +252,7 @@ def _swap_nibbles(x):
 ])
 def test_the_operand_check_catches_a_wrong_lane_map(monkeypatch, name, attr, mutant):
     monkeypatch.setattr(L, attr, mutant)
-    for layout in ("token_rows", "planar"):
+    for layout in LAYOUTS:
         assert tile_mismatches(_pool(5, 2), 2, "gfx950", layout) > 0, (name, layout)
 
 
