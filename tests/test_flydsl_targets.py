@@ -97,3 +97,12 @@ def test_instruction_availability_follows_the_record_not_the_name():
         execute(w, "v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], 0")
     with pytest.raises(SimError, match="has no permlane swap"):
         execute(w, "v_permlane16_swap_b32_e32 v1, v2")
+
+
+def test_the_kernel_refuses_to_compile_for_a_target_without_a_record(monkeypatch):
+    pytest.importorskip("flydsl", reason="building the kernel needs FlyDSL")
+    from kernels.flydsl import decode
+
+    monkeypatch.setattr(decode, "get_rocm_arch", lambda: "gfx1201")
+    with pytest.raises(ValueError, match="no target record for arch 'gfx1201'"):
+        decode.compile_nvfp4_sparse_decode()
