@@ -154,6 +154,7 @@ import numpy as np
 from .emulate import F32_EPS, SEED_GEOMETRY, Geometry, emulate_details, kernel_constant
 from .formats import bf16_round, bf16_ulp, is_bf16
 from .oracle import oracle_details
+from .paged_cache import BLK, D
 from .problem import HG, DecodeProblem
 
 P_BF16_REL = 2.0**-8 * (1 + 2.0**-7)
@@ -333,11 +334,6 @@ class Report:
     def fail_fraction(self) -> float:
         """Fraction of compared elements outside their interval."""
         return self.n_fail / max(self.n_elements, 1)
-
-    @property
-    def determined_fraction(self) -> float:
-        """Fraction of compared elements checked to exactly one bf16 value."""
-        return self.n_determined / max(self.n_elements, 1)
 
     def rounding_summary(self) -> str:
         """One phrase: how tightly the elements were checked and how the output rounds."""
@@ -773,7 +769,7 @@ def _gamma_emulated(problem: DecodeProblem, geometry: Geometry, splits: int) -> 
 
 def _gamma_exact(problem: DecodeProblem, eps: float) -> float:
     """gamma of a summation over every key in any order, for unit roundoff ``eps``."""
-    return (2 * 128 * problem.TOPK + 64) * eps
+    return (2 * BLK * problem.TOPK + 64) * eps
 
 
 def _underflow(problem: DecodeProblem, abs_v_sum: np.ndarray) -> np.ndarray:
@@ -802,7 +798,7 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, ge
     p_bf16 = _p_bf16(p_bf16, geometry)
     out, _, mag, sabs, vsum = oracle_details(problem)
     c = float(kernel_constant(problem))
-    eta = (2 * np.log(2) * c * 128 * F32_EPS * sabs)[..., None]
+    eta = (2 * np.log(2) * c * D * F32_EPS * sabs)[..., None]
     gamma = _gamma_exact(problem, F32_EPS) if geometry is None else _gamma_emulated(problem, geometry, splits)
     delta = (gamma + 2 * eta) * mag * (1 + P_BF16_REL) + (P_BF16_REL * mag if p_bf16 else 0.0)
     delta = delta + _underflow(problem, vsum) + _gamma_exact(problem, F64_EPS) * mag

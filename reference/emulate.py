@@ -27,8 +27,7 @@ import itertools
 import numpy as np
 
 from .formats import bf16_round, bf16_ulp
-from .oracle import _dequant_rows, key_mask
-from .paged_cache import BLK, D, page_views, unswizzle_v_scales
+from .paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
 from .problem import HG, DecodeProblem
 
 LOG2E = 1.4426950408889634
@@ -156,11 +155,13 @@ def kernel_constant(problem: DecodeProblem) -> np.float32:
     return softmax_constant(problem.sm_scale, problem.k_global_scale)
 
 
-def _split_schedule(valid: np.ndarray, splits: int):
-    """Slot order of each (pair, split): ``slots [P, S, T]`` (-1 past the end).
+def split_schedule(valid: np.ndarray, splits: int):
+    """The slots each (pair, split) attends, in order: the contract's split schedule.
 
-    valid: bool ``[P, TOPK]``. Valid slots ranked in slot order; split z takes
-    ranks ``[z*chunk, (z+1)*chunk)`` with ``chunk = ceil(n_valid / S)``.
+    valid: bool ``[P, TOPK]``; splits: S >= 1. Valid slots are ranked in slot
+    order; split z takes ranks ``[z*chunk, (z+1)*chunk)`` with
+    ``chunk = ceil(n_valid / S)``. Returns ``(slots, T)``: slots int64
+    ``[P, S, max(T, 1)]`` (-1 past a split's end), T the longest chunk.
     """
     P, K = valid.shape
     order = np.argsort(~valid, axis=1, kind="stable")
@@ -207,11 +208,11 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     vg = np.float32(problem.v_global_scale)
 
     valid = problem.valid_slots.reshape(hk * rows, topk)
-    mask = key_mask(problem).reshape(hk * rows, topk, W, KPW)
+    mask = problem.key_mask().reshape(hk * rows, topk, W, KPW)
     pages = np.maximum(problem.slot_pages(), 0).reshape(hk * rows, topk)
     heads = np.repeat(np.arange(hk), rows)
     q = problem.q.reshape(rows, hk, HG, D).transpose(1, 0, 2, 3).reshape(hk * rows, HG, D).astype(np.float64)
-    slots, T = _split_schedule(valid, S)
+    slots, T = split_schedule(valid, S)
     P = hk * rows
 
     m = np.full((P, S, W, HG), -np.inf, np.float32)
@@ -232,8 +233,8 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
         pi = pi + lo
         sl = slots[pi, zi, t]
         pg, hd = pages[pi, sl], heads[pi]
-        k = _dequant_rows(views.k_data[pg, hd], views.k_scale[pg, hd])
-        v = _dequant_rows(views.v_data[pg, hd], unswizzle_v_scales(views.v_scale[pg, hd]))
+        k = dequantize(views.k_data[pg, hd], views.k_scale[pg, hd], np.float64)
+        v = dequantize(views.v_data[pg, hd], unswizzle_v_scales(views.v_scale[pg, hd]), np.float64)
         k = k.reshape(len(pi), W, KPW, D)
         v = v.reshape(len(pi), W, KPW, D)
         qq = q[pi][:, None]  # [A, 1, 16, D]

@@ -1,6 +1,6 @@
 """Deterministic construction of valid decode problems from a seed.
 
-Used by the benchmark, the built-in example, tests and the golden vectors.
+Used by the tests, the strategies, the golden vectors and the simulator benchmark.
 Everything is drawn from ``numpy.random.Generator(PCG64(seed))``, whose
 streams numpy keeps stable, and quantised with the integer/IEEE-exact codecs,
 so the same arguments give the same bytes on every machine.
@@ -106,7 +106,3 @@ def random_problem(
         v_global_scale=float(v_global_scale),
     )
 
-
-def example_problem() -> DecodeProblem:
-    """The built-in example: 3 requests (one padding), q_len 2, Hkv 2, TOPK 8."""
-    return random_problem(7, reqs=3, q_len=2, num_kv_heads=2, topk=8, seq_lens=[300, 0, 129])

@@ -9,50 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .paged_cache import BLK, D, page_views, unswizzle_v_scales
-from .formats import E2M1_MAGNITUDES, E4M3FN_TABLE
+from .paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
 from .problem import HG, DecodeProblem
-
-# Byte -> its two nibbles' values (low nibble first) as one complex128, so a
-# single gather decodes two float64 elements.
-_NIBBLE_PAIRS = np.ascontiguousarray(
-    np.stack(
-        [
-            np.where(np.arange(256) & 0x8, -1.0, 1.0) * E2M1_MAGNITUDES[np.arange(256) & 0x7],
-            np.where(np.arange(256) & 0x80, -1.0, 1.0) * E2M1_MAGNITUDES[(np.arange(256) >> 4) & 0x7],
-        ],
-        axis=-1,
-    )
-).view(np.complex128).reshape(256)
-_SCALES64 = E4M3FN_TABLE.astype(np.float64)
 
 # Bound on the float64 working set of one chunk of (row, KV head) pairs.
 _CHUNK_BYTES = 16 * 2**20
-
-
-def key_mask(problem: DecodeProblem) -> np.ndarray:
-    """bool ``[Hkv, rows, TOPK, 128]``: which key of each slot's block a row sees.
-
-    Invalid slots see nothing; in the row's own block only offsets
-    ``<= pos % 128`` are visible; earlier blocks are wholly visible.
-    """
-    valid = problem.valid_slots
-    pos = problem.positions
-    sb = problem.self_blocks
-    diag = problem.topk == sb[None, :, None]
-    lim = np.where(pos >= 0, pos % BLK, -1)[None, :, None, None]
-    off = np.arange(BLK)[None, None, None, :]
-    return valid[..., None] & (~diag[..., None] | (off <= lim))
-
-
-def _dequant_rows(data: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """uint8 ``[..., 64]`` codes and ``[..., 8]`` linear scales -> float64 ``[..., 128]``."""
-    # mode="clip" takes numpy's fast path (no bounds-error handling); a uint8
-    # index is always in range of the 256-entry tables.
-    vals = np.take(_NIBBLE_PAIRS, data, mode="clip").view(np.float64)
-    vals = vals.reshape(data.shape[:-1] + (8, 16))
-    vals *= np.take(_SCALES64, scales, mode="clip")[..., None]
-    return vals.reshape(data.shape[:-1] + (D,))
 
 
 def sparse_decode(problem: DecodeProblem) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +45,7 @@ def _attend(problem: DecodeProblem, details: bool):
     problem.validate()
     hk, rows, topk = problem.num_kv_heads, problem.rows, problem.TOPK
     views = page_views(problem.pool, problem.layout, hk)
-    mask = key_mask(problem)
+    mask = problem.key_mask()
     pages = np.maximum(problem.slot_pages(), 0)
     valid = problem.valid_slots.reshape(hk * rows, topk)
     # [Hkv, rows] pairs, flattened; each pair is one matrix problem of 16 heads.
@@ -107,8 +68,8 @@ def _attend(problem: DecodeProblem, details: bool):
     for lo in range(0, len(live), step):
         sel = live[lo : lo + step]
         pg, hd = pages[sel], heads[sel][:, None]
-        k = _dequant_rows(views.k_data[pg, hd], views.k_scale[pg, hd])
-        v = _dequant_rows(views.v_data[pg, hd], unswizzle_v_scales(views.v_scale[pg, hd]))
+        k = dequantize(views.k_data[pg, hd], views.k_scale[pg, hd], np.float64)
+        v = dequantize(views.v_data[pg, hd], unswizzle_v_scales(views.v_scale[pg, hd]), np.float64)
         # Invalid slots were gathered from page 0, which may hold anything (even
         # NaN scales): their keys are masked, but 0 * NaN would still leak.
         dead = ~valid[sel]

@@ -11,11 +11,12 @@ group of 4 consecutive tokens (see ``swizzle_v_scales``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, NamedTuple
+import functools
+from typing import NamedTuple
 
 import numpy as np
 
-from .formats import E2M1_MAX, e2m1_decode, e2m1_encode, e4m3fn_decode, e4m3fn_encode
+from .formats import E2M1_MAGNITUDES, E2M1_MAX, E4M3FN_TABLE, e2m1_encode, e4m3fn_decode, e4m3fn_encode
 
 D = 128
 BLK = 128
@@ -24,8 +25,9 @@ ROW_DATA = D // 2
 ROW_SCALES = D // GROUP
 ROW_BYTES = ROW_DATA + ROW_SCALES
 
-Layout = Literal["token_rows", "planar"]
 LAYOUTS: tuple[str, ...] = ("token_rows", "planar")
+# The four kinds of row a page holds, per KV head and token.
+PARTS: tuple[str, ...] = ("k_data", "k_scale", "v_data", "v_scale")
 
 
 def page_bytes(num_kv_heads: int) -> int:
@@ -62,44 +64,64 @@ def _check_pool(pool: np.ndarray, num_kv_heads: int) -> None:
         )
 
 
-def page_views(pool: np.ndarray, layout: str, num_kv_heads: int) -> PageViews:
-    """The four storage views of ``pool`` (``[num_pages, page_bytes]`` uint8).
+def row_byte(layout: str, num_kv_heads, part: str, head, token):
+    """Byte, within a page, where token ``token``'s row of ``part`` of KV head ``head`` starts.
 
-    ``token_rows`` is the seed kernel's ``[pages, 2*Hkv, 128, 72]``: slab ``h``
-    holds K of head ``h``, slab ``Hkv+h`` V of head ``h``, each row 64 data
-    bytes then 8 scale bytes. ``planar`` stores K data ``[Hkv,128,64]`` at
-    offset 0, K scales ``[Hkv,128,8]`` at ``Hkv*128*64``, V data at
-    ``Hkv*128*72`` and V scales at ``Hkv*128*136``. Writing through a view
-    writes the pool.
+    layout: one of ``LAYOUTS``; part: one of ``PARTS`` (for ``v_scale``,
+    ``token`` is the stored row, after the swizzle). ``token_rows`` is the seed
+    kernel's ``[2*Hkv, 128, 72]``: slab ``h`` holds K of head ``h``, slab
+    ``Hkv+h`` V of head ``h``, each row 64 data bytes then 8 scale bytes.
+    ``planar`` stores K data ``[Hkv,128,64]``, K scales ``[Hkv,128,8]``, V
+    data ``[Hkv,128,64]`` and V scales ``[Hkv,128,8]`` one after another.
+
+    Only ``+`` and ``*`` touch ``num_kv_heads``, ``head`` and ``token``, so
+    they may be Python ints, numpy integers or the FlyDSL kernel's traced
+    Int32 values (its loader addresses pages with this function).
+    """
+    if part not in PARTS:
+        raise ValueError(f"part = {part!r}, expected one of {PARTS}")
+    scale = part in ("k_scale", "v_scale")
+    if layout == "token_rows":
+        slab = head if part in ("k_data", "k_scale") else num_kv_heads + head
+        return (slab * BLK + token) * ROW_BYTES + (ROW_DATA if scale else 0)
+    if layout != "planar":
+        raise ValueError(f"layout = {layout!r}, expected one of {LAYOUTS}")
+    base = {
+        "k_data": 0,
+        "k_scale": num_kv_heads * (BLK * ROW_DATA),
+        "v_data": num_kv_heads * (BLK * ROW_BYTES),
+        "v_scale": num_kv_heads * (BLK * (ROW_BYTES + ROW_DATA)),
+    }[part]
+    return base + (head * BLK + token) * (ROW_SCALES if scale else ROW_DATA)
+
+
+class Rows(NamedTuple):
+    """Where one part's rows lie in a page: token ``t``'s row of KV head ``h``
+    is the ``width`` bytes from ``offset + h * head_stride + t * row_stride``."""
+
+    offset: int
+    head_stride: int
+    row_stride: int
+    width: int
+
+
+def page_views(pool: np.ndarray, layout: str, num_kv_heads: int) -> PageViews:
+    """The four storage views of ``pool`` (``[num_pages, page_bytes]`` uint8),
+    at the byte offsets of ``row_byte`` (``PageLayout.rows``). Writing through
+    a view writes the pool.
     """
     _check_pool(pool, num_kv_heads)
+    lay = PageLayout(layout, num_kv_heads)
     n, hk = pool.shape[0], num_kv_heads
-    if layout == "token_rows":
-        t = pool.reshape(n, 2 * hk, BLK, ROW_BYTES)
-        views = PageViews(
-            t[:, :hk, :, :ROW_DATA],
-            t[:, :hk, :, ROW_DATA:],
-            t[:, hk:, :, :ROW_DATA],
-            t[:, hk:, :, ROW_DATA:],
-        )
-    elif layout == "planar":
-        a = hk * BLK * ROW_DATA
-        b = hk * BLK * ROW_SCALES
-        offsets = (0, a, a + b, 2 * a + b)
-        sizes = (a, b, a, b)
-        widths = (ROW_DATA, ROW_SCALES, ROW_DATA, ROW_SCALES)
-        views = PageViews(
-            *(
-                pool[:, o : o + s].reshape(n, hk, BLK, w)
-                for o, s, w in zip(offsets, sizes, widths)
-            )
-        )
-    else:
-        raise ValueError(f"layout = {layout!r}, expected one of {LAYOUTS}")
-    for v in views:
-        # reshape copies silently when it cannot make a view; a copy would lose writes.
-        assert np.shares_memory(v, pool)
-    return views
+    page_stride, byte_stride = pool.strides
+    views = []
+    for part in PARTS:
+        r = lay.rows(part)
+        views.append(np.lib.stride_tricks.as_strided(
+            pool[:, r.offset:], shape=(n, hk, BLK, r.width),
+            strides=(page_stride, r.head_stride * byte_stride, r.row_stride * byte_stride, byte_stride),
+            writeable=True))
+    return PageViews(*views)
 
 
 def _swizzle_index() -> tuple[np.ndarray, np.ndarray]:
@@ -112,9 +134,12 @@ def _swizzle_index() -> tuple[np.ndarray, np.ndarray]:
 
 # stored[r, c] holds linear[_SW_TOKEN[r, c], _SW_SCALE[r, c]].
 _SW_TOKEN, _SW_SCALE = _swizzle_index()
-# The same maps on the flattened 128 x 8 block, in both directions.
-_SW_FLAT = (_SW_TOKEN * ROW_SCALES + _SW_SCALE).reshape(-1)
-_UNSW_FLAT = np.argsort(_SW_FLAT)
+# The same maps on the flattened 128 x 8 block, in both directions:
+# stored.flat[i] = linear.flat[V_SCALE_SWIZZLE[i]], linear.flat[i] = stored.flat[V_SCALE_UNSWIZZLE[i]].
+V_SCALE_SWIZZLE = (_SW_TOKEN * ROW_SCALES + _SW_SCALE).reshape(-1)
+V_SCALE_UNSWIZZLE = np.argsort(V_SCALE_SWIZZLE)
+V_SCALE_SWIZZLE.setflags(write=False)
+V_SCALE_UNSWIZZLE.setflags(write=False)
 
 
 def _permute_last_two(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
@@ -130,12 +155,12 @@ def swizzle_v_scales(linear: np.ndarray) -> np.ndarray:
 
     Linear ``(t, s)`` goes to row ``(t//4)*4 + s//2``, column ``(s%2)*4 + t%4``.
     """
-    return _permute_last_two(linear, _SW_FLAT)
+    return _permute_last_two(linear, V_SCALE_SWIZZLE)
 
 
 def unswizzle_v_scales(stored: np.ndarray) -> np.ndarray:
     """Inverse of ``swizzle_v_scales``: stored ``[..., 128, 8]`` -> linear."""
-    return _permute_last_two(stored, _UNSW_FLAT)
+    return _permute_last_two(stored, V_SCALE_UNSWIZZLE)
 
 
 def pack_e2m1(codes: np.ndarray) -> np.ndarray:
@@ -184,16 +209,36 @@ def quantize_nvfp4(x: np.ndarray, global_scale: float) -> tuple[np.ndarray, np.n
     return pack_e2m1(codes.reshape(a.shape)), sf
 
 
-def dequantize(data: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.ndarray:
-    """``e2m1 * e4m3fn`` without the global scale, exact in float32 and float64.
+# Byte -> its two nibbles' values (low nibble first) as one complex128, so a
+# single gather decodes two float64 elements.
+_NIBBLE_PAIRS = np.ascontiguousarray(
+    np.stack(
+        [
+            np.where(np.arange(256) & 0x8, -1.0, 1.0) * E2M1_MAGNITUDES[np.arange(256) & 0x7],
+            np.where(np.arange(256) & 0x80, -1.0, 1.0) * E2M1_MAGNITUDES[(np.arange(256) >> 4) & 0x7],
+        ],
+        axis=-1,
+    )
+).view(np.complex128).reshape(256)
+_SCALES64 = E4M3FN_TABLE.astype(np.float64)
 
-    data: uint8 ``[..., 64]``; scales: uint8 ``[..., 8]`` in linear order.
+
+def dequantize(data: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """Rows of ``e2m1 * e4m3fn`` without the global scale, exact in float32 and float64.
+
+    data: uint8 ``[..., 64]`` codes (element ``2j`` in the low nibble of byte
+    ``j``); scales: uint8 ``[..., 8]`` in linear order (V scales unswizzled).
     Returns ``dtype`` ``[..., 128]``. NaN scale bytes give NaN in their group.
+    Two table gathers and one multiply, the oracle's and emulation's inner loop.
     """
-    vals = e2m1_decode(unpack_e2m1(data)).astype(dtype)
-    sc = e4m3fn_decode(scales).astype(dtype)
-    shape = vals.shape
-    return (vals.reshape(shape[:-1] + (ROW_SCALES, GROUP)) * sc[..., None]).reshape(shape)
+    data = np.asarray(data, np.uint8)
+    scales = np.asarray(scales, np.uint8)
+    # mode="clip" takes numpy's fast path (no bounds-error handling); a uint8
+    # index is always in range of the 256-entry tables.
+    vals = np.take(_NIBBLE_PAIRS, data, mode="clip").view(np.float64)
+    vals = vals.reshape(data.shape[:-1] + (ROW_SCALES, GROUP))
+    vals *= np.take(_SCALES64, scales, mode="clip")[..., None]
+    return vals.reshape(data.shape[:-1] + (D,)).astype(dtype, copy=False)
 
 
 def write_pages(
@@ -274,7 +319,10 @@ def build_pool(
 class PageLayout:
     """A page layout bound to a KV-head count: ``PageLayout("planar", 4)``.
 
-    name: ``"token_rows"`` or ``"planar"``; num_kv_heads: Hkv >= 1.
+    name: ``"token_rows"`` or ``"planar"``; num_kv_heads: Hkv >= 1. Owns the
+    byte arithmetic of a page (``row_byte``) as plain ints, for backends that
+    address the pool themselves: ``rows(part)`` gives one part's offset and
+    strides, ``page_bytes`` the page stride.
     """
 
     name: str
@@ -287,8 +335,16 @@ class PageLayout:
 
     @property
     def page_bytes(self) -> int:
-        """Bytes of one page for this KV-head count."""
+        """Bytes of one page for this KV-head count (the pool's page stride)."""
         return page_bytes(self.num_kv_heads)
+
+    def rows(self, part: str) -> Rows:
+        """Offset, head stride, row stride and width, in bytes, of ``part``'s rows
+        (one of ``PARTS``) in a page; ``row_byte`` read as an affine map."""
+        at = functools.partial(row_byte, self.name, self.num_kv_heads, part)
+        offset = at(0, 0)
+        width = ROW_SCALES if part in ("k_scale", "v_scale") else ROW_DATA
+        return Rows(offset, at(1, 0) - offset, at(0, 1) - offset, width)
 
     def views(self, pool: np.ndarray) -> PageViews:
         """The four storage views of ``pool``; see ``page_views``."""

@@ -165,6 +165,18 @@ class DecodeProblem:
         sb = self.self_blocks[None, :, None]
         return (self.topk >= 0) & (self.topk <= sb)
 
+    def key_mask(self) -> np.ndarray:
+        """bool ``[Hkv, rows, TOPK, 128]``: which key of each slot's block a row sees.
+
+        Invalid slots see nothing; in the row's own block only offsets
+        ``<= pos % 128`` are visible; earlier blocks are wholly visible.
+        """
+        diag = self.topk == self.self_blocks[None, :, None]
+        pos = self.positions
+        lim = np.where(pos >= 0, pos % BLK, -1)[None, :, None, None]
+        off = np.arange(BLK)[None, None, None, :]
+        return self.valid_slots[..., None] & (~diag[..., None] | (off <= lim))
+
     def slot_pages(self) -> np.ndarray:
         """int64 ``[Hkv, rows, TOPK]``: the page each valid slot reads, -1 elsewhere."""
         valid = self.valid_slots

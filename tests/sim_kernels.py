@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kernels.flydsl.lanes import ARCHS
+from kernels.flydsl.targets import ARCHS
 
 # Split merge, XCD placement, the planar loader, the odd and extreme TOPK widths.
 CONFIGS = ((16, 2, 0, "token_rows"), (16, 8, 8, "planar"), (1, 1, 0, "token_rows"),

@@ -171,13 +171,13 @@ def test_constant_table_is_complete():
 
 
 @pytest.mark.parametrize("name, values", [
-    ("D", [paged_cache.D, lanes.D]),
-    ("BLK", [paged_cache.BLK, lanes.BLK, seed_index.BLK]),
-    ("HG", [problem.HG, lanes.HG]),
+    ("D", [paged_cache.D]),
+    ("BLK", [paged_cache.BLK]),
+    ("HG", [problem.HG]),
     ("GROUP", [paged_cache.GROUP]),
-    ("ROW_DATA", [paged_cache.ROW_DATA, lanes.DATA]),
+    ("ROW_DATA", [paged_cache.ROW_DATA]),
     ("ROW_SCALES", [paged_cache.ROW_SCALES]),
-    ("ROW_BYTES", [paged_cache.ROW_BYTES, lanes.ROW]),
+    ("ROW_BYTES", [paged_cache.ROW_BYTES]),
     ("NW", [lanes.NW]),
     ("KPW", [lanes.KPW, reference.SEED_GEOMETRY.keys_per_max]),
     ("THREADS", [64 * lanes.NW]),
@@ -262,8 +262,7 @@ def test_row_addresses_in_both_layouts(layout):
                     want = evaluate(formulas[col], Hkv=hkv, h=h, t=t)
                     assert want == got, f"{layout} {part} Hkv {hkv} head {h} token {t}"
                     # The kernel's loader computes the same byte.
-                    lane_part = {"k_data": "kd", "k_scale": "ks", "v_data": "vd", "v_scale": "vs"}[part]
-                    assert lanes.page_byte(layout, hkv, lane_part, h, t, 0) == got
+                    assert lanes.page_byte(layout, hkv, part, h, t, 0) == got
 
 
 def test_v_scale_swizzle_formula():

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import reference as R
 from reference.compare import bound_vs_oracle, compare_with_oracle
-from reference.emulate import _split_schedule, exp2_f32, fma_f32
+from reference.emulate import split_schedule, exp2_f32, fma_f32
 from reference.examples import random_problem
 from vectors.strategies import problems
 
@@ -25,9 +25,7 @@ def test_emulation_is_within_the_exact_bound_of_the_oracle(p, splits):
 def test_emulation_never_nan_and_empty_rows_exactly_zero(p):
     e = R.emulate_details(p, splits=3)
     assert not np.isnan(e.out).any()
-    from reference.oracle import key_mask
-
-    seen = key_mask(p).any(axis=(2, 3))  # [Hkv, rows]
+    seen = p.key_mask().any(axis=(2, 3))  # [Hkv, rows]
     empty = np.repeat(~seen.T, 16, axis=1)  # [rows, H]
     assert np.all(e.out[empty] == 0) and not np.signbit(e.out[empty]).any()
 
@@ -52,10 +50,10 @@ def test_splits_differing_only_by_empty_splits_are_bitwise_equal(p, extra):
 
 def test_split_schedule_cuts_ranked_valid_slots_into_contiguous_chunks():
     valid = np.array([[False, True, True, False, True, True, True]])
-    slots, T = _split_schedule(valid, 2)
+    slots, T = split_schedule(valid, 2)
     assert T == 3
     assert slots[0, 0].tolist() == [1, 2, 4] and slots[0, 1].tolist() == [5, 6, -1]
-    slots, T = _split_schedule(valid, 8)
+    slots, T = split_schedule(valid, 8)
     assert T == 1 and slots[0, :, 0].tolist() == [1, 2, 4, 5, 6, -1, -1, -1]
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from kernels.flydsl import backend as FB
 from reference.examples import random_problem
+from reference.paged_cache import LAYOUTS
 
 torch = pytest.importorskip("torch", reason="the FlyDSL host side takes torch tensors")
 
@@ -119,7 +120,7 @@ def test_flydsl_passes_generated_problems(rocm_backend):
 @pytest.mark.rocm
 @pytest.mark.parametrize("xcds", [0, 8])
 @pytest.mark.parametrize("splits", [2, 4, 8])
-@pytest.mark.parametrize("layout", ["token_rows", "planar"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_repeated_split_launches_agree_and_leave_the_tickets_at_zero(rocm_backend, layout, splits, xcds):
     p = random_problem(11, reqs=5, q_len=3, num_kv_heads=2, topk=33, seq_lens=[900, 0, 4000, 129, 2],
                        layout=layout)

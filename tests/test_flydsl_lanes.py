@@ -17,11 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernels.flydsl import lanes as L
+from kernels.flydsl import targets
 from reference.examples import random_problem
 from reference.formats import e2m1_decode, e4m3fn_decode, e4m3fnuz_decode
-from reference.paged_cache import dequantize_pages, page_bytes
+from reference.paged_cache import LAYOUTS, dequantize_pages, page_bytes
 
-TARGETS = {"gfx942": L.NumpyOps(fnuz=True), "gfx950": L.NumpyOps(fnuz=False)}
+TARGETS = {arch: L.NumpyOps(fnuz=targets.target(arch).fnuz) for arch in targets.ARCHS}
 LANE = np.arange(64)
 N, G = LANE % 16, LANE // 16
 
@@ -201,7 +202,7 @@ def tile_mismatches(pool: np.ndarray, hkv: int, target: str, layout: str = "toke
     return bad
 
 
-@pytest.mark.parametrize("layout", ["token_rows", "planar"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("hkv", [1, 3])
 def test_every_lane_loads_and_dequantises_exactly_its_k_and_v_operands(target, hkv, layout):
@@ -209,8 +210,33 @@ def test_every_lane_loads_and_dequantises_exactly_its_k_and_v_operands(target, h
 
 
 def test_an_unknown_layout_is_refused():
-    with pytest.raises(ValueError, match="layout must be 'token_rows' or 'planar', got 'rows'"):
+    with pytest.raises(ValueError, match=r"layout = 'rows', expected one of \('token_rows', 'planar'\)"):
         L.block_offsets(0, 1, 0, 0, 0, "rows")
+
+
+# --- the XCD placement of workgroups ----------------------------------------------------------
+
+@given(st.integers(1, 300), st.integers(1, 4), st.sampled_from([0, 1, 2, 8]))
+def test_xcd_mapping_serves_every_row_once_and_keeps_a_request_on_one_xcd(rows_req, q_len, xcds):
+    rows = rows_req * q_len
+    gx = L.grid_x(rows, q_len, xcds)
+    assert gx >= rows and (xcds == 0 or gx % (xcds * q_len) == 0)
+    served = L.workgroup_row(np.arange(gx), q_len, xcds)
+    assert sorted(served) == list(range(gx))  # a bijection onto rows plus padding rows
+    if xcds:
+        bx = np.arange(gx)
+        req = served // q_len
+        for r in np.unique(req):
+            assert len(set((bx[req == r] % xcds).tolist())) == 1
+
+
+def test_xcd_mapping_hand_checked():
+    # xcds 2, q_len 3, by hand: even workgroups sit on XCD 0, odd on XCD 1.
+    # bx 0 -> row 0 and bx 1 -> row 3 (request 1 starts on XCD 1); bx 2 -> row 1;
+    # bx 6 (slot 3, the second group of requests) -> row 6; bx 7 -> row 9.
+    got = L.workgroup_row(np.arange(12), 3, 2).tolist()
+    assert got == [0, 3, 1, 4, 2, 5, 6, 9, 7, 10, 8, 11]
+    assert L.grid_x(15, 3, 8) == 24 and L.grid_x(15, 3, 0) == 15
 
 
 def _swap_nibbles(x):
@@ -226,7 +252,7 @@ def _swap_nibbles(x):
 ])
 def test_the_operand_check_catches_a_wrong_lane_map(monkeypatch, name, attr, mutant):
     monkeypatch.setattr(L, attr, mutant)
-    for layout in ("token_rows", "planar"):
+    for layout in LAYOUTS:
         assert tile_mismatches(_pool(5, 2), 2, "gfx950", layout) > 0, (name, layout)
 
 

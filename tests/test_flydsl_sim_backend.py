@@ -18,10 +18,10 @@ import os
 import numpy as np
 import pytest
 
-from kernels.flydsl.lanes import ARCHS
 from kernels.flydsl.sim import backend as SB
 from kernels.flydsl.sim.program import parse_program
 from kernels.flydsl.sim.wave import SimError
+from kernels.flydsl.targets import ARCHS
 from reference import DecodeProblem
 from reference.examples import random_problem
 from reference.paged_cache import page_bytes

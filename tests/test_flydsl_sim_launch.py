@@ -4,10 +4,11 @@ initial registers the kernel descriptor declares, on small hand-written kernels.
 import numpy as np
 import pytest
 
-from kernels.flydsl.sim.launch import Group, Kernel, Target, dispatch, workgroup_order
+from kernels.flydsl.sim.launch import Group, Kernel, dispatch, workgroup_order
 from kernels.flydsl.sim.memory import Lds, Memory
 from kernels.flydsl.sim.program import parse_program
 from kernels.flydsl.sim.wave import MemoryFault, SimError
+from kernels.flydsl.targets import target
 
 
 def _kernel(body: str, lds: int = 0, kernarg: int = 16) -> Kernel:
@@ -118,7 +119,7 @@ def test_a_kernel_that_loops_forever_stops_at_the_budget():
     k = _kernel(""".LBB0_0:
 \ts_branch .LBB0_0""")
     mem = Memory()
-    group = Group(mem, Target("gfx950"), Lds(0))
+    group = Group(mem, target("gfx950"), Lds(0))
     with pytest.raises(SimError, match="exceeded 1000 instructions"):
         k.run_group(group, mem.alloc("kernarg", np.zeros(16, np.uint8)), 64, budget=1000)
 

@@ -219,5 +219,5 @@ def test_permlane_swap_refuses_partial_exec_and_gfx942():
     with pytest.raises(SimError, match="partial EXEC"):
         execute(w, "v_permlane16_swap_b32_e32 v1, v2")
     w, _ = _wave(np.random.default_rng(8), "gfx942", full=True)
-    with pytest.raises(SimError, match="gfx950"):
+    with pytest.raises(SimError, match="gfx942 has no permlane swap"):
         execute(w, "v_permlane32_swap_b32_e32 v1, v2")

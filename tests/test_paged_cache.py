@@ -47,6 +47,46 @@ def test_planar_views_sit_at_the_contracts_offsets():
     assert np.count_nonzero(pool) == 4
 
 
+@pytest.mark.parametrize("layout", PC.LAYOUTS)
+@pytest.mark.parametrize("hk", [1, 2, 3])
+def test_page_layout_rows_tile_every_byte_of_a_page_once(layout, hk):
+    lay = PC.PageLayout(layout, hk)
+    owner = np.zeros(lay.page_bytes, np.int64)
+    h, t, c = np.meshgrid(np.arange(hk), np.arange(128), np.arange(64), indexing="ij")
+    for part in PC.PARTS:
+        r = lay.rows(part)
+        cols = c[..., :r.width]
+        at = r.offset + h[..., :r.width] * r.head_stride + t[..., :r.width] * r.row_stride + cols
+        np.add.at(owner, at.ravel(), 1)
+        # The strides restate row_byte exactly.
+        for hh, tt in ((0, 0), (hk - 1, 127), (hk // 2, 77)):
+            assert r.offset + hh * r.head_stride + tt * r.row_stride == PC.row_byte(layout, hk, part, hh, tt)
+    assert np.all(owner == 1)
+
+
+def test_page_layout_rows_hand_checked():
+    # token_rows, Hkv 2: V of head 0 is slab 2 of 72-byte rows; its scales follow the 64 data bytes.
+    assert PC.PageLayout("token_rows", 2).rows("v_scale") == (2 * 128 * 72 + 64, 128 * 72, 72, 8)
+    # planar, Hkv 2: V scales start after 2 * 128 * (64 + 8 + 64) bytes.
+    assert PC.PageLayout("planar", 2).rows("v_scale") == (2 * 128 * 136, 128 * 8, 8, 8)
+    assert PC.PageLayout("planar", 2).rows("k_data") == (0, 128 * 64, 64, 64)
+    with pytest.raises(ValueError, match="part = 'q'"):
+        PC.row_byte("planar", 1, "q", 0, 0)
+    with pytest.raises(ValueError, match="layout = 'rows'"):
+        PC.row_byte("rows", 1, "k_data", 0, 0)
+
+
+def test_views_of_a_strided_pool_write_the_pool():
+    hk = 2
+    big = np.zeros((3, 2 * PC.page_bytes(hk)), np.uint8)
+    pool = big[:, ::2]  # every other byte: a non-contiguous pool
+    for layout in PC.LAYOUTS:
+        pool[...] = 0
+        PC.page_views(pool, layout, hk).v_scale[2, 1, 5, 3] = 9
+        assert pool[2, PC.row_byte(layout, hk, "v_scale", 1, 5) + 3] == 9
+        assert np.count_nonzero(big) == 1
+
+
 def test_views_reject_a_wrong_pool():
     with pytest.raises(ValueError, match="expected page_bytes"):
         PC.page_views(np.zeros((2, 100), np.uint8), "planar", 1)
@@ -99,6 +139,17 @@ def test_quantize_roundtrip_of_representable_values_is_exact():
     # sf = 4.5 / (6 * 0.125) = 6, and x / (6 * 0.125) lands back on the codes.
     assert np.all(F.e4m3fn_decode(sf) == 6.0)
     assert np.array_equal(PC.dequantize(data, sf) * np.float32(0.125), x)
+
+
+def test_dequantize_is_the_codecs_product_for_every_byte_and_scale_byte():
+    data = np.broadcast_to(np.arange(256, dtype=np.uint8)[:, None, None], (256, 256, 64))
+    scales = np.broadcast_to(np.arange(256, dtype=np.uint8)[None, :, None], (256, 256, 8))
+    codes = PC.unpack_e2m1(data)
+    want = F.e2m1_decode(codes).astype(np.float64) * np.repeat(F.e4m3fn_decode(scales).astype(np.float64), 16, -1)
+    for dtype in (np.float32, np.float64):
+        got = PC.dequantize(data, scales, dtype)
+        assert got.dtype == dtype and got.shape == (256, 256, 128)
+        np.testing.assert_array_equal(got, want.astype(dtype))  # NaN where the scale byte is NaN
 
 
 def test_quantize_error_within_half_step_per_group():

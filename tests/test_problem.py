@@ -42,6 +42,21 @@ def test_valid_slots_exclude_minus_one_future_and_padding_rows():
     assert not p.valid_slots[0, 2].any()
 
 
+def test_key_mask_cuts_only_the_own_block_at_the_row_position():
+    p = _base()
+    topk = p.topk.copy()
+    # Row 0 (pos 298, own block 2): earlier blocks whole, block 2 up to offset 298 % 128 = 42.
+    topk[0, 0] = [-1, 0, 2, 3, 7, 1]
+    # Row 5 (pos 128, own block 1): only offset 0 of block 1.
+    topk[1, 5] = [1, 0, -1, -1, -1, -1]
+    m = _with(p, topk=topk).key_mask()
+    assert m.shape == (2, 6, 6, 128) and m.dtype == bool
+    assert [int(n) for n in m[0, 0].sum(axis=-1)] == [0, 128, 43, 0, 0, 128]
+    assert m[0, 0, 2, 42] and not m[0, 0, 2, 43]
+    assert [int(n) for n in m[1, 5].sum(axis=-1)] == [1, 128, 0, 0, 0, 0] and m[1, 5, 0, 0]
+    assert not m[:, 2:4].any()  # padding rows (request 1, seq_len 0) see nothing
+
+
 @pytest.mark.parametrize(
     "change, err, msg",
     [

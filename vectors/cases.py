@@ -13,7 +13,7 @@ import numpy as np
 
 from reference import DecodeProblem, bf16_round
 from reference.examples import random_problem
-from reference.paged_cache import BLK, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
+from reference.paged_cache import BLK, D, GROUP, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
 
 from .bugs import CLASSES
 
@@ -200,7 +200,7 @@ def _every_code():
     p = _base(122, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[512, 200])
     pool = p.pool.copy()
     v = page_views(pool, p.layout, 1)
-    codes = (np.arange(BLK)[:, None] + np.arange(128)[None, :] * 7) % 16
+    codes = (np.arange(BLK)[:, None] + np.arange(D)[None, :] * 7) % 16
     for data in (v.k_data, v.v_data):
         for pg in range(p.num_pages):
             data[pg, 0] = pack_e2m1(np.roll(codes, pg, axis=0))
@@ -218,10 +218,10 @@ def _scale_groups():
 def _e2m1_ties():
     p = _base(124, reqs=2, q_len=1, num_kv_heads=1, topk=3, seq_lens=[300, 200], spare_pages=0)
     rng = np.random.default_rng(124)
-    shape = (p.num_pages, 1, BLK, 128)
+    shape = (p.num_pages, 1, BLK, D)
     ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
     vals = rng.choice(ties, shape) * rng.choice([-1.0, 1.0], shape)
-    vals[..., ::16] = 6.0  # amax 6 per group with g = 1/4: sf = 4, x / (4 g) lands on the tie
+    vals[..., ::GROUP] = 6.0  # amax 6 per group with g = 1/4: sf = 4, x / (4 g) lands on the tie
     g = 0.25
     pool = build_pool(vals, vals, layout="token_rows", k_global_scale=g, v_global_scale=g)
     return _replace(p, pool=pool, k_global_scale=g, v_global_scale=g)
@@ -244,11 +244,11 @@ def _head_mapping(hk):
 
 def _positions(seq_len, q_len):
     return loud_tail(_base(150 + q_len, reqs=2, q_len=q_len, num_kv_heads=1, topk=4,
-                            seq_lens=[seq_len, seq_len + 128], invalid_fraction=0.0))
+                            seq_lens=[seq_len, seq_len + BLK], invalid_fraction=0.0))
 
 
 def _causal_earlier():
-    return _base(155, reqs=2, q_len=1, num_kv_heads=1, topk=8, seq_lens=[7 * 128 + 3, 5 * 128 + 64],
+    return _base(155, reqs=2, q_len=1, num_kv_heads=1, topk=8, seq_lens=[7 * BLK + 3, 5 * BLK + 64],
                  invalid_fraction=0.0)
 
 
@@ -270,7 +270,7 @@ def _split_rescale():
     # Block in slot 6 gets keys aligned with q: its scores dwarf every other.
     page = p.block_table[0, p.topk[0, 0, 6]]
     sign = np.where(p.q[0, 0] >= 0, 0, 8)
-    codes = np.broadcast_to(7 | sign, (BLK, 128))
+    codes = np.broadcast_to(7 | sign, (BLK, D))
     v.k_data[page, 0] = pack_e2m1(codes)
     v.k_scale[page, 0] = 0x40
     return _replace(p, pool=pool, q=bf16_round(p.q * 2))
@@ -300,12 +300,8 @@ def _large_logits():
 
 
 def _wide_topk(k):
-    return _base(180 + k, reqs=1, q_len=1, num_kv_heads=1, topk=k, seq_lens=[k * 128], invalid_fraction=0.0,
+    return _base(180 + k, reqs=1, q_len=1, num_kv_heads=1, topk=k, seq_lens=[k * BLK], invalid_fraction=0.0,
                  spare_pages=0)
-
-
-def _odd_blocks():
-    return _splits_case(5)
 
 
 def _shared_prefix():

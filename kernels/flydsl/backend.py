@@ -16,11 +16,12 @@ import numpy as np
 
 from reference import DecodeProblem
 from reference.emulate import LOG2E, SEED_GEOMETRY
-from reference.paged_cache import page_bytes
+from reference.paged_cache import D, LAYOUTS, page_bytes
+from reference.problem import HG
 
 from ..protocol import Capabilities
-from .lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
-from .seed_index import grid_x as _grid_x
+from .lanes import PART_F, SPLITS, grid_x, k_table
+from .targets import ARCHS, target
 
 try:
     import torch
@@ -54,8 +55,10 @@ def rocm_missing() -> str | None:
     if not torch.cuda.is_available():
         return "torch sees no ROCm GPU"
     arch = _arch(torch.cuda.current_device())
-    if arch not in ARCHS:
-        return f"the GPU is {arch}; the kernel targets {' and '.join(ARCHS)}"
+    try:
+        target(arch)
+    except ValueError as e:
+        return f"the GPU is {arch}; {e}"
     return None
 
 
@@ -128,7 +131,7 @@ def launch_plan(rows: int, q_len: int, H: int, hkv: int, topk_hs: int, bt_stride
     """The grid, workspace size and scalar arguments of one launch (shared by the
     ROCm launch and the simulator's); ValueError when the partials overflow
     the kernel's 32-bit offsets."""
-    gx = _grid_x(rows, q_len, xcds)
+    gx = grid_x(rows, q_len, xcds)
     n = gx * hkv if splits > 1 else 1
     part_bytes = n * splits * 64 * PART_F * 4
     _require(part_bytes < 2**31,
@@ -161,9 +164,9 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     """
     rows, H, d = q.shape
     hkv = int(num_kv_heads)
-    _require(q.dtype == torch.bfloat16 and d == 128 and q.is_contiguous(),
-             f"q must be contiguous bf16 [rows, H, 128], got {q.dtype} {tuple(q.shape)}")
-    _require(H == 16 * hkv, f"q has H={H} heads; num_kv_heads={hkv} needs H={16 * hkv}")
+    _require(q.dtype == torch.bfloat16 and d == D and q.is_contiguous(),
+             f"q must be contiguous bf16 [rows, H, {D}], got {q.dtype} {tuple(q.shape)}")
+    _require(H == HG * hkv, f"q has H={H} heads; num_kv_heads={hkv} needs H={HG * hkv}")
     _require(pool.dtype == torch.uint8 and pool.dim() == 2 and pool.shape[1] == page_bytes(hkv)
              and pool.is_contiguous(),
              f"pool must be contiguous uint8 [pages, {page_bytes(hkv)}], got {pool.dtype} {tuple(pool.shape)}")
@@ -185,7 +188,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     _require(layout in LAYOUTS, f"layout must be 'token_rows' or 'planar', got {layout!r}")
     _require(splits in SPLITS, f"splits={splits}: the kernel is built and checked for {SPLITS}")
     _require(xcds >= 0, f"xcds must be >= 0, got {xcds}")
-    _require(rows * H * 128 * 2 < 2**31, f"q of {rows * H * 128 * 2} bytes exceeds the kernel's 32-bit offsets")
+    _require(rows * H * D * 2 < 2**31, f"q of {rows * H * D * 2} bytes exceeds the kernel's 32-bit offsets")
     dev = q.device
     for name, t in (("pool", pool), ("topk", topk), ("block_table", block_table), ("seq_lens", seq_lens)):
         _require(t.device == dev, f"{name} is on {t.device}, q on {dev}")

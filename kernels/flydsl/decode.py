@@ -44,7 +44,8 @@ from flydsl.expr.typing import Vector as Vec
 from flydsl.runtime.device import get_rocm_arch
 
 from . import lanes
-from .lanes import ARCHS, BLK, D, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW
+from .lanes import BLK, D, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW
+from .targets import Target, target
 
 SC1 = 16  # buffer-op cache-policy bit that assembles to sc1 (system coherence across XCDs)
 # The first 16 kernel-argument dwords preloaded into SGPRs; at most 256
@@ -176,8 +177,8 @@ def pk_bf16(a, b):
 class _GpuOps:
     """``lanes``'s floating-point operations as FlyDSL instructions for one target."""
 
-    def __init__(self, arch: str):
-        self.fnuz = arch == "gfx942"
+    def __init__(self, tgt: Target):
+        self.fnuz = tgt.fnuz
 
     def f32(self, v):
         return fx.Float32(v)
@@ -217,12 +218,9 @@ class _GpuOps:
         return fx.Float32(v[0]), fx.Float32(v[1])
 
 
-def _target() -> str:
-    arch = get_rocm_arch()
-    base = arch.split(":")[0]
-    if base not in ARCHS:
-        raise RuntimeError(f"the NVFP4 decode kernel targets {' and '.join(ARCHS)}, not {arch!r}")
-    return base
+def _target() -> Target:
+    """The record of the target FlyDSL compiles for; ValueError for one without a record."""
+    return target(get_rocm_arch())
 
 
 # Kernel mutants: each injects one known bug class, so the conformance check
@@ -236,10 +234,10 @@ MUTANTS = {
 }
 
 
-def compile_helpers(arch: str, layout: str, mutant: str | None = None):
-    """The helpers for target ``arch`` (gfx942 or gfx950) and page ``layout``
+def compile_helpers(tgt: Target, layout: str, mutant: str | None = None):
+    """The helpers for target ``tgt`` (``kernels.flydsl.targets``) and page ``layout``
     (``token_rows`` or ``planar``); ``mutant`` one of ``MUTANTS`` or None."""
-    ops = _GpuOps(arch)
+    ops = _GpuOps(tgt)
     if mutant == "fnuz_uncorrected":
         ops.fnuz = False
 
@@ -255,13 +253,14 @@ def compile_helpers(arch: str, layout: str, mutant: str | None = None):
     def mfma_16x16x32(a, b, c, swap):
         """C + A B for 16x16 tiles with K = 32; operands 4 Int32 (8 bf16) per lane.
 
-        gfx950: one ``v_mfma_f32_16x16x32_bf16``. gfx942: two
-        ``v_mfma_f32_16x16x16_bf16`` over each lane's first and last 4 values
-        (both operands split alike, so the products pair up). ``swap``: the
-        seed always passes False; no operand-swapped form exists here."""
+        A target with the K = 32 form (gfx950): one ``v_mfma_f32_16x16x32_bf16``.
+        With K = 16 (gfx942): two ``v_mfma_f32_16x16x16_bf16`` over each lane's
+        first and last 4 values (both operands split alike, so the products
+        pair up). ``swap``: the seed always passes False; no operand-swapped
+        form exists here."""
         if swap:
             raise ValueError("mfma_16x16x32 has no swapped-operand form")
-        if const_expr(arch == "gfx950"):
+        if const_expr(tgt.mfma_bf16_k == 32):
             av = Vec(a).bitcast(fx.BFloat16)
             bv = Vec(b).bitcast(fx.BFloat16)
             return Vec(fx.rocdl.mfma_f32_16x16x32_bf16(T.f32x4, [av, bv, Vec(c), 0, 0, 0]))
@@ -280,7 +279,7 @@ def compile_helpers(arch: str, layout: str, mutant: str | None = None):
         ``lanes.assemble_raw``."""
         k_data, k_scale, v_data, v_scale = lanes.block_offsets(kvh, i32_hkv, w, n, g, layout)
         if mutant == "v_scale_linear":
-            v_scale = [lanes.page_byte(layout, i32_hkv, "vs", kvh, lanes.v_key(w, g, 4 * h), ((n // 2) // 4) * 4) // 4
+            v_scale = [lanes.page_byte(layout, i32_hkv, "v_scale", kvh, lanes.v_key(w, g, 4 * h), ((n // 2) // 4) * 4) // 4
                        for h in range(2)]
 
         def load_block(page):
@@ -334,8 +333,7 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if mutant is not None and mutant not in MUTANTS:
         raise ValueError(f"mutant must be one of {sorted(MUTANTS)} or None, got {mutant!r}")
-    arch = _target()
-    _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader = compile_helpers(arch, layout, mutant)
+    _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader = compile_helpers(_target(), layout, mutant)
     SPLITS, TOPK, XCDS = splits, topk, xcds
     # Split partials need sc1 unless all splits of a row run on one XCD.
     PART_SCOPE = 0 if XCDS else SC1
@@ -389,13 +387,8 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
         neg_inf = fx.Float32(float("-inf"))
         lut_g = global_i32_ptr(arg_lut)
         smem.lut.ptr[tx] = fx.Int32(lut_g[tx])
-        if const_expr(XCDS > 0):
-            # grid.x is padded to XCDS x ql so a request's rows share an XCD.
-            xcd = bx % XCDS
-            slot = bx // XCDS
-            row = ((slot // i32_ql) * XCDS + xcd) * i32_ql + slot % i32_ql
-        else:
-            row = bx
+        # grid.x is padded to XCDS x ql so a request's rows share an XCD.
+        row = lanes.workgroup_row(bx, i32_ql, XCDS)
         row_ok = row < i32_rows
         rowc = row_ok.select(row, fx.Int32(0))
         req = rowc // i32_ql

@@ -30,22 +30,39 @@ from __future__ import annotations
 import numpy as np
 
 from reference.formats import e4m3fn_decode, e4m3fnuz_decode
+from reference.paged_cache import BLK, D, LAYOUTS, row_byte
+from reference.problem import HG  # query heads per KV head: the MFMA N dimension
 
 NW = 4          # waves per workgroup
 KPW = 32        # keys per wave and block
-BLK = 128       # tokens per page (block)
-D = 128         # head dim
-HG = 16         # query heads per KV head: the MFMA N dimension
 NKS = D // 32   # k-steps of the 16x16x32 score MFMA
 NDT = D // 16   # 16-dim tiles of the output
-ROW = 72        # bytes per token row: 64 data + 8 scale
-DATA = 64
 RAW = 2 * 4 + 1 + NDT + 2   # words per lane per block: K data, K scales, V data, V scales
 PART_F = 4 * NDT + 2        # floats per lane in a split partial: acc, then big and l
 F16_UNIT = 2.0 ** 14        # e2m1 codes are built as e2m1 * 2**-14 in fp16
-ARCHS = ("gfx942", "gfx950")            # the kernel's targets
-LAYOUTS = ("token_rows", "planar")      # the page layouts its loader reads
 SPLITS = (1, 2, 4, 8)                   # split counts built, checked and offered
+
+
+def grid_x(rows: int, q_len: int, xcds: int) -> int:
+    """Workgroups along x (host side): ``rows``, or with ``xcds > 0`` rows padded up
+    to a multiple of ``xcds * q_len`` (so a request's rows can share an XCD)."""
+    if xcds <= 0:
+        return rows
+    unit = xcds * q_len
+    return -(-rows // unit) * unit
+
+
+def workgroup_row(bx, q_len, xcds: int):
+    """Row served by workgroup ``bx`` of ``grid_x`` (the seed's XCD placement): with
+    ``xcds > 0``, workgroup ``bx`` runs on XCD ``bx % xcds`` and serves row
+    ``((slot // q_len) * xcds + xcd) * q_len + slot % q_len``, ``xcd = bx % xcds``,
+    ``slot = bx // xcds``, so each request's rows share one XCD; without XCDs the
+    identity. Rows ``>= rows`` are padding and store nothing."""
+    if xcds <= 0:
+        return bx
+    xcd = bx % xcds
+    slot = bx // xcds
+    return ((slot // q_len) * xcds + xcd) * q_len + slot % q_len
 
 
 def k_key(w, n, st):
@@ -111,20 +128,10 @@ def out_word(n, g, e):
 
 
 def page_byte(layout, hkv, part, kvh, t, col):
-    """Byte of a page holding column ``col`` of token ``t``'s row of ``part`` of head ``kvh``.
-
-    part: ``"kd"``/``"vd"`` (64-byte data rows) or ``"ks"``/``"vs"`` (8-byte
-    scale rows, V's as stored, swizzled). ``token_rows``: slab ``kvh`` (K) or
-    ``hkv + kvh`` (V) of 72-byte rows, data then scales. ``planar``: K data,
-    K scales, V data, V scales one after another, each ``[hkv, 128, width]``."""
-    scale = part in ("ks", "vs")
-    if layout == "token_rows":
-        slab = kvh if part in ("kd", "ks") else hkv + kvh
-        return (slab * BLK + t) * ROW + (DATA if scale else 0) + col
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be 'token_rows' or 'planar', got {layout!r}")
-    base = {"kd": 0, "ks": hkv * (BLK * DATA), "vd": hkv * (BLK * ROW), "vs": hkv * (BLK * (ROW + DATA))}[part]
-    return base + (kvh * BLK + t) * (8 if scale else DATA) + col
+    """Byte of a page holding column ``col`` of token ``t``'s row of ``part`` of head ``kvh``:
+    ``reference.paged_cache.row_byte`` (part: ``k_data``, ``k_scale``, ``v_data``,
+    ``v_scale``, V scales as stored, swizzled) plus ``col``."""
+    return row_byte(layout, hkv, part, kvh, t) + col
 
 
 def block_offsets(kvh, hkv, w, n, g, layout="token_rows"):
@@ -136,10 +143,10 @@ def block_offsets(kvh, hkv, w, n, g, layout="token_rows"):
     V scale words (``h = 0, 1``), in ``layout`` (see ``page_byte``)."""
     keys = [k_key(w, n, st) for st in range(2)]
     return (
-        [page_byte(layout, hkv, "kd", kvh, t, k_data_byte(g)) // 4 for t in keys],
-        [page_byte(layout, hkv, "ks", kvh, t, k_scale_byte(g)) // 2 for t in keys],
-        [page_byte(layout, hkv, "vd", kvh, v_key(w, g, j), v_data_byte(n)) // 4 for j in range(8)],
-        [page_byte(layout, hkv, "vs", kvh, v_scale_row(w, g, h, n), v_scale_byte(n)) // 4 for h in range(2)],
+        [page_byte(layout, hkv, "k_data", kvh, t, k_data_byte(g)) // 4 for t in keys],
+        [page_byte(layout, hkv, "k_scale", kvh, t, k_scale_byte(g)) // 2 for t in keys],
+        [page_byte(layout, hkv, "v_data", kvh, v_key(w, g, j), v_data_byte(n)) // 4 for j in range(8)],
+        [page_byte(layout, hkv, "v_scale", kvh, v_scale_row(w, g, h, n), v_scale_byte(n)) // 4 for h in range(2)],
     )
 
 
@@ -257,7 +264,8 @@ def k_table() -> np.ndarray:
 class NumpyOps:
     """The kernel's floating-point instructions on numpy uint32 words, bit-exact.
 
-    fnuz: True models gfx942 (fp8 converter reads E4M3FNUZ), False gfx950.
+    fnuz: the modelled target's ``Target.fnuz`` (``kernels.flydsl.targets``): whether
+    its fp8 converter reads E4M3FNUZ (gfx942) rather than E4M3FN (gfx950).
     Packed fp16 products and their widening are IEEE with subnormals, as the
     kernel runs them (it asserts fp16 denormals are enabled in its code object)."""
 

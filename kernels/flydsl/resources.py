@@ -8,7 +8,8 @@ Each configuration is compiled with ``COMPILE_ONLY=1`` and ``FLYDSL_GPU_ARCH``
 set, its final assembly read back, and a table printed, one row per
 configuration. A configuration fails when its code object has scratch or
 spills, uses more than 256 VGPR+AGPR per lane, fits fewer than two
-workgroups on a CU (registers or LDS: 64 KiB on gfx942, 160 KiB on gfx950), lacks
+workgroups on a CU (registers or LDS, per the target's record in
+``kernels.flydsl.targets``: 64 KiB of LDS on gfx942, 160 KiB on gfx950), lacks
 fp16 denormals (the K/V decode relies on them), has LDS other than the
 ``Shared`` fields it uses, or has ``sc1`` anywhere but on the split partials
 of an ``xcds == 0`` launch. Every compile is also kept in the simulator's
@@ -36,13 +37,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from reference.paged_cache import LAYOUTS
+
 from .backend import flydsl_missing
-from .lanes import ARCHS, LAYOUTS, NDT, SPLITS
+from .lanes import NDT, SPLITS
+from .targets import ARCHS, target
 
 TOPKS = (1, 16, 33, 64)
 XCDS = (0, 8)
 MAX_REGS = 256
-LDS_PER_CU = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
 
 _LLD_CANDIDATES = [f"/usr/lib/llvm-{v}/bin/ld.lld" for v in range(25, 18, -1)] + \
     [f"ld.lld-{v}" for v in range(25, 18, -1)]
@@ -117,10 +120,12 @@ def parse_isa(text: str) -> dict:
 
 
 def workgroups_per_cu(row: dict) -> int:
-    """4-wave workgroups resident per CU: each wave has a SIMD's 512 VGPR+AGPR
-    (allocated in granules of 8) to share, and the CU's LDS is shared whole."""
-    by_regs = 512 // (-(-row["regs"] // 8) * 8)
-    return min(8, by_regs, LDS_PER_CU[row["arch"]] // max(1, row["lds"]))
+    """4-wave workgroups resident per CU: each wave has a SIMD's VGPR+AGPR
+    (the target's ``regs_per_lane``, allocated in granules of 8) to share, and
+    the CU's LDS (``lds_bytes``) is shared whole."""
+    tgt = target(row["arch"])
+    by_regs = tgt.regs_per_lane // (-(-row["regs"] // 8) * 8)
+    return min(8, by_regs, tgt.lds_bytes // max(1, row["lds"]))
 
 
 def problems(row: dict) -> list[str]:

@@ -2,40 +2,16 @@
 
 Each function restates what the FlyDSL seed (``../shared/seed``) computes on
 the GPU, with the seed's names, so that tests can check it against the
-reference: the launch mapping of workgroups to rows (with XCD padding), the
-ballot/popcount selection of a split's slots, the two-blocks-per-trip walk
-with its masked odd block. None of this runs the kernel; it pins down what
-the kernel's integer logic must do. (The fp8 conversion and the lane
-arithmetic the kernel is built from are in ``kernels.flydsl.lanes``.)
+reference: the ballot/popcount selection of a split's slots and the
+two-blocks-per-trip walk with its masked odd block. None of this runs the
+kernel; it pins down what the kernel's integer logic must do. (The launch
+mapping of workgroups to rows, the fp8 conversion and the lane arithmetic
+the kernel is traced from are in ``kernels.flydsl.lanes``.)
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-
-BLK = 128
-
-
-def grid_x(rows: int, q_len: int, xcds: int) -> int:
-    """Workgroups along x: ``rows``, or with ``xcds > 0`` rows padded up to a
-    multiple of ``xcds * q_len`` (so a request's rows can share an XCD)."""
-    if xcds <= 0:
-        return rows
-    unit = xcds * q_len
-    return -(-rows // unit) * unit
-
-
-def workgroup_row(bx: np.ndarray, q_len: int, xcds: int) -> np.ndarray:
-    """Row served by workgroup ``bx`` (int array): the seed's
-    ``((slot // ql) * XCDS + xcd) * ql + slot % ql`` with ``xcd = bx % XCDS``,
-    ``slot = bx // XCDS``; the identity without XCDs. Rows ``>= rows`` store nothing."""
-    bx = np.asarray(bx, np.int64)
-    if xcds <= 0:
-        return bx
-    xcd = bx % xcds
-    slot = bx // xcds
-    return ((slot // q_len) * xcds + xcd) * q_len + slot % q_len
 
 
 def _popcount(x: np.ndarray) -> np.ndarray:
@@ -70,11 +46,13 @@ def split_ballot(ids: np.ndarray, self_blk: int, splits: int, z: int) -> int:
 
 
 def block_walk(vmask: int, first_valid: int) -> list[tuple[int, bool]]:
-    """The seed's loop over ``vmask``: ``(n_v + 1) // 2`` trips, each folding block
-    ``a = slot_at(rem)`` (live) and ``b = slot_at(rem & (rem - 1))``, live only
-    when that mask is non-zero. ``slot_at`` of an empty mask is ``first_valid``
-    (the row's first valid lane over all splits, 0 if none), so a dead block
-    still reads a page a valid slot reads. Returns ``(slot, live)`` per block.
+    """The seed's loop over one split's ``vmask``: ``(n_v + 1) // 2`` trips, each
+    folding block ``a = slot_at(rem)`` (live) and ``b = slot_at(rem & (rem - 1))``,
+    live only when that mask is non-zero. ``slot_at`` of an empty mask is
+    ``first_valid``, the lowest lane of this split's ``vmask`` (0 when the split
+    has none; the kernel computes it after the split ballot), so the dead odd
+    block re-reads a page this split's first valid slot reads. Returns
+    ``(slot, live)`` per block.
     """
     def slot_at(mask: int) -> int:
         return (mask & -mask).bit_length() - 1 if mask else first_valid

@@ -15,7 +15,8 @@ import numpy as np
 
 from reference import DecodeProblem
 from reference.formats import E4M3FN_TABLE, e2m1_decode
-from reference.paged_cache import BLK, D, _UNSW_FLAT, unpack_e2m1
+from reference.paged_cache import BLK, D, GROUP, PARTS, ROW_SCALES, V_SCALE_UNSWIZZLE, PageLayout, unpack_e2m1
+from reference.problem import HG
 
 from ..protocol import Capabilities
 
@@ -33,19 +34,22 @@ def _tables(device):
     pairs = unpack_e2m1(np.arange(256, dtype=np.uint8)[:, None])
     scales = np.nan_to_num(E4M3FN_TABLE, nan=0.0)
     return (torch.from_numpy(e2m1_decode(pairs)).to(device), torch.from_numpy(scales).to(device),
-            torch.from_numpy(_UNSW_FLAT.astype(np.int64)).to(device))
+            torch.from_numpy(V_SCALE_UNSWIZZLE.astype(np.int64)).to(device))
 
 
 def _views(pool, layout: str, hk: int):
-    n = pool.shape[0]
-    if layout == "token_rows":
-        t = pool.view(n, 2 * hk, BLK, 72)
-        return t[:, :hk, :, :64], t[:, :hk, :, 64:], t[:, hk:, :, :64], t[:, hk:, :, 64:]
-    if layout != "planar":
-        raise ValueError(f"layout = {layout!r}, expected 'token_rows' or 'planar'")
-    a, b = hk * BLK * 64, hk * BLK * 8
-    return (pool[:, :a].reshape(n, hk, BLK, 64), pool[:, a:a + b].reshape(n, hk, BLK, 8),
-            pool[:, a + b:2 * a + b].reshape(n, hk, BLK, 64), pool[:, 2 * a + b:].reshape(n, hk, BLK, 8))
+    """K data, K scales, V data, V scales of every page: ``[pages, Hkv, 128, width]``
+    strided views of the pool at ``PageLayout``'s offsets."""
+    lay = PageLayout(layout, hk)
+    page_stride, byte_stride = pool.stride()
+    views = []
+    for part in PARTS:
+        r = lay.rows(part)
+        views.append(pool.as_strided(
+            (pool.shape[0], hk, BLK, r.width),
+            (page_stride, r.head_stride * byte_stride, r.row_stride * byte_stride, byte_stride),
+            pool.storage_offset() + r.offset * byte_stride))
+    return views
 
 
 def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
@@ -72,11 +76,11 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
 
     def deq(data, sc):
         """uint8 codes [..., 64] and linear scales [..., 8] -> float32 [..., 128]."""
-        vals = pairs[data.long()].reshape(*data.shape[:-1], 8, 16)
+        vals = pairs[data.long()].reshape(*data.shape[:-1], ROW_SCALES, GROUP)
         return (vals * scales[sc.long()][..., None]).reshape(*data.shape[:-1], D)
 
     k = deq(kd[pages, heads], ks[pages, heads])  # [Hkv, rows, TOPK, 128, 128]
-    vsl = vs[pages, heads].reshape(hk, rows, tk, BLK * 8)[..., unsw].reshape(hk, rows, tk, BLK, 8)
+    vsl = vs[pages, heads].reshape(hk, rows, tk, BLK * ROW_SCALES)[..., unsw].reshape(hk, rows, tk, BLK, ROW_SCALES)
     v = deq(vd[pages, heads], vsl)
     # Invalid slots were gathered from page 0, which may hold anything.
     k = torch.where(valid[..., None, None], k, torch.zeros((), device=dev))
@@ -85,7 +89,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     diag = ids == self_blk[None, :, None]
     lim = torch.where(pos >= 0, pos % BLK, torch.full_like(pos, -1))[None, :, None, None]
     see = valid[..., None] & (~diag[..., None] | (off <= lim))  # [Hkv, rows, TOPK, 128]
-    qf = q.float().reshape(rows, hk, 16, D).permute(1, 0, 2, 3)  # [Hkv, rows, 16, D]
+    qf = q.float().reshape(rows, hk, HG, D).permute(1, 0, 2, 3)  # [Hkv, rows, 16, D]
     k = k.reshape(hk, rows, tk * BLK, D)
     v = v.reshape(hk, rows, tk * BLK, D)
     s = torch.matmul(qf, k.transpose(-1, -2)) * (sm_scale * k_global_scale)
@@ -97,7 +101,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     l = p.sum(dim=-1, keepdim=True)
     o = torch.matmul(p, v)
     o = torch.where(l > 0, o * (v_global_scale / l.clamp(min=1e-38)), torch.zeros_like(o))
-    return o.permute(1, 0, 2, 3).reshape(rows, hk * 16, D).to(torch.bfloat16)
+    return o.permute(1, 0, 2, 3).reshape(rows, hk * HG, D).to(torch.bfloat16)
 
 
 class TorchBackend:

@@ -29,7 +29,9 @@ from reference.formats import bf16_bits, from_bf16_bits
 
 from ...protocol import INTERPRETED_LIMITS, Capabilities
 from ..backend import XCDS, flydsl_missing, launch_plan
-from ..lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
+from ..lanes import LAYOUTS, PART_F, SPLITS, k_table
+from ..resources import TOPKS, rocm_path
+from ..targets import ARCHS
 from .compile import CompileError, arg_order, assembly_path, cache_dir
 from .launch import Kernel, dispatch
 from .memory import Memory
@@ -42,7 +44,7 @@ WORKGROUP_ORDERS = ("forward", "reverse") + tuple(f"shuffle:{i}" for i in range(
 # (empty slots, which the kernel skips) up to the next of these widths, so a
 # sweep over many TOPK values needs few compiles. They are the widths the
 # compile-only resource check builds (which fills the same cache), 33 an odd one.
-TOPK_BUCKETS = (1, 16, 33, 64)
+TOPK_BUCKETS = TOPKS
 
 
 def topk_bucket(topk: int, buckets=TOPK_BUCKETS) -> int:
@@ -157,8 +159,6 @@ def sim_missing() -> str | None:
         if any(cache_dir().glob("*.s")):
             return None
         return f"{missing}, and no compiled kernels are cached in {cache_dir()}"
-    from ..resources import rocm_path
-
     rocm, note = rocm_path()
     return None if rocm else note
 

@@ -19,7 +19,7 @@ import time
 from reference import emulate
 from reference.examples import random_problem
 
-from ..lanes import ARCHS
+from ..targets import ARCHS
 from .backend import FlydslSimBackend, sim_missing
 
 

@@ -4,8 +4,10 @@
 ``COMPILE_ONLY=1`` in a subprocess (FlyDSL picks its target from the
 environment when it is imported), reads LLVM's final assembly
 (``22_final_isa.s``) and keeps it under ``$NVFP4_SIM_CACHE`` (default
-``~/.cache/nvfp4-sim``), keyed by the configuration, a hash of the kernel's
-source files and the FlyDSL version, so a changed kernel is recompiled.
+``~/.cache/nvfp4-sim``), keyed by the configuration, a hash of what the
+kernel is traced from (its source files, the target records, the reference
+page addressing ``row_byte`` and the constants ``lanes`` holds) and the
+FlyDSL version, so a changed kernel is recompiled.
 Beside it, ``<same name>.json`` records the order in which the launcher
 passes its arguments to the kernel (FlyDSL reorders them; read off the
 ``gpu.launch_func`` of the first IR stage), as indices into the launcher's
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -28,12 +31,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from reference import paged_cache
+
+from .. import lanes
 from ..backend import flydsl_missing
-from ..lanes import ARCHS, LAYOUTS
 from ..resources import rocm_path
+from ..targets import ARCHS
 
 _ROOT = Path(__file__).resolve().parents[3]
-_SOURCES = ("decode.py", "lanes.py")
+_SOURCES = ("decode.py", "lanes.py", "targets.py")
 
 
 def cache_dir() -> Path:
@@ -42,10 +48,16 @@ def cache_dir() -> Path:
 
 
 def _source_key() -> str:
-    """A hash of the kernel's source files."""
+    """A hash of everything the kernel is traced from: its source files, the
+    reference function its loader addresses pages with, and the values of the
+    constants ``lanes`` holds (some imported from ``reference``)."""
     h = hashlib.sha256()
     for name in _SOURCES:
         h.update((Path(__file__).resolve().parents[1] / name).read_bytes())
+    h.update(inspect.getsource(paged_cache.row_byte).encode())
+    consts = sorted((k, v) for k, v in vars(lanes).items()
+                    if not k.startswith("_") and isinstance(v, (int, float, str, tuple)))
+    h.update(repr(consts).encode())
     return h.hexdigest()[:16]
 
 
@@ -118,8 +130,9 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     cache folder copied to another machine runs there. Raises CompileError
     when the configuration is not cached and FlyDSL or ``ld.lld`` >= 19 is
     missing, or the compile fails."""
-    if arch not in ARCHS or layout not in LAYOUTS:
-        raise ValueError(f"arch must be one of {ARCHS} and layout one of {LAYOUTS}, got {arch!r}, {layout!r}")
+    if arch not in ARCHS or layout not in paged_cache.LAYOUTS:
+        raise ValueError(f"arch must be one of {ARCHS} and layout one of {paged_cache.LAYOUTS}, "
+                         f"got {arch!r}, {layout!r}")
     stem = _stem(arch, topk, splits, xcds, layout, mutant)
     missing = flydsl_missing()
     if missing:
@@ -152,7 +165,7 @@ def main(argv=None) -> int:
     p.add_argument("--topk", type=int, default=16)
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--xcds", type=int, default=0)
-    p.add_argument("--layout", choices=LAYOUTS, default="token_rows")
+    p.add_argument("--layout", choices=paged_cache.LAYOUTS, default="token_rows")
     p.add_argument("--mutant", default=None, help="build a mutant (kernels.flydsl.decode.MUTANTS)")
     p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..targets import Target
+from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
 from .memory import Lds, Memory
 from .program import Program, parse_instruction
@@ -34,20 +36,9 @@ _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_
 
 
 @dataclass
-class Target:
-    """What differs between the two targets, for the instruction handlers:
-    ``arch`` and whether fp8 conversions read E4M3FNUZ (gfx942) or OCP E4M3FN (gfx950)."""
-
-    arch: str
-
-    @property
-    def fp8_fnuz(self) -> bool:
-        return self.arch == "gfx942"
-
-
-@dataclass
 class Group:
-    """One workgroup in flight: its ids, LDS, the device memory and target, and options
+    """One workgroup in flight: its ids, LDS, the device memory and target (the
+    ``kernels.flydsl.targets`` record the instruction handlers read), and options
     (``exp_ulps``: a perturbation of ``v_exp_f32`` in ulps, see the float family)."""
 
     memory: Memory
@@ -55,6 +46,10 @@ class Group:
     lds: Lds
     ids: tuple[int, int, int] = (0, 0, 0)
     options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.target.wave_size != LANES:
+            raise SimError(f"{self.target.arch} runs {self.target.wave_size}-lane waves; the simulator models {LANES}")
 
 
 def workgroup_order(grid: tuple[int, int, int], order: str) -> list[tuple[int, int, int]]:
@@ -147,7 +142,7 @@ def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, in
     seg = np.zeros(prog.kernarg_size, np.uint8)
     seg[:len(kernarg)] = np.frombuffer(kernarg, np.uint8)
     kernarg_addr = memory.alloc("kernarg", seg)
-    target = target or Target(prog.arch)
+    target = target or target_of(prog.arch)
     total = 0
     for ids in workgroup_order(grid, order):
         group = Group(memory, target, Lds(prog.lds_size), ids, options or {})
@@ -158,7 +153,7 @@ def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, in
 def make_test_wave(arch: str = "gfx950", lds_bytes: int = 65536, memory: Memory | None = None,
                    options: dict | None = None) -> Wave:
     """A wave with all 64 lanes active and zeroed registers, for unit tests of instruction families."""
-    group = Group(memory or Memory(), Target(arch), Lds(lds_bytes, fill=0), options=options or {})
+    group = Group(memory or Memory(), target_of(arch), Lds(lds_bytes, fill=0), options=options or {})
     w = Wave(group, 0)
     w.s[126] = w.s[127] = 0xFFFFFFFF
     return w

@@ -240,7 +240,7 @@ def parse_program(text: str, name: str | None = None) -> Program:
 
     Raises ParseError naming the line of anything it cannot read."""
     lines = text.splitlines()
-    arch_m = re.search(r'\.amdgcn_target\s+"amdgcn-amd-amdhsa--?(?:unknown-)?(gfx\d+)', text)
+    arch_m = re.search(r'\.amdgcn_target\s+"amdgcn-amd-amdhsa--?(?:unknown-)?(gfx[0-9a-f]+)', text)
     if arch_m is None:
         raise ParseError("no .amdgcn_target line: not LLVM AMDGPU assembly")
     if name is None:

@@ -24,7 +24,8 @@ import os
 import sys
 import time
 
-from ..lanes import ARCHS, SPLITS
+from ..lanes import SPLITS
+from ..targets import ARCHS
 
 
 def _golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, list[str], int]:

@@ -164,7 +164,6 @@ _GLOBAL_STORES = {
     "global_store_dwordx3": (4, 3), "global_store_dwordx4": (4, 4),
 }
 _GLOBAL_MODS = frozenset({"offset"}) | _CACHE_BITS
-_U64_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def _global_addrs(w: Wave, ins: Instr, vaddr: Operand, saddr: Operand) -> np.ndarray:

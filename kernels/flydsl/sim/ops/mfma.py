@@ -159,6 +159,8 @@ def _mfma_16x16x16(w: Wave, ins: Instr) -> None:
 @op("v_mfma_f32_16x16x32_bf16")
 def _mfma_16x16x32(w: Wave, ins: Instr) -> None:
     """gfx950 ``v_mfma_f32_16x16x32_bf16`` (A, B: 8 bf16 per lane in four registers)."""
-    if w.group.target.arch != "gfx950":
-        raise SimError(f"{ins.mnemonic} is a gfx950 instruction ({w.group.target.arch} here) at {ins.where()}")
+    tgt = w.group.target
+    if tgt.mfma_bf16_k != 32:
+        raise SimError(f"{ins.mnemonic} needs the K = 32 bf16 MFMA; {tgt.arch}'s widest is K = {tgt.mfma_bf16_k} "
+                       f"at {ins.where()}")
     _mfma(w, ins, 32)

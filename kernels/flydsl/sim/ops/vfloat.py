@@ -475,7 +475,7 @@ def _cvt_pk_f32_fp8(w: Wave, ins: Instr) -> None:
     if ins.ops[1].neg or ins.ops[1].abs:
         raise SimError(f"{ins.mnemonic}: source modifiers not implemented at {ins.where()}")
     x = np.broadcast_to(w.vget(ins, 1), (LANES,)).astype(np.uint32)
-    table = _FP8[w.group.target.fp8_fnuz]
+    table = _FP8[w.group.target.fnuz]
     w.vset_regs(ins.ops[0], np.stack([table[x & np.uint32(0xFF)], table[(x >> np.uint32(8)) & np.uint32(0xFF)]]))
 
 

@@ -125,8 +125,8 @@ def _ds_bpermute(w: Wave, ins: Instr) -> None:
 def _permlane_swap(w: Wave, ins: Instr, row_mask: np.ndarray, dist: int) -> None:
     """Exchange ``vsrc[l]`` and ``vdst[l + dist]`` for the lanes ``l`` in ``row_mask``."""
     _check(ins, 2, frozenset({"fi", "bound_ctrl"}))
-    if w.group.target.arch != "gfx950":
-        raise SimError(f"{ins.mnemonic} is a gfx950 instruction ({w.group.target.arch} here) at {ins.where()}")
+    if not w.group.target.permlane_swap:
+        raise SimError(f"{ins.mnemonic}: {w.group.target.arch} has no permlane swap instructions at {ins.where()}")
     if w.exec_bits != _ALL_LANES:
         raise SimError(f"{ins.mnemonic} with a partial EXEC ({w.exec_bits:#018x}): disabled-lane "
                        f"behaviour not modelled at {ins.where()}")
