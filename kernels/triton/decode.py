@@ -1,12 +1,16 @@
 """Backend ``triton``: a portable Triton kernel for the NVFP4 sparse decode step.
 
-One program per (row, KV head, split) walks the row's slots in order, reads
-each selected page straight from the NVFP4 pool (either layout), dequantises
-in registers and folds the block into an online softmax whose running max is
-shared by all 128 keys of a block (``GEOMETRY``: keys_per_max 128, P rounded
-to bf16 before the PV product). With splits > 1 each program stores its
-partial ``(acc, m, l)`` and a second kernel merges them in split order, so no
-ticket has to be reset between launches.
+One program per (row, KV head, split) ranks the row's valid slots once and loops
+over its own split's blocks only, reads each selected page straight from the
+NVFP4 pool (either layout; 8-byte loads), dequantises by arithmetic (E2M1 and
+E4M3 bit patterns moved into fp16 ones, no tables: ``_e2m1``, ``_e4m3``) and
+folds the block into an online softmax whose running max is shared by all 128
+keys of a block (``GEOMETRY``: keys_per_max 128, P rounded to bf16 before the PV
+product; ``NSUB`` > 1 dequantises the block in key slices under that same max).
+With splits > 1 each program stores its partial ``(acc, m, l)`` and a second
+kernel merges them in split order, so no ticket has to be reset between
+launches. ``splits=None``/``"auto"`` lets the host pick (``auto_splits``).
+kernels/triton/NOTES.md has the H200 measurements behind these choices.
 
 Under ``TRITON_INTERPRET=1`` (CPU) two things differ from GPUs (triton 3.6):
 bf16 ``tl.dot`` operands multiply raw bits (triton-lang/triton#11584), so
@@ -30,7 +34,6 @@ import numpy as np
 
 from reference import DecodeProblem, Geometry
 from reference.emulate import softmax_constant
-from reference.formats import E4M3FN_TABLE, e2m1_decode
 from reference.paged_cache import page_bytes
 
 try:
@@ -40,10 +43,15 @@ try:
 except ImportError:
     triton = None
 
+# Measured on the H200 (kernels/triton/NOTES.md): 4 warps beat 8 at every size tried.
+NUM_WARPS = int(os.environ.get("NVFP4_TRITON_WARPS", "4"))
+NUM_STAGES = int(os.environ.get("NVFP4_TRITON_STAGES", "1"))
+# Key slices a 128-key block is dequantised in (1, 2 or 4): fewer live values.
+NSUB = int(os.environ.get("NVFP4_TRITON_NSUB", "1"))
+PROGRAMS_PER_SM = 4
+# One running max per 128-key block; l is a tree sum over its 128 keys; P is
+# rounded to bf16 before the PV product.
 GEOMETRY = Geometry(keys_per_max=128, keys_per_lane=128, p_bf16=True)
-# Measured on the H200: 8 warps are best up to ~64 programs per launch and within
-# 5-10% of 4 warps above (kernels.bench --warps 4,8 prints the sweep).
-NUM_WARPS = int(os.environ.get("NVFP4_TRITON_WARPS", "8"))
 MUTANTS = {"causal": 1, "v_scale_linear": 2, "minus_one": 3, "merge_no_rescale": 4}
 
 
@@ -61,13 +69,142 @@ if triton is not None:
         return r.to(tl.float32, bitcast=True)
 
     @triton.jit
+    def _e2m1(n):
+        """E2M1 codes (int32, 0..15) -> float32 value * 2**-14, exactly: the code's
+        magnitude bits become an fp16 exponent and mantissa (code 1 an fp16 subnormal)."""
+        h = ((n & 7) << 9) | ((n & 8) << 12)
+        return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _e4m3(b):
+        """E4M3FN bytes (int32) -> float32 value * 2**-8, exactly (0x7F/0xFF, NaN, come out
+        finite: the validator rejects them in every slab a valid slot reads)."""
+        h = ((b & 0x7F) << 7) | ((b & 0x80) << 8)
+        return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR: tl.constexpr, T0: tl.constexpr, KT: tl.constexpr,
+                   MUTANT: tl.constexpr):
+        """The raw bytes of keys T0 .. T0+KT-1 of one page: K and V data [KT, 64],
+        scales [KT, 8] (V's unswizzled to linear order)."""
+        t = T0 + tl.arange(0, KT)
+        jb = tl.arange(0, 64)
+        sg = tl.arange(0, 8)
+        base = page * page_b
+        if PLANAR:
+            k_rows = base + (kvh * 128 + t) * 64
+            ks_rows = base + HKV * 128 * 64 + (kvh * 128 + t) * 8
+            v_rows = base + HKV * 128 * 72 + (kvh * 128 + t) * 64
+            vs_base = base + HKV * 128 * 136 + kvh * 128 * 8
+            vs_row_bytes = 8
+        else:
+            k_rows = base + (kvh * 128 + t) * 72
+            ks_rows = k_rows + 64
+            v_rows = base + ((HKV + kvh) * 128 + t) * 72
+            vs_base = base + (HKV + kvh) * 128 * 72 + 64
+            vs_row_bytes = 72
+        kb = tl.load(pool_ptr + k_rows[:, None] + jb[None, :])
+        ksb = tl.load(pool_ptr + ks_rows[:, None] + sg[None, :])
+        vb = tl.load(pool_ptr + v_rows[:, None] + jb[None, :])
+        if MUTANT == 2:
+            vs_off = t[:, None] * vs_row_bytes + sg[None, :]
+        else:
+            # Linear (t, s) is stored at row (t//4)*4 + s//2, column (s%2)*4 + t%4.
+            r = (t[:, None] // 4) * 4 + sg[None, :] // 2
+            cc = (sg[None, :] % 2) * 4 + t[:, None] % 4
+            vs_off = r * vs_row_bytes + cc
+        vsb = tl.load(pool_ptr + vs_base + vs_off)
+        return kb, ksb, vb, vsb
+
+    @triton.jit
+    def _dequant(b, sb, KT: tl.constexpr, UPCAST: tl.constexpr):
+        """Data bytes [KT, 64] and scale bytes [KT, 8] -> [KT, 128] exact values
+        (bf16 on GPUs, float32 under the interpreter), by arithmetic (no tables)."""
+        b = b.to(tl.int32)
+        x = tl.reshape(tl.join(_e2m1(b & 15), _e2m1(b >> 4)), [KT, 8, 16])
+        sc = (_e4m3(sb.to(tl.int32)) * 4194304.0)[:, :, None]  # 2**22 undoes both offsets
+        if not UPCAST:
+            # e2m1 * e4m3 is exact in bf16: dequantise there, half the registers.
+            x = x.to(tl.bfloat16)
+            sc = sc.to(tl.bfloat16)
+        return tl.reshape(x * sc, [KT, 128])
+
+    @triton.jit
+    def _scores(q, kb, ksb, vis, KT: tl.constexpr, UPCAST: tl.constexpr):
+        """q . k for KT keys: [16, KT] float32, -inf where not visible."""
+        k = _dequant(kb, ksb, KT, UPCAST)
+        if UPCAST:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        return tl.where(vis[None, :], s, float("-inf"))
+
+    @triton.jit
+    def _pv(p, v, KT: tl.constexpr, UPCAST: tl.constexpr):
+        """bf16(p) . v for KT keys (v dequantised): [16, 128] float32."""
+        if UPCAST:
+            return tl.dot(_bf16_rne(p), v, input_precision="ieee")
+        else:
+            return tl.dot(p.to(tl.bfloat16), v)
+
+    @triton.jit
+    def _block_step(q, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
+                    PLANAR: tl.constexpr, NSUB: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr):
+        """Fold one 128-key block into the online softmax. The running max is shared by
+        all 128 keys; the block is dequantised in NSUB (1, 2 or 4) key slices to keep
+        fewer values live (more programs resident), all bytes requested first."""
+        KT: tl.constexpr = 128 // NSUB
+        t = tl.arange(0, KT)
+        kb0, ksb0, vb0, vsb0 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, 0, KT, MUTANT)
+        if NSUB >= 2:
+            kb1, ksb1, vb1, vsb1 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, KT, KT, MUTANT)
+        if NSUB == 4:
+            kb2, ksb2, vb2, vsb2 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, 2 * KT, KT, MUTANT)
+            kb3, ksb3, vb3, vsb3 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, 3 * KT, KT, MUTANT)
+        if MUTANT == 1:
+            vl = 1000
+        else:
+            vl = tl.where(blk != self_blk, 1000, lim)
+        # V is dequantised before the scores: held as bf16 pairs it takes fewer
+        # registers than its loaded bytes (168 instead of 244 at 4 warps, NSUB 1).
+        v0 = _dequant(vb0, vsb0, KT, UPCAST)
+        s0 = _scores(q, kb0, ksb0, t <= vl, KT, UPCAST)
+        mx = tl.max(s0, axis=1)
+        if NSUB >= 2:
+            s1 = _scores(q, kb1, ksb1, t + KT <= vl, KT, UPCAST)
+            mx = tl.maximum(mx, tl.max(s1, axis=1))
+        if NSUB == 4:
+            s2 = _scores(q, kb2, ksb2, t + 2 * KT <= vl, KT, UPCAST)
+            s3 = _scores(q, kb3, ksb3, t + 3 * KT <= vl, KT, UPCAST)
+            mx = tl.maximum(mx, tl.maximum(tl.max(s2, axis=1), tl.max(s3, axis=1)))
+        m_new = tl.maximum(m, mx * c)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_use)
+        p0 = tl.exp2(tl.fma(s0, c, -m_use[:, None]))
+        ps = tl.sum(p0, axis=1)
+        pv = _pv(p0, v0, KT, UPCAST)
+        if NSUB >= 2:
+            p1 = tl.exp2(tl.fma(s1, c, -m_use[:, None]))
+            ps += tl.sum(p1, axis=1)
+            pv += _pv(p1, _dequant(vb1, vsb1, KT, UPCAST), KT, UPCAST)
+        if NSUB == 4:
+            p2 = tl.exp2(tl.fma(s2, c, -m_use[:, None]))
+            p3 = tl.exp2(tl.fma(s3, c, -m_use[:, None]))
+            ps += tl.sum(p2, axis=1) + tl.sum(p3, axis=1)
+            pv += _pv(p2, _dequant(vb2, vsb2, KT, UPCAST), KT, UPCAST)
+            pv += _pv(p3, _dequant(vb3, vsb3, KT, UPCAST), KT, UPCAST)
+        l = l * alpha + ps
+        acc = acc * alpha[:, None] + pv
+        return m_new, l, acc
+
+    @triton.jit
     def _decode_kernel(
-        q_ptr, pool_ptr, topk_ptr, bt_ptr, seq_ptr, out_ptr, part_ptr, ml_ptr, e2m1_ptr, e4m3_ptr,
-        rows, q_len, bt_stride, page_b, c, v_global, HKV, TOPK, SPLITS, PLANAR,
-        SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr,
+        q_ptr, pool_ptr, topk_ptr, bt_ptr, seq_ptr, out_ptr, part_ptr, ml_ptr,
+        rows, q_len, bt_stride, page_b, c, v_global, HKV, TOPK, SPLITS, PLANAR: tl.constexpr,
+        SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, NSUB: tl.constexpr,
     ):
-        # Shapes and the layout are runtime values; the slot loop's bound SLOTS
-        # (>= TOPK) is a constexpr bucket, so few kernels are compiled.
+        # Shapes are runtime values. Under the interpreter the slot loop runs to the
+        # constexpr SLOTS (>= TOPK); on GPUs over this split's blocks only.
         row = tl.program_id(0)
         kvh = tl.program_id(1)
         z = tl.program_id(2)
@@ -81,15 +218,17 @@ if triton is not None:
         ok_all = (ids >= 0) & (ids <= self_blk)
         if MUTANT == 3:
             ok_all = ok_all | ((ids == -1) & (pos >= 0))
-        n_valid = tl.sum(ok_all.to(tl.int32), axis=0)
+        oki = ok_all.to(tl.int32)
+        n_valid = tl.sum(oki, axis=0)
         chunk = (n_valid + SPLITS - 1) // SPLITS
         lo = z * chunk
+        n_mine = tl.maximum(tl.minimum(chunk, n_valid - lo), 0)
+        # Rank of each valid slot among the valid ones (slot order); block i of this
+        # split is the valid slot of rank lo + i.
+        sel = tl.where(ok_all, tl.cumsum(oki, axis=0) - oki, -1)
 
         h = tl.arange(0, 16)
         d = tl.arange(0, 128)
-        t = tl.arange(0, 128)
-        jb = tl.arange(0, 64)
-        sg = tl.arange(0, 8)
         q_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
         q = tl.load(q_ptr + q_off)
         if UPCAST:
@@ -98,73 +237,19 @@ if triton is not None:
         m = tl.full([16], float("-inf"), tl.float32)
         l = tl.zeros([16], tl.float32)
         acc = tl.zeros([16, 128], tl.float32)
-        rank = 0
-        for i in range(SLOTS):
-            blk = tl.load(topk_ptr + slot_base + i, mask=i < TOPK, other=-1)
-            ok = (blk >= 0) & (blk <= self_blk)
-            if MUTANT == 3:
-                ok = ok | ((blk == -1) & (pos >= 0))
-            mine = ok & (rank >= lo) & (rank < lo + chunk)
-            rank += ok.to(tl.int32)
-            if mine:
+        if UPCAST:
+            for i in range(SLOTS):
+                if i < n_mine:
+                    blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
+                    page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
+                    m, l, acc = _block_step(q, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
+                                            PLANAR, NSUB, UPCAST, MUTANT)
+        else:
+            for i in range(n_mine):
+                blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                 page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
-                base = page * page_b
-                if PLANAR != 0:
-                    k_rows = base + (kvh * 128 + t) * 64
-                    ks_rows = base + HKV * 128 * 64 + (kvh * 128 + t) * 8
-                    v_rows = base + HKV * 128 * 72 + (kvh * 128 + t) * 64
-                    vs_base = base + HKV * 128 * 136 + kvh * 128 * 8
-                    vs_row_bytes = 8
-                else:
-                    k_rows = base + (kvh * 128 + t) * 72
-                    ks_rows = k_rows + 64
-                    v_rows = base + ((HKV + kvh) * 128 + t) * 72
-                    vs_base = base + (HKV + kvh) * 128 * 72 + 64
-                    vs_row_bytes = 72
-                kb = tl.load(pool_ptr + k_rows[:, None] + jb[None, :]).to(tl.int32)
-                ksb = tl.load(pool_ptr + ks_rows[:, None] + sg[None, :]).to(tl.int32)
-                vb = tl.load(pool_ptr + v_rows[:, None] + jb[None, :]).to(tl.int32)
-                if MUTANT == 2:
-                    vs_off = t[:, None] * vs_row_bytes + sg[None, :]
-                else:
-                    # Linear (t, s) is stored at row (t//4)*4 + s//2, column (s%2)*4 + t%4.
-                    r = (t[:, None] // 4) * 4 + sg[None, :] // 2
-                    cc = (sg[None, :] % 2) * 4 + t[:, None] % 4
-                    vs_off = r * vs_row_bytes + cc
-                vsb = tl.load(pool_ptr + vs_base + vs_off).to(tl.int32)
-                k = tl.reshape(tl.join(tl.load(e2m1_ptr + (kb & 15)), tl.load(e2m1_ptr + (kb >> 4))), [128, 8, 16])
-                v = tl.reshape(tl.join(tl.load(e2m1_ptr + (vb & 15)), tl.load(e2m1_ptr + (vb >> 4))), [128, 8, 16])
-                ksc = tl.load(e4m3_ptr + ksb)[:, :, None]
-                vsc = tl.load(e4m3_ptr + vsb)[:, :, None]
-                if not UPCAST:
-                    # e2m1 * e4m3 is exact in bf16: dequantise there, half the registers.
-                    k = k.to(tl.bfloat16)
-                    v = v.to(tl.bfloat16)
-                    ksc = ksc.to(tl.bfloat16)
-                    vsc = vsc.to(tl.bfloat16)
-                k = tl.reshape(k * ksc, [128, 128])
-                v = tl.reshape(v * vsc, [128, 128])
-                if UPCAST:
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
-                else:
-                    s = tl.dot(q, tl.trans(k.to(tl.bfloat16)))
-                if MUTANT == 1:
-                    vis = t >= 0
-                else:
-                    vis = (blk != self_blk) | (t <= lim)
-                s = tl.where(vis[None, :], s, float("-inf"))
-                mx = tl.max(s, axis=1)
-                m_new = tl.maximum(m, mx * c)
-                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = tl.exp2(m - m_use)
-                p = tl.exp2(tl.fma(s, c, -m_use[:, None]))
-                l = l * alpha + tl.sum(p, axis=1)
-                if UPCAST:
-                    pv = tl.dot(_bf16_rne(p), v, input_precision="ieee")
-                else:
-                    pv = tl.dot(p.to(tl.bfloat16), v.to(tl.bfloat16))
-                acc = acc * alpha[:, None] + pv
-                m = m_new
+                m, l, acc = _block_step(q, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
+                                        PLANAR, NSUB, UPCAST, MUTANT)
 
         out_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
         if SPLITS == 1:
@@ -211,30 +296,46 @@ if triton is not None:
 
 
 @functools.lru_cache(maxsize=None)
-def _tables(device):
-    """E2M1 code and E4M3 byte tables (float32) on ``device``; NaN bytes read as 0
-    (the validator rejects them in every page a valid slot reads)."""
-    e2m1 = e2m1_decode(np.arange(16, dtype=np.uint8))
-    e4m3 = np.nan_to_num(E4M3FN_TABLE, nan=0.0)
-    return torch.from_numpy(e2m1).to(device), torch.from_numpy(e4m3).to(device)
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def auto_splits(rows: int, num_kv_heads: int, topk: int, sms: int) -> int:
+    """The split count the host picks when the caller passes ``splits=None``/``"auto"``.
+
+    Enough programs for about PROGRAMS_PER_SM per multiprocessor (the kernel keeps
+    2-3 resident per SM; a second wave hides the tail): ``ceil(PROGRAMS_PER_SM * sms
+    / (rows * Hkv))``, rounded up to a power of two, at most 8 and at most TOPK / 2
+    (each split gets at least two blocks; a split adds its partial's write and read
+    and the merge launch). On the H200 (132 SMs): 256 x 4 -> 1, 64 x 4 -> 4,
+    16 x 1 and smaller -> 8 (TOPK 16).
+    """
+    want = -(-PROGRAMS_PER_SM * sms // max(1, rows * num_kv_heads))
+    s = 1
+    while s < want:
+        s *= 2
+    return max(1, min(s, 8, topk // 2))
 
 
 def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
-           sm_scale: float, k_global_scale: float, v_global_scale: float, splits: int = 1,
-           mutant: int = 0, out=None, num_warps: int = NUM_WARPS):
+           sm_scale: float, k_global_scale: float, v_global_scale: float, splits: int | str | None = 1,
+           mutant: int = 0, out=None, num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES,
+           nsub: int = NSUB):
     """Launch the Triton kernel on torch tensors of one device (no validation).
 
     q: bf16 ``[rows, H, 128]``; pool: uint8 ``[pages, page_bytes]``; topk: int32
     ``[Hkv, rows, TOPK]`` contiguous; block_table: int32 ``[reqs, max_blocks]``;
-    seq_lens: int32 ``[reqs]``. Returns bf16 ``[rows, H, 128]`` (``out`` if given).
+    seq_lens: int32 ``[reqs]``. ``splits``: an int >= 1, or None / ``"auto"`` for
+    ``auto_splits``. Returns bf16 ``[rows, H, 128]`` (``out`` if given).
     """
     hk, rows, tk = topk.shape
     if not 1 <= tk <= 64:
         raise ValueError(f"TOPK = {tk}, the kernel supports 1..64")
     dev = q.device
+    if splits is None or splits == "auto":
+        splits = 1 if _interpret() else auto_splits(rows, hk, tk, _sm_count(dev))
     if out is None:
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
-    e2m1, e4m3 = _tables(dev)
     c = float(softmax_constant(sm_scale, k_global_scale))
     if splits > 1:
         part = torch.empty((rows * hk * splits * 16, 128), dtype=torch.float32, device=dev)
@@ -243,11 +344,11 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
         part = ml = out
     grid = (rows, hk, splits)
     _decode_kernel[grid](
-        q, pool, topk, block_table, seq_lens, out, part, ml, e2m1, e4m3,
+        q, pool, topk, block_table, seq_lens, out, part, ml,
         rows, q_len, block_table.shape[1], page_bytes(hk), c, float(np.float32(v_global_scale)),
-        hk, tk, splits, int(layout == "planar"),
-        SLOTS=tk if _interpret() else max(16, 1 << (tk - 1).bit_length()), UPCAST=_interpret(), MUTANT=mutant,
-        num_warps=num_warps,
+        hk, tk, splits, layout == "planar",
+        SLOTS=tk if _interpret() else 64, UPCAST=_interpret(), MUTANT=mutant, NSUB=nsub,
+        num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1:
         _merge_kernel[(rows, hk)](part, ml, out, float(np.float32(v_global_scale)), hk, SPLITS=splits,
