@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"device: {torch.cuda.get_device_name()} ({sms} SMs); roofline {ROOFLINE / 1e12:.1f} TB/s; "
           f"triton num_warps {triton_decode.NUM_WARPS}, num_stages {triton_decode.NUM_STAGES}, "
-          f"nsub {triton_decode.NSUB}")
+          f"deq {triton_decode.DEQ}")
     print(f"{'TOPK':>4} {'rows':>5} {'Hkv':>3} {'q_len':>5} {'MB read':>8} | {'auto':>4} {'us':>8} {'of 4.3':>7} | "
           f"{'best':>4} {'us':>8} {'of 4.3':>7} | {'copy us':>8} {'of copy':>8}" + (f" {'torch us':>9}" if args.torch
                                                                                  else ""))

@@ -2,11 +2,11 @@
 
 One program per (row, KV head, split) ranks the row's valid slots once and loops
 over its own split's blocks only, reads each selected page straight from the
-NVFP4 pool (either layout; 8-byte loads), dequantises by arithmetic (E2M1 and
-E4M3 bit patterns moved into fp16 ones, no tables: ``_e2m1``, ``_e4m3``) and
-folds the block into an online softmax whose running max is shared by all 128
-keys of a block (``GEOMETRY``: keys_per_max 128, P rounded to bf16 before the PV
-product; ``NSUB`` > 1 dequantises the block in key slices under that same max).
+NVFP4 pool (either layout; 8-byte loads), dequantises by bit arithmetic, no
+tables (on GPUs four bytes at a time in PTX, ``_DEQ_PTX``; under the
+interpreter element by element, ``_e2m1``, ``_e4m3``) and folds the block into
+an online softmax whose running max is shared by all 128 keys of a block
+(``GEOMETRY``: keys_per_max 128, P rounded to bf16 before the PV product).
 With splits > 1 each program stores its partial ``(acc, m, l)`` and a second
 kernel merges them in split order, so no ticket has to be reset between
 launches. ``splits=None``/``"auto"`` lets the host pick (``auto_splits``).
@@ -46,13 +46,48 @@ except ImportError:
 # Measured on the H200 (kernels/triton/NOTES.md): 4 warps beat 8 at every size tried.
 NUM_WARPS = int(os.environ.get("NVFP4_TRITON_WARPS", "4"))
 NUM_STAGES = int(os.environ.get("NVFP4_TRITON_STAGES", "1"))
-# Key slices a 128-key block is dequantised in (1, 2 or 4): fewer live values.
-NSUB = int(os.environ.get("NVFP4_TRITON_NSUB", "1"))
 PROGRAMS_PER_SM = 4
 # One running max per 128-key block; l is a tree sum over its 128 keys; P is
 # rounded to bf16 before the PV product.
 GEOMETRY = Geometry(keys_per_max=128, keys_per_lane=128, p_bf16=True)
 MUTANTS = {"causal": 1, "v_scale_linear": 2, "minus_one": 3, "merge_no_rescale": 4}
+# Dequantisation on GPUs: 1 arithmetic per element (``_e2m1``, ``_e4m3``), 2 the
+# packed PTX of ``_DEQ_PTX``. The interpreter always takes 1.
+DEQ = int(os.environ.get("NVFP4_TRITON_DEQ", "2"))
+# DEQ 2 dequantises to value * 2**-7 (see _DEQ_PTX); the softmax constant and
+# v_global_scale are multiplied by 2**7 to match, which changes no rounding:
+# s * c and acc * (v_global / l) are the same real numbers.
+DEQ2_SHIFT = 128.0
+
+# Four data bytes (8 E2M1 codes, one 32-bit register) and their four scales (two
+# bf16x2 registers, value * 2**119) -> the low-nibble values of the four bytes
+# ($0, $1) and the high-nibble ones ($2, $3), bf16x2. For bytes b0, b1: prmt
+# spreads them to the two 16-bit lanes; a nibble c, masked, times 64 * 65 lands
+# its magnitude bits at bf16 bits 6-8 and its sign at bit 15 (the bits do not
+# overlap): the bf16 value of code * 2**-126 (code 1, 0.5, is the subnormal
+# 2**-127). One multiply by the scale gives value * 2**-7, exactly (at most 6
+# significant bits, normal: 2**-17 .. 21). High nibbles: mask 0xF0, times 4 * 65.
+_DEQ_PTX_TEXT = """{
+.reg .b32 t, u;
+prmt.b32 t, $4, 0, 0x4140;
+and.b32 u, t, 0x000F000F;
+mul.lo.u32 u, u, 4160;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $0, u, $5;
+and.b32 u, t, 0x00F000F0;
+mul.lo.u32 u, u, 260;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $2, u, $5;
+prmt.b32 t, $4, 0, 0x4342;
+and.b32 u, t, 0x000F000F;
+mul.lo.u32 u, u, 4160;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $1, u, $6;
+and.b32 u, t, 0x00F000F0;
+mul.lo.u32 u, u, 260;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $3, u, $6;
+}"""
 
 
 def _interpret() -> bool:
@@ -60,6 +95,7 @@ def _interpret() -> bool:
 
 
 if triton is not None:
+    _DEQ_PTX = tl.constexpr(_DEQ_PTX_TEXT)
 
     @triton.jit
     def _bf16_rne(x):
@@ -83,11 +119,10 @@ if triton is not None:
         return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
     @triton.jit
-    def _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR: tl.constexpr, T0: tl.constexpr, KT: tl.constexpr,
-                   MUTANT: tl.constexpr):
-        """The raw bytes of keys T0 .. T0+KT-1 of one page: K and V data [KT, 64],
-        scales [KT, 8] (V's unswizzled to linear order)."""
-        t = T0 + tl.arange(0, KT)
+    def _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR: tl.constexpr, MUTANT: tl.constexpr):
+        """The raw bytes of the 128 keys of one page: K and V data [128, 64], scales
+        [128, 8] (V's unswizzled to linear order)."""
+        t = tl.arange(0, 128)
         jb = tl.arange(0, 64)
         sg = tl.arange(0, 8)
         base = page * page_b
@@ -117,83 +152,66 @@ if triton is not None:
         return kb, ksb, vb, vsb
 
     @triton.jit
-    def _dequant(b, sb, KT: tl.constexpr, UPCAST: tl.constexpr):
-        """Data bytes [KT, 64] and scale bytes [KT, 8] -> [KT, 128] exact values
-        (bf16 on GPUs, float32 under the interpreter), by arithmetic (no tables)."""
+    def _dequant(b, sb, UPCAST: tl.constexpr, DEQ: tl.constexpr):
+        """Data bytes [128, 64] and scale bytes [128, 8] -> the exact values of the low
+        and high nibbles (dims 2j and 2j+1), two [128, 64] tiles: bf16 on GPUs, float32
+        under the interpreter. DEQ 1: arithmetic per element (``_e2m1``, ``_e4m3``);
+        DEQ 2 (GPUs only): ``_DEQ_PTX`` on four bytes at a time, values times 2**-7."""
+        if DEQ == 2:
+            # e4m3 * 2**119 (exact in bf16, below its largest value): with the codes'
+            # 2**-126 the products are the values * 2**-7, all normal bf16.
+            sc = (_e4m3(sb.to(tl.int32)) * 1.7014118346046923e38).to(tl.bfloat16)
+            sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [128, 8, 8]), [128, 64])
+            lo, hi = tl.inline_asm_elementwise(_DEQ_PTX, "=r,=r,=r,=r,r,r,r", [b, sc],
+                                               dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+            return lo, hi
         b = b.to(tl.int32)
-        x = tl.reshape(tl.join(_e2m1(b & 15), _e2m1(b >> 4)), [KT, 8, 16])
-        sc = (_e4m3(sb.to(tl.int32)) * 4194304.0)[:, :, None]  # 2**22 undoes both offsets
+        sc = _e4m3(sb.to(tl.int32)) * 4194304.0  # 2**22 undoes both offsets
+        sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [128, 8, 8]), [128, 64])
+        lo = _e2m1(b & 15)
+        hi = _e2m1(b >> 4)
         if not UPCAST:
             # e2m1 * e4m3 is exact in bf16: dequantise there, half the registers.
-            x = x.to(tl.bfloat16)
+            lo = lo.to(tl.bfloat16)
+            hi = hi.to(tl.bfloat16)
             sc = sc.to(tl.bfloat16)
-        return tl.reshape(x * sc, [KT, 128])
+        return lo * sc, hi * sc
 
     @triton.jit
-    def _scores(q, kb, ksb, vis, KT: tl.constexpr, UPCAST: tl.constexpr):
-        """q . k for KT keys: [16, KT] float32, -inf where not visible."""
-        k = _dequant(kb, ksb, KT, UPCAST)
-        if UPCAST:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        return tl.where(vis[None, :], s, float("-inf"))
-
-    @triton.jit
-    def _pv(p, v, KT: tl.constexpr, UPCAST: tl.constexpr):
-        """bf16(p) . v for KT keys (v dequantised): [16, 128] float32."""
-        if UPCAST:
-            return tl.dot(_bf16_rne(p), v, input_precision="ieee")
-        else:
-            return tl.dot(p.to(tl.bfloat16), v)
-
-    @triton.jit
-    def _block_step(q, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
-                    PLANAR: tl.constexpr, NSUB: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr):
-        """Fold one 128-key block into the online softmax. The running max is shared by
-        all 128 keys; the block is dequantised in NSUB (1, 2 or 4) key slices to keep
-        fewer values live (more programs resident), all bytes requested first."""
-        KT: tl.constexpr = 128 // NSUB
-        t = tl.arange(0, KT)
-        kb0, ksb0, vb0, vsb0 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, 0, KT, MUTANT)
-        if NSUB >= 2:
-            kb1, ksb1, vb1, vsb1 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, KT, KT, MUTANT)
-        if NSUB == 4:
-            kb2, ksb2, vb2, vsb2 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, 2 * KT, KT, MUTANT)
-            kb3, ksb3, vb3, vsb3 = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, 3 * KT, KT, MUTANT)
+    def _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
+                    PLANAR: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, DEQ: tl.constexpr):
+        """Fold one 128-key block into the online softmax (one running max for all 128
+        keys). The scores take even and odd head dims as two products (q_e, q_o [16, 64]
+        against K's low- and high-nibble tiles): interleaving K's tiles first cost a
+        shuffle per value. V is interleaved, into the [128, 128] tile of the PV product."""
+        t = tl.arange(0, 128)
+        kb, ksb, vb, vsb = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, MUTANT)
         if MUTANT == 1:
             vl = 1000
         else:
             vl = tl.where(blk != self_blk, 1000, lim)
         # V is dequantised before the scores: held as bf16 pairs it takes fewer
-        # registers than its loaded bytes (168 instead of 244 at 4 warps, NSUB 1).
-        v0 = _dequant(vb0, vsb0, KT, UPCAST)
-        s0 = _scores(q, kb0, ksb0, t <= vl, KT, UPCAST)
-        mx = tl.max(s0, axis=1)
-        if NSUB >= 2:
-            s1 = _scores(q, kb1, ksb1, t + KT <= vl, KT, UPCAST)
-            mx = tl.maximum(mx, tl.max(s1, axis=1))
-        if NSUB == 4:
-            s2 = _scores(q, kb2, ksb2, t + 2 * KT <= vl, KT, UPCAST)
-            s3 = _scores(q, kb3, ksb3, t + 3 * KT <= vl, KT, UPCAST)
-            mx = tl.maximum(mx, tl.maximum(tl.max(s2, axis=1), tl.max(s3, axis=1)))
-        m_new = tl.maximum(m, mx * c)
+        # registers than its loaded bytes.
+        v_lo, v_hi = _dequant(vb, vsb, UPCAST, DEQ)
+        v = tl.reshape(tl.join(v_lo, v_hi), [128, 128])
+        k_lo, k_hi = _dequant(kb, ksb, UPCAST, DEQ)
+        if UPCAST:
+            s = tl.dot(q_o, tl.trans(k_hi), tl.dot(q_e, tl.trans(k_lo), input_precision="ieee"),
+                       input_precision="ieee")
+        else:
+            s = tl.dot(q_o, tl.trans(k_hi), tl.dot(q_e, tl.trans(k_lo)))
+        s = tl.where((t <= vl)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1) * c)
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_use)
-        p0 = tl.exp2(tl.fma(s0, c, -m_use[:, None]))
-        ps = tl.sum(p0, axis=1)
-        pv = _pv(p0, v0, KT, UPCAST)
-        if NSUB >= 2:
-            p1 = tl.exp2(tl.fma(s1, c, -m_use[:, None]))
-            ps += tl.sum(p1, axis=1)
-            pv += _pv(p1, _dequant(vb1, vsb1, KT, UPCAST), KT, UPCAST)
-        if NSUB == 4:
-            p2 = tl.exp2(tl.fma(s2, c, -m_use[:, None]))
-            p3 = tl.exp2(tl.fma(s3, c, -m_use[:, None]))
-            ps += tl.sum(p2, axis=1) + tl.sum(p3, axis=1)
-            pv += _pv(p2, _dequant(vb2, vsb2, KT, UPCAST), KT, UPCAST)
-            pv += _pv(p3, _dequant(vb3, vsb3, KT, UPCAST), KT, UPCAST)
-        l = l * alpha + ps
+        p = tl.exp2(tl.fma(s, c, -m_use[:, None]))
+        l = l * alpha + tl.sum(p, axis=1)
+        if UPCAST:
+            pb = _bf16_rne(p)
+            pv = tl.dot(pb, v, input_precision="ieee")
+        else:
+            pb = p.to(tl.bfloat16)
+            pv = tl.dot(pb, v)
         acc = acc * alpha[:, None] + pv
         return m_new, l, acc
 
@@ -201,7 +219,7 @@ if triton is not None:
     def _decode_kernel(
         q_ptr, pool_ptr, topk_ptr, bt_ptr, seq_ptr, out_ptr, part_ptr, ml_ptr,
         rows, q_len, bt_stride, page_b, c, v_global, HKV, TOPK, SPLITS, PLANAR: tl.constexpr,
-        SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, NSUB: tl.constexpr,
+        SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, DEQ: tl.constexpr,
     ):
         # Shapes are runtime values. Under the interpreter the slot loop runs to the
         # constexpr SLOTS (>= TOPK); on GPUs over this split's blocks only.
@@ -229,10 +247,12 @@ if triton is not None:
 
         h = tl.arange(0, 16)
         d = tl.arange(0, 128)
-        q_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
-        q = tl.load(q_ptr + q_off)
+        q_row = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + 2 * tl.arange(0, 64)[None, :]
+        q_e = tl.load(q_ptr + q_row)
+        q_o = tl.load(q_ptr + q_row + 1)
         if UPCAST:
-            q = q.to(tl.float32)
+            q_e = q_e.to(tl.float32)
+            q_o = q_o.to(tl.float32)
 
         m = tl.full([16], float("-inf"), tl.float32)
         l = tl.zeros([16], tl.float32)
@@ -242,14 +262,14 @@ if triton is not None:
                 if i < n_mine:
                     blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                     page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
-                    m, l, acc = _block_step(q, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
-                                            PLANAR, NSUB, UPCAST, MUTANT)
+                    m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
+                                                     lim, c, m, l, acc, PLANAR, UPCAST, MUTANT, DEQ)
         else:
             for i in range(n_mine):
                 blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                 page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
-                m, l, acc = _block_step(q, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
-                                        PLANAR, NSUB, UPCAST, MUTANT)
+                m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
+                                                 lim, c, m, l, acc, PLANAR, UPCAST, MUTANT, DEQ)
 
         out_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
         if SPLITS == 1:
@@ -320,7 +340,7 @@ def auto_splits(rows: int, num_kv_heads: int, topk: int, sms: int) -> int:
 def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
            sm_scale: float, k_global_scale: float, v_global_scale: float, splits: int | str | None = 1,
            mutant: int = 0, out=None, num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES,
-           nsub: int = NSUB):
+           deq: int = DEQ):
     """Launch the Triton kernel on torch tensors of one device (no validation).
 
     q: bf16 ``[rows, H, 128]``; pool: uint8 ``[pages, page_bytes]``; topk: int32
@@ -337,6 +357,12 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     if out is None:
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
     c = float(softmax_constant(sm_scale, k_global_scale))
+    vg = float(np.float32(v_global_scale))
+    # DEQ 2 scales c and v_global by 2**7: far from float32's range (contract-valid
+    # extremes beyond 2**100 take the arithmetic path).
+    deq = 1 if _interpret() or max(c, vg) > 2.0**100 else deq
+    if deq == 2:
+        c, vg = c * DEQ2_SHIFT, vg * DEQ2_SHIFT
     if splits > 1:
         part = torch.empty((rows * hk * splits * 16, 128), dtype=torch.float32, device=dev)
         ml = torch.empty((rows * hk * splits * 16, 2), dtype=torch.float32, device=dev)
@@ -345,13 +371,13 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     grid = (rows, hk, splits)
     _decode_kernel[grid](
         q, pool, topk, block_table, seq_lens, out, part, ml,
-        rows, q_len, block_table.shape[1], page_bytes(hk), c, float(np.float32(v_global_scale)),
+        rows, q_len, block_table.shape[1], page_bytes(hk), c, vg,
         hk, tk, splits, layout == "planar",
-        SLOTS=tk if _interpret() else 64, UPCAST=_interpret(), MUTANT=mutant, NSUB=nsub,
+        SLOTS=tk if _interpret() else 64, UPCAST=_interpret(), MUTANT=mutant, DEQ=deq,
         num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1:
-        _merge_kernel[(rows, hk)](part, ml, out, float(np.float32(v_global_scale)), hk, SPLITS=splits,
+        _merge_kernel[(rows, hk)](part, ml, out, vg, hk, SPLITS=splits,
                                   UPCAST=_interpret(), MUTANT=mutant)
     return out
 

@@ -1,4 +1,4 @@
-"""``python -m kernels.triton.sweep``: time Triton kernel variants (key slices per block,
+"""``python -m kernels.triton.sweep``: time Triton kernel variants (dequantisation path,
 warps, pipeline stages, splits; 0 splits = the host's own pick) in one GPU run;
 each variant's output is checked against the torch backend first (relative L2
 error). Prints one line per variant; kernels/triton/NOTES.md logs the results."""
@@ -16,7 +16,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.triton.sweep")
     ap.add_argument("--sizes", default="256x4x1,64x4x1")
     ap.add_argument("--topk", type=int, default=16)
-    ap.add_argument("--nsub", default="1,2,4")
+    ap.add_argument("--deq", default="1,2", help="dequantisation paths (kernels.triton.decode.DEQ)")
     ap.add_argument("--warps", default="4,8")
     ap.add_argument("--stages", default="1")
     ap.add_argument("--splits", default="0,1,2,4")
@@ -41,15 +41,12 @@ def main(argv=None) -> int:
         t_cp = _time(lambda: dst.copy_(src))
         print(f"== {rows}x{hk} q_len {q_len} TOPK {args.topk}: {nbytes / 1e6:.1f} MB, copy {t_cp * 1e6:.1f} us", flush=True)
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
-        for ns, w, st, sp in itertools.product(ints(args.nsub), ints(args.warps), ints(args.stages),
+        for dq, w, st, sp in itertools.product(ints(args.deq), ints(args.warps), ints(args.stages),
                                                ints(args.splits)):
-            old = args.module.endswith("decode_old")
-            extra = {} if old else dict(nsub=ns, num_stages=st)
             if sp == 0:
-                if old:
-                    continue
                 sp = mod.auto_splits(rows, hk, args.topk, torch.cuda.get_device_properties(0).multi_processor_count)
-            fn = lambda: mod.decode(q, pool, ids, bt, seq, splits=sp, out=out, num_warps=w, **extra, **kw)  # noqa: E731
+            fn = lambda: mod.decode(q, pool, ids, bt, seq, splits=sp, out=out, num_warps=w, num_stages=st,  # noqa: E731
+                                    deq=dq, **kw)
             try:
                 out.fill_(float("nan"))
                 fn()
@@ -57,10 +54,10 @@ def main(argv=None) -> int:
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 t = _time(fn)
             except Exception as e:  # noqa: BLE001
-                print(f"nsub {ns} warps {w} stages {st} splits {sp}: FAILED {type(e).__name__}: {str(e)[:200]}",
+                print(f"deq {dq} warps {w} stages {st} splits {sp}: FAILED {type(e).__name__}: {str(e)[:200]}",
                       flush=True)
                 continue
-            print(f"nsub {ns} warps {w} stages {st} splits {sp}: {t * 1e6:8.1f} us "
+            print(f"deq {dq} warps {w} stages {st} splits {sp}: {t * 1e6:8.1f} us "
                   f"{nbytes / t / 1e12:5.2f} TB/s {nbytes / t / ROOFLINE:6.1%} of 4.3, {t_cp / t:6.1%} of copy; "
                   f"relerr {err:.2e}", flush=True)
     return 0
