@@ -387,6 +387,13 @@ def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1, geometry: 
                           device=None, pool=None) -> compare.Interval:
     """``reference.compare.interval_vs_emulation`` from the torch emulation."""
     e = emulate_details(problem, splits=splits, geometry=geometry, device=device, pool=pool)
+    return interval_from_emulation(problem, e, splits=splits, geometry=geometry)
+
+
+def interval_from_emulation(problem: DecodeProblem, e: Emulation, *, splits: int, geometry: Geometry
+                            ) -> compare.Interval:
+    """The acceptance interval (``reference.compare`` module note) from an emulation
+    ``e`` of ``problem`` at ``splits`` and ``geometry``."""
     gamma = compare._gamma_emulated(problem, geometry, splits)
     eta = e.score_noise.astype(np.float64)[..., None]
     delta = e.flip_risk + (gamma + 2 * eta) * e.magnitude + compare._underflow(problem, e.abs_v_sum)
