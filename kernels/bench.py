@@ -6,8 +6,9 @@ full blocks, the last one causally cut for q_len > 1) it reports the bytes the
 kernel must read (K and V slabs of every selected block, scales included, plus
 q and out), the time at the split count the host picks by itself
 (``splits="auto"``, ``kernels.triton.decode.auto_splits``) and at the best of
-1, 2, 4, 8 splits, each as a fraction of the 4.3 TB/s roofline, and the time of
-a device-to-device copy of the same bytes (the floor). Times are device
+1, 2, 4, 8 splits, each as a fraction of the 4.3 TB/s roofline, the time of
+a device-to-device copy of the same bytes (the floor), and the time at every
+split count tried. Times are device
 throughput: CUDA events around ``--calls`` back-to-back launches (so Python's
 launch cost overlaps the previous launch), the median of ``--reps`` such
 batches, after warm-up. ``--torch`` adds the torch backend's time.
@@ -80,11 +81,12 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"device: {torch.cuda.get_device_name()} ({sms} SMs); roofline {ROOFLINE / 1e12:.1f} TB/s; "
-          f"triton num_warps {triton_decode.NUM_WARPS}, num_stages {triton_decode.NUM_STAGES}, "
+          f"triton num_warps {triton_decode.NUM_WARPS}, "
+          f"num_stages {triton_decode.NUM_STAGES or '3 unsplit, 1 split'}, "
           f"deq {triton_decode.DEQ}")
     print(f"{'TOPK':>4} {'rows':>5} {'Hkv':>3} {'q_len':>5} {'MB read':>8} | {'auto':>4} {'us':>8} {'of 4.3':>7} | "
-          f"{'best':>4} {'us':>8} {'of 4.3':>7} | {'copy us':>8} {'of copy':>8}" + (f" {'torch us':>9}" if args.torch
-                                                                                 else ""))
+          f"{'best':>4} {'us':>8} {'of 4.3':>7} | {'copy us':>8} {'of copy':>8} | us by split count"
+          + (f" {'torch us':>9}" if args.torch else ""))
     for topk in [int(x) for x in args.topk.split(",") if x]:
         for rows, hk, q_len in CONFIGS:
             q, pool, ids, bt, seq = _problem(rows, hk, q_len, topk, dev)
@@ -105,7 +107,8 @@ def main(argv=None) -> int:
             t_cp = _time(lambda: dst.copy_(src), args.reps, args.calls)
             line = (f"{topk:4d} {rows:5d} {hk:3d} {q_len:5d} {nbytes / 1e6:8.2f} | {auto:4d} {times[auto] * 1e6:8.1f} "
                     f"{nbytes / times[auto] / ROOFLINE:7.1%} | {best:4d} {times[best] * 1e6:8.1f} "
-                    f"{nbytes / times[best] / ROOFLINE:7.1%} | {t_cp * 1e6:8.1f} {t_cp / times[best]:8.1%}")
+                    f"{nbytes / times[best] / ROOFLINE:7.1%} | {t_cp * 1e6:8.1f} {t_cp / times[best]:8.1%} | "
+                    + " ".join(f"{sp}:{t * 1e6:.0f}" for sp, t in sorted(times.items())))
             if args.torch:
                 from kernels.torch import backend as torch_backend
 

@@ -130,3 +130,23 @@ def test_gpu_dequant_ptx_gives_every_code_times_every_scale_exactly_times_2_pow_
                 scales[k].astype(np.uint8)).astype(np.float64) * 2.0**-7
             got = lane(out[:, out_reg], half).astype(np.float64)
             assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want)), (k, nib)
+
+
+@pytest.mark.parametrize("rows, hk, topk", [(256, 4, 16), (64, 4, 64), (16, 1, 16), (16, 1, 64), (1, 1, 64),
+                                            (3, 2, 4), (40, 8, 64)])
+def test_auto_splits_is_a_power_of_two_covering_the_sms_within_its_caps(rows, hk, topk):
+    from kernels.triton.decode import auto_splits
+
+    s = auto_splits(rows, hk, topk, 132)
+    cap = max(1, min(8, topk // 8))
+    assert s & (s - 1) == 0 and 1 <= s <= cap
+    assert rows * hk * s >= 132 or s == cap
+    assert s == 1 or rows * hk * (s // 2) < 132
+
+
+def test_default_stages_pipeline_unsplit_launches_only():
+    from kernels.triton import decode as D
+
+    if D.NUM_STAGES is not None:
+        pytest.skip(f"NVFP4_TRITON_STAGES={D.NUM_STAGES} fixes the stage count")
+    assert D.default_stages(1) == 3 and all(D.default_stages(s) == 1 for s in range(2, 9))

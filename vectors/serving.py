@@ -229,10 +229,10 @@ def serving_problems(draw, big_pool: bool | None = None) -> DecodeProblem:
 def describe(p: DecodeProblem) -> str:
     """One phrase: the problem's serving-size facts."""
     pages = p.slot_pages()[p.valid_slots]
-    top = int(pages.max(initial=-1)) * p.pool.shape[1]
+    top = (int(pages.max(initial=-1)) + 1) * p.pool.shape[1]
     return (f"rows {p.rows} (q_len {p.q_len}, {int((p.positions < 0).sum())} padding), Hkv {p.num_kv_heads}, "
             f"TOPK {p.TOPK}, {p.layout}, {p.num_pages} pages ({p.pool.nbytes / 2**30:.2f} GiB, "
-            f"highest read at byte {top:,}), {p.block_table.shape[1]} blocks a request, "
+            f"read up to byte {top:,}), {p.block_table.shape[1]} blocks a request, "
             f"{int(p.valid_slots.sum())} valid / {int((p.topk == -1).sum())} -1 / "
             f"{int(((p.topk >= 0) & ~p.valid_slots).sum())} future slots")
 

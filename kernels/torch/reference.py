@@ -74,13 +74,16 @@ class _OnDevice:
     def __init__(self, problem: DecodeProblem, device, pool=None):
         problem.validate()
         self.problem = problem
-        self.dev = dev = torch.device(device or default_device())
+        dev = torch.device(device or default_device())
         hk, rows, topk = problem.num_kv_heads, problem.rows, problem.TOPK
         if pool is None:
             pool = torch.from_numpy(problem.pool).to(dev)
-        elif tuple(pool.shape) != problem.pool.shape or pool.dtype != torch.uint8 or pool.device != dev:
+        elif (tuple(pool.shape) != problem.pool.shape or pool.dtype != torch.uint8 or pool.device.type != dev.type
+              or dev.index not in (None, pool.device.index)):
             raise ValueError(f"pool: expected uint8 {problem.pool.shape} on {dev}, got {pool.dtype} "
                              f"{tuple(pool.shape)} on {pool.device}")
+        # "cuda" names the current device: work where the pool is.
+        self.dev = dev = pool.device
         self.kd, self.ks, self.vd, self.vs = _views(pool, problem.layout, hk)
         pairs, scales, self.unsw = _tables(dev)
         self.pairs, self.scales = pairs.double(), scales.double()

@@ -43,10 +43,20 @@ try:
 except ImportError:
     triton = None
 
-# Measured on the H200 (kernels/triton/NOTES.md): 4 warps beat 8 at every size tried.
+# Measured on the H200 (kernels/triton/NOTES.md): 4 warps beat 8 at every size tried, and
+# 2 (faster at 256 x 4, slower at 64 x 4).
 NUM_WARPS = int(os.environ.get("NVFP4_TRITON_WARPS", "4"))
-NUM_STAGES = int(os.environ.get("NVFP4_TRITON_STAGES", "1"))
-PROGRAMS_PER_SM = 4
+# Software-pipeline stages of the block loop: 3 for unsplit launches, 1 for split
+# ones (measured on the H200: 4-10 % faster each way, kernels/triton/NOTES.md);
+# NVFP4_TRITON_STAGES sets one value for both.
+NUM_STAGES = int(os.environ["NVFP4_TRITON_STAGES"]) if os.environ.get("NVFP4_TRITON_STAGES") else None
+
+
+def default_stages(splits: int) -> int:
+    """``num_stages`` of a launch with ``splits`` splits (``NUM_STAGES`` when set)."""
+    if NUM_STAGES is not None:
+        return NUM_STAGES
+    return 3 if splits == 1 else 1
 # One running max per 128-key block; l is a tree sum over its 128 keys; P is
 # rounded to bf16 before the PV product.
 GEOMETRY = Geometry(keys_per_max=128, keys_per_lane=128, p_bf16=True)
@@ -323,30 +333,35 @@ def _sm_count(device) -> int:
 def auto_splits(rows: int, num_kv_heads: int, topk: int, sms: int) -> int:
     """The split count the host picks when the caller passes ``splits=None``/``"auto"``.
 
-    Enough programs for about PROGRAMS_PER_SM per multiprocessor (the kernel keeps
-    2-3 resident per SM; a second wave hides the tail): ``ceil(PROGRAMS_PER_SM * sms
-    / (rows * Hkv))``, rounded up to a power of two, at most 8 and at most TOPK / 2
-    (each split gets at least two blocks; a split adds its partial's write and read
-    and the merge launch). On the H200 (132 SMs): 256 x 4 -> 1, 64 x 4 -> 4,
-    16 x 1 and smaller -> 8 (TOPK 16).
+    Enough programs to cover every SM once, ``ceil(sms / (rows * Hkv))``, rounded
+    up to a power of two, at most 8 and at most TOPK / 8 (each split keeps at
+    least eight blocks to spread its partial's write and read and the merge
+    launch over). From the H200 measurements (kernels/triton/NOTES.md): at 256
+    and 64 rows x Hkv 4 the unsplit launch (3 pipeline stages) was the fastest
+    or within 2.2 % of it at TOPK 16 and 64; a grid smaller than the SM count needs
+    splits to fill the machine. On the H200 (132 SMs): 256 x 4 and 64 x 4 -> 1;
+    16 x 1 -> 2 (TOPK 16) or 8 (TOPK 64).
     """
-    want = -(-PROGRAMS_PER_SM * sms // max(1, rows * num_kv_heads))
+    want = -(-sms // max(1, rows * num_kv_heads))
     s = 1
     while s < want:
         s *= 2
-    return max(1, min(s, 8, topk // 2))
+    return max(1, min(s, 8, topk // 8))
 
 
 def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
            sm_scale: float, k_global_scale: float, v_global_scale: float, splits: int | str | None = 1,
-           mutant: int = 0, out=None, num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES,
-           deq: int = DEQ):
+           mutant: int = 0, out=None, num_warps: int = NUM_WARPS, num_stages: int | None = None,
+           deq: int = DEQ, maxnreg: int | None = None):
     """Launch the Triton kernel on torch tensors of one device (no validation).
 
     q: bf16 ``[rows, H, 128]``; pool: uint8 ``[pages, page_bytes]``; topk: int32
     ``[Hkv, rows, TOPK]`` contiguous; block_table: int32 ``[reqs, max_blocks]``;
     seq_lens: int32 ``[reqs]``. ``splits``: an int >= 1, or None / ``"auto"`` for
-    ``auto_splits``. Returns bf16 ``[rows, H, 128]`` (``out`` if given).
+    ``auto_splits``. ``num_warps``, ``num_stages`` (None: ``default_stages``),
+    ``deq`` (``DEQ``) and ``maxnreg`` (a register cap, None for none) choose the
+    compiled variant.
+    Returns bf16 ``[rows, H, 128]`` (``out`` if given).
     """
     hk, rows, tk = topk.shape
     if not 1 <= tk <= 64:
@@ -354,6 +369,8 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     dev = q.device
     if splits is None or splits == "auto":
         splits = 1 if _interpret() else auto_splits(rows, hk, tk, _sm_count(dev))
+    if num_stages is None:
+        num_stages = default_stages(splits)
     if out is None:
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
     c = float(softmax_constant(sm_scale, k_global_scale))
@@ -374,7 +391,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
         rows, q_len, block_table.shape[1], page_bytes(hk), c, vg,
         hk, tk, splits, layout == "planar",
         SLOTS=tk if _interpret() else 64, UPCAST=_interpret(), MUTANT=mutant, DEQ=deq,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     if splits > 1:
         _merge_kernel[(rows, hk)](part, ml, out, vg, hk, SPLITS=splits,

@@ -1,5 +1,5 @@
 """``python -m kernels.triton.sweep``: time Triton kernel variants (dequantisation path,
-warps, pipeline stages, splits; 0 splits = the host's own pick) in one GPU run;
+warps, pipeline stages, register cap, splits; 0 splits = the host's own pick) in one GPU run;
 each variant's output is checked against the torch backend first (relative L2
 error). Prints one line per variant; kernels/triton/NOTES.md logs the results."""
 
@@ -20,6 +20,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warps", default="4,8")
     ap.add_argument("--stages", default="1")
     ap.add_argument("--splits", default="0,1,2,4")
+    ap.add_argument("--maxnreg", default="0", help="register caps (0: none)")
     ap.add_argument("--module", default="kernels.triton.decode")
     args = ap.parse_args(argv)
     import torch
@@ -41,12 +42,12 @@ def main(argv=None) -> int:
         t_cp = _time(lambda: dst.copy_(src))
         print(f"== {rows}x{hk} q_len {q_len} TOPK {args.topk}: {nbytes / 1e6:.1f} MB, copy {t_cp * 1e6:.1f} us", flush=True)
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
-        for dq, w, st, sp in itertools.product(ints(args.deq), ints(args.warps), ints(args.stages),
-                                               ints(args.splits)):
+        for dq, w, st, mr, sp in itertools.product(ints(args.deq), ints(args.warps), ints(args.stages),
+                                                   ints(args.maxnreg), ints(args.splits)):
             if sp == 0:
                 sp = mod.auto_splits(rows, hk, args.topk, torch.cuda.get_device_properties(0).multi_processor_count)
             fn = lambda: mod.decode(q, pool, ids, bt, seq, splits=sp, out=out, num_warps=w, num_stages=st,  # noqa: E731
-                                    deq=dq, **kw)
+                                    deq=dq, maxnreg=mr or None, **kw)
             try:
                 out.fill_(float("nan"))
                 fn()
@@ -54,10 +55,10 @@ def main(argv=None) -> int:
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 t = _time(fn)
             except Exception as e:  # noqa: BLE001
-                print(f"deq {dq} warps {w} stages {st} splits {sp}: FAILED {type(e).__name__}: {str(e)[:200]}",
+                print(f"deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: FAILED {type(e).__name__}: {str(e)[:200]}",
                       flush=True)
                 continue
-            print(f"deq {dq} warps {w} stages {st} splits {sp}: {t * 1e6:8.1f} us "
+            print(f"deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: {t * 1e6:8.1f} us "
                   f"{nbytes / t / 1e12:5.2f} TB/s {nbytes / t / ROOFLINE:6.1%} of 4.3, {t_cp / t:6.1%} of copy; "
                   f"relerr {err:.2e}", flush=True)
     return 0
