@@ -1,44 +1,20 @@
-"""Implementations under test, behind one protocol.
+"""Implementations under test, behind one protocol (``kernels.protocol``).
 
-A backend is any object with ``name``, ``geometry``, ``splits``,
-``available()`` and ``__call__(problem, *, splits=1)`` (see ``Backend``).
+A backend declares ``name``, ``geometry``, ``capabilities`` (a
+``Capabilities`` record) and ``available()``, and is called with a problem and
+one ``Launch``'s keyword arguments (see ``kernels.protocol``).
 ``get_backend`` resolves a registered name (``reference``, ``emulate``,
 ``torch``, ``triton``, ``flydsl``, ``flydsl-sim-gfx942``,
-``flydsl-sim-gfx950``) or ``package.module:attr`` naming any
-importable object (or zero-argument factory) that follows the protocol.
+``flydsl-sim-gfx950``) or ``package.module:attr`` naming any importable
+object (or zero-argument factory) that follows the protocol.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable
 
-import numpy as np
-
-from reference import DecodeProblem, Geometry
-
-
-@runtime_checkable
-class Backend(Protocol):
-    """The protocol every implementation under test follows.
-
-    name: str. geometry: ``reference.Geometry`` of its arithmetic, or None for
-    the exact class (at least float32, P unrounded, output rounded once to
-    bf16; compared with the exact oracle). splits: the split counts it
-    supports. available(): None when usable here, otherwise the reason.
-    __call__(problem, *, splits=1): float32 ``[rows, H, 128]`` holding the
-    bf16 output.
-    """
-
-    name: str
-    geometry: Geometry | None
-    splits: tuple[int, ...]
-
-    def available(self) -> str | None:
-        """None when usable here, otherwise the reason."""
-
-    def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
-        """float32 ``[rows, H, 128]`` holding the bf16 output."""
+from .protocol import Backend, Capabilities, Launch, Limits, protocol_errors
 
 
 class BackendError(Exception):
@@ -59,27 +35,44 @@ def registered() -> list[str]:
 
 
 def _check(obj, what: str) -> Backend:
-    missing = [a for a in ("name", "geometry", "splits", "available") if not hasattr(obj, a)]
-    if missing or not callable(obj):
-        raise BackendError(f"{what} does not follow kernels.Backend: missing {missing or ['__call__']}")
+    errs = protocol_errors(obj)
+    if errs:
+        raise BackendError(f"{what} does not follow kernels.Backend (see kernels/protocol.py): {'; '.join(errs)}")
     return obj
 
 
 def get_backend(spec: str) -> Backend:
-    """A backend by registered name or ``module.path:attr``; raises BackendError."""
+    """A backend by registered name or ``module.path:attr``; raises BackendError
+    (naming the spec and what went wrong) for anything that does not give one:
+    an unknown name, a malformed spec, a module that fails to import (whatever
+    it raises), a missing attribute, a factory that raises, a non-conforming object."""
     if spec in _REGISTRY:
-        return _check(_REGISTRY[spec](), spec)
-    if ":" not in spec:
+        return _check(_make(_REGISTRY[spec], spec), spec)
+    mod_name, sep, attr = spec.partition(":")
+    if not sep:
         raise BackendError(f"unknown backend {spec!r}; registered: {', '.join(_REGISTRY)}; "
                            "or give module.path:attr")
-    mod_name, attr = spec.split(":", 1)
+    if not mod_name or not attr:
+        raise BackendError(f"backend spec {spec!r}: expected module.path:attr with both parts non-empty")
     try:
-        obj = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise BackendError(f"cannot load backend {spec!r}: {e}") from e
+        module = importlib.import_module(mod_name)
+    except Exception as e:  # noqa: BLE001 - any failure to import is a setup error, reported as such
+        raise BackendError(f"cannot load backend {spec!r}: importing {mod_name!r} raised "
+                           f"{type(e).__name__}: {e}") from e
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as e:
+        raise BackendError(f"cannot load backend {spec!r}: module {mod_name!r} has no attribute {attr!r}") from e
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "available")):
-        obj = obj()
+        obj = _make(obj, spec)
     return _check(obj, spec)
+
+
+def _make(factory: Callable[[], Backend], spec: str) -> Backend:
+    try:
+        return factory()
+    except Exception as e:  # noqa: BLE001 - a factory that raises is a setup error of that spec
+        raise BackendError(f"cannot load backend {spec!r}: creating it raised {type(e).__name__}: {e}") from e
 
 
 def _lazy(module: str, attr: str) -> Callable[[], Backend]:
@@ -97,4 +90,4 @@ register("flydsl", _lazy(".flydsl.backend", "FlydslBackend"))
 register("flydsl-sim-gfx950", _lazy(".flydsl.sim.backend", "gfx950"))
 register("flydsl-sim-gfx942", _lazy(".flydsl.sim.backend", "gfx942"))
 
-__all__ = ["Backend", "BackendError", "get_backend", "register", "registered"]
+__all__ = ["Backend", "BackendError", "Capabilities", "Launch", "Limits", "get_backend", "register", "registered"]

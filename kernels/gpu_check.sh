@@ -4,8 +4,9 @@
 #   smoke:   golden vectors for triton and torch, 20 generated problems each, one
 #            serving-size problem each, the benchmark.
 #   full:    SHARDS x PER_SHARD generated problems for triton (default 16 x 125 = 2000,
-#            parallel shards, golden vectors in shard 1), 3 x 100 for torch, the four
-#            Triton mutants, the benchmark (BENCH=0 leaves it out).
+#            parallel shards, golden vectors in shard 1), 3 shards for torch, the
+#            Triton mutants (python -m vectors.bugs --mutants triton), the benchmark
+#            (BENCH=0 leaves it out; SHARD_TIMEOUT bounds each shard, default 420 s).
 #   serving: the serving-size check for triton and torch (SERVING problems each,
 #            default 4), the serving-size benchmark (numpy reference, torch reference
 #            on the GPU, kernel), and `pytest -m gpu`.
@@ -49,21 +50,20 @@ golden() { if [ "$1" = 1 ]; then echo ""; else echo "--no-golden"; fi; }
 for s in $(seq 1 "$shards"); do
   timeout "$limit" python3 -m vectors check --backend triton --examples "$per" --seed "$s" $(golden "$s") > "$out/tr_$s.log" 2>&1 &
 done
-if [ "${TORCH:-1}" = 1 ]; then
-  for s in $(seq 1 3); do
-    timeout "$limit" python3 -m vectors check --backend torch --examples 100 --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>&1 &
-  done
-fi
-for m in causal v_scale_linear minus_one merge_no_rescale; do
-  timeout "$limit" python3 -m vectors check --backend "kernels.triton.decode:$m" --examples 40 --seed 7 > "$out/mut_$m.log" 2>&1 &
+for s in $(seq 1 3); do
+  timeout "$limit" python3 -m vectors check --backend torch --examples "$per" --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>&1 &
+done
+# The Triton mutants are the registry's (vectors/bugs.py).
+for spec in $(python3 -m vectors.bugs --mutants triton); do
+  timeout "$limit" python3 -m vectors check --backend "$spec" --examples 40 --seed 7 > "$out/mut_${spec##*:}.log" 2>&1 &
 done
 wait
 { for f in "$out"/tr_*.log; do echo "== $f"; cat "$f"; done; } > "$out/triton_generated.txt"
-{ for f in "$out"/to_*.log; do [ -e "$f" ] && { echo "== $f"; cat "$f"; }; done; } > "$out/torch_generated.txt"
+{ for f in "$out"/to_*.log; do echo "== $f"; cat "$f"; done; } > "$out/torch_generated.txt"
 { for f in "$out"/mut_*.log; do echo "== $f"; grep -E "FAIL vs|CONFORMANT|problems,|raised" "$f" | head -5; done; } > "$out/mutants.txt"
 rm -f "$out"/tr_*.log "$out"/to_*.log "$out"/mut_*.log
 grep -h "CONFORMANT\|problems, \|golden vectors:" "$out/triton_generated.txt" "$out/torch_generated.txt"
 grep -h " FAIL " "$out/triton_generated.txt" "$out/torch_generated.txt" | head -5
 cat "$out/mutants.txt"
-[ "${BENCH:-1}" = 1 ] && python3 -m kernels.bench 2>&1 | tee "$out/bench.txt"
+[ "${BENCH:-1}" = 1 ] && python3 -m kernels.bench --reps 30 2>&1 | tee "$out/bench.txt"
 exit 0

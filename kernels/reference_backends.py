@@ -6,13 +6,17 @@ import numpy as np
 
 from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, emulate, sparse_decode
 
+from .protocol import Capabilities
+
+CAPABILITIES = Capabilities(splits=tuple(range(1, 9)), targets=("numpy",))
+
 
 class ReferenceBackend:
     """The exact oracle rounded once to bf16: the exact class (geometry None)."""
 
     name = "reference"
     geometry = None
-    splits = tuple(range(1, 9))
+    capabilities = CAPABILITIES
 
     def available(self) -> str | None:
         """Always usable: pure numpy."""
@@ -28,7 +32,7 @@ class EmulateBackend:
 
     name = "emulate"
     geometry = SEED_GEOMETRY
-    splits = tuple(range(1, 9))
+    capabilities = CAPABILITIES
 
     def available(self) -> str | None:
         """Always usable: pure numpy."""

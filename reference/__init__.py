@@ -1,6 +1,8 @@
-"""The suite's source of truth, in pure numpy: codecs, the NVFP4 paged cache,
-the decode problem and its validator, the exact oracle, and the emulation of
-the seed kernel's arithmetic."""
+"""The suite's source of truth, in pure numpy: codecs, the NVFP4 paged cache
+(its writer ``quantize_nvfp4``/``build_pool`` and its readers ``page_views``,
+``read_pages``, ``dequantize_pages``), the decode problem and its validator,
+the exact oracle, and the emulation of the seed kernel's arithmetic. The
+tolerance model and the report are in ``reference.compare``."""
 
 from .formats import (
     bf16_bits,
@@ -13,7 +15,21 @@ from .formats import (
     from_bf16_bits,
 )
 from .oracle import sparse_decode
-from .paged_cache import LAYOUTS, PageLayout, build_pool, page_bytes
+from .paged_cache import (
+    LAYOUTS,
+    PageLayout,
+    PageViews,
+    build_pool,
+    dequantize,
+    dequantize_pages,
+    page_bytes,
+    page_views,
+    pool_from_codes,
+    quantize_nvfp4,
+    read_pages,
+    swizzle_v_scales,
+    unswizzle_v_scales,
+)
 from .problem import (
     DecodeProblem,
     DuplicateSlotError,
@@ -37,6 +53,7 @@ __all__ = [
     "NaNScaleByteError",
     "PageIndexError",
     "PageLayout",
+    "PageViews",
     "ParameterError",
     "ProblemError",
     "QueryValueError",
@@ -47,6 +64,8 @@ __all__ = [
     "bf16_bits",
     "bf16_round",
     "build_pool",
+    "dequantize",
+    "dequantize_pages",
     "e2m1_decode",
     "e2m1_encode",
     "e4m3fn_decode",
@@ -54,7 +73,13 @@ __all__ = [
     "e4m3fnuz_decode",
     "from_bf16_bits",
     "page_bytes",
+    "page_views",
+    "pool_from_codes",
+    "quantize_nvfp4",
+    "read_pages",
     "sparse_decode",
+    "swizzle_v_scales",
+    "unswizzle_v_scales",
 ]
 
 from .emulate import SEED_GEOMETRY, Emulation, Geometry, emulate, emulate_details  # noqa: E402

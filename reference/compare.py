@@ -112,6 +112,36 @@ broken the wrong way in fewer elements is beyond any test that does not
 know the kernel's float32 values.
 
 No other tolerance constant exists in this module.
+
+Reporting. What follows decides what a report says, never whether it
+passes. Each failing element has one reason: NaN (in a row never written,
+or not), not a bf16 value (a float32 value off the bf16 grid fails wherever
+it lies, so its distance is no part of the reason), or outside its
+interval. Failing elements are ranked by ``|got - pre|`` in bf16 ulps of
+the largest ``|pre|`` of their (row, head) (of the whole output where that
+(row, head) expects only zeros): one scale per softmax, so an error reads
+the same wherever it sits in the head and an element whose ``pre`` is 0
+(interval a few subnormals wide, ``|got - pre| / reach`` near 1e38) ranks
+by how large its value is next to its neighbours'. A report lists
+``MAX_LISTED`` elements, the worst first, with at least the worst of each
+reason and of the failures where exactly 0 is expected; its summary names
+the worst of them.
+
+Diagnosis. ``diagnose`` names a failure's pattern where the evidence is
+beyond what scattered failures make: the failures fill a block of (row,
+head) units and dims (units with at least ``MIN_BLOCK / 2`` failing
+elements; dims failing in at least half of those units; the block holds at
+least ``MIN_BLOCK`` elements, at least 3/4 of them fail, at least 90% of
+all failures lie in it, and it is not simply every unit that expects a
+nonzero value: a head, a KV head, a row, a request or a dim tile wrong,
+the failures outside it counted); a wrong row holds another
+row's expected output (every element within 1/64 of that row's largest
+value, exactly one such row: rows swapped); at least 90% of the failing
+elements that expect nonzero hold 0; or, over the failing elements of at
+least 1/8 of their head's scale (at least ``MIN_EVIDENCE``), 90% of
+``got / expected`` lie within 1/32 of their median ``c``: sign flipped
+(``c`` within 1/32 of -1) or scaled by ``c`` (``c`` farther than 1/16
+from 1; bf16 rounding moves a ratio by 2**-8 at most).
 """
 
 from __future__ import annotations
@@ -150,10 +180,27 @@ def ulp_distance(a, b) -> np.ndarray:
     return np.where(na & nb, 0.0, d)
 
 
+OUTSIDE = "outside"
+NOT_BF16 = "not bf16"
+NAN = "NaN"
+UNWRITTEN = "unwritten"
+
+
 @dataclasses.dataclass
 class Mismatch:
-    """One element outside its interval ``lo .. hi`` (the bf16 values a correct
-    kernel may give there; see the module note)."""
+    """One failing element and why it fails.
+
+    reason: ``OUTSIDE`` (a bf16 value outside ``lo .. hi``, the bf16 values a
+    correct kernel may give there; see the module note), ``NOT_BF16`` (a
+    float32 value that is not a bf16 value, wherever it lies), ``NAN``, or
+    ``UNWRITTEN`` (NaN in a row that holds no other value: never stored).
+    expected: ``rne(pre)``; pre: the reference before its final rounding.
+    bound: the reach of the interval on ``got``'s side (``_reach``); ulps:
+    bf16 ulps from ``expected``. scale: the largest ``|pre|`` of the element's
+    (row, head), or of the whole output where that (row, head) expects only
+    zeros (``scale_of`` says which); error_ulps: ``|got - pre|`` in bf16 ulps
+    of ``scale`` (``inf`` for NaN), the measure the report ranks by.
+    """
 
     row: int
     request: int
@@ -168,14 +215,31 @@ class Mismatch:
     pre: float = math.nan
     lo: float = math.nan
     hi: float = math.nan
+    reason: str = OUTSIDE
+    scale: float = math.nan
+    scale_of: str = "head"
+    error_ulps: float = math.nan
 
     def __str__(self) -> str:
-        return (
-            f"row {self.row} (request {self.request}, position {self.position}) KV head {self.kv_head} "
-            f"head {self.head} dim {self.dim}: expected {self.expected:.7g} (unrounded {self.pre:.9g}), "
-            f"got {self.got:.7g}, allowed {self.lo:.7g} .. {self.hi:.7g}, "
-            f"|got - unrounded| {abs(self.got - self.pre):.3g} > reach {self.bound:.3g} ({self.ulps:g} ulp)"
-        )
+        where = (f"row {self.row} (request {self.request}, position {self.position}) KV head {self.kv_head} "
+                 f"head {self.head} dim {self.dim}")
+        if self.pre == 0:
+            expected = "expected exactly 0"
+        else:
+            expected = f"expected {self.expected:.7g} (unrounded {self.pre:.9g})"
+        allowed = f"allowed {self.lo:.7g} .. {self.hi:.7g}"
+        if self.reason == UNWRITTEN:
+            return f"{where}: {expected}, got NaN (the row was never written)"
+        if self.reason == NAN:
+            return f"{where}: {expected}, got NaN"
+        if self.reason == NOT_BF16:
+            inside = self.lo <= self.got <= self.hi
+            what = (f"got {self.got:.9g}, which is not a bf16 value "
+                    f"({'within' if inside else 'and lies outside'} the {allowed})")
+        else:
+            what = f"got {self.got:.7g}, outside the {allowed}"
+        of = "" if self.scale_of == "head" else " (the whole output's: this head expects only zeros)"
+        return f"{where}: {expected}, {what}; error {self.error_ulps:.3g} ulp of {self.scale:.3g}{of}"
 
 
 def describe_modified_inputs(changed: dict) -> str:
@@ -199,14 +263,21 @@ def bias_false_alarm(t: int, k: int) -> float:
 class Report:
     """The result of comparing one output with its reference.
 
-    against: "emulation(<geometry>, splits=S)" or "oracle".
+    against: "emulation(<geometry>, splits=S)" or "oracle (<class>)".
     n_elements, n_fail: elements compared and outside their interval (NaN and
     non-bf16 values included). max_ulp: the largest bf16 ulp distance from
     the nearest-even rounding of the reference (large near zero, where outputs
     are sums that cancel); max_bound_ratio: the largest ``|got - pre| / reach``,
     where reach is the distance from ``pre`` to the far edge of the interval's
     last rounding cell on ``got``'s side (< 1 exactly when inside the interval).
-    worst: up to 10 mismatches, largest excess first. repeat_mismatch: elements
+    n_outside, n_nan: of the n_fail, the finite bf16 values outside their
+    interval and the NaNs (``not_bf16`` counts the rest). worst: up to
+    ``MAX_LISTED`` mismatches, largest ``error_ulps`` first (``|got - pre|`` in
+    bf16 ulps of the largest ``|pre|`` of the element's (row, head): a measure
+    that does not explode where ``pre`` is 0 and the interval a few
+    subnormals wide), with at least one of each failure reason present and
+    one element at most from rows never written. diagnosis: the failure
+    patterns ``diagnose`` recognises. repeat_mismatch: elements
     whose bits differ between two runs of the same problem (set by the harness). nan_rows: rows holding a
     NaN though at least one element was written; unwritten_rows: rows wholly
     NaN (the harness pre-fills NaN, so such a row was never stored).
@@ -246,6 +317,9 @@ class Report:
     n_rounding: int = 0
     bias_p: float = 1.0
     bias: str | None = None
+    n_outside: int = 0
+    n_nan: int = 0
+    diagnosis: list = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -274,40 +348,63 @@ class Report:
                 f"mean signed error {self.mean_signed_ulp:+.3g} ulp")
 
     def summary(self) -> str:
-        """One line: PASS/FAIL, counts, the largest deviations, a rounding-bias verdict."""
+        """One line: PASS/FAIL, counts by failure reason, the worst element, a rounding-bias verdict."""
         if self.shape_error:
             s = f"FAIL vs {self.against}: {self.shape_error}"
+        elif self.n_fail:
+            reasons = [(self.n_outside, "outside their interval"), (self.not_bf16, "not bf16"),
+                       (self.n_nan, "NaN")]
+            s = (f"FAIL vs {self.against}: {self.n_fail} of {self.n_elements} elements fail "
+                 f"({100 * self.fail_fraction:.3g}%: {', '.join(f'{n} {why}' for n, why in reasons if n)})")
+            finite = [m for m in self.worst if m.reason not in (NAN, UNWRITTEN)]
+            if finite:
+                w = finite[0]
+                s += (f", worst error {w.error_ulps:.3g} ulp of {w.scale:.3g} "
+                      f"(row {w.row} head {w.head} dim {w.dim})")
+            s += self._extras()
         else:
             head = "PASS" if self.passed else "FAIL"
-            s = (f"{head} vs {self.against}: {self.n_fail}/{self.n_elements} elements outside interval "
-                 f"({100 * self.fail_fraction:.3g}%), max |got - pre|/reach {self.max_bound_ratio:.3g}, "
-                 f"max {self.max_ulp:g} ulp")
-            if self.unwritten_rows:
-                s += f", {len(self.unwritten_rows)} rows not written"
-            if self.nan_rows:
-                s += f", {len(self.nan_rows)} rows with NaN"
-            if self.not_bf16:
-                s += f", {self.not_bf16} values not bf16"
-            if self.repeat_mismatch:
-                s += f", second run differs in {self.repeat_mismatch} elements"
-            if self.bias:
-                s += f", rounding bias: {self.bias}"
+            s = (f"{head} vs {self.against}: 0/{self.n_elements} elements outside interval, "
+                 f"max |got - pre|/reach {self.max_bound_ratio:.3g}, max {self.max_ulp:g} ulp") + self._extras()
         # Beside a shape error too: overwritten inputs are a failure of their own.
         if self.modified_inputs:
             s += f", {describe_modified_inputs(self.modified_inputs)}"
         return s
 
+    def _extras(self) -> str:
+        s = ""
+        for n, what in ((len(self.unwritten_rows), "not written"), (len(self.nan_rows), "with NaN")):
+            if n:
+                s += f", {n} row{'s' if n > 1 else ''} {what}"
+        if self.repeat_mismatch:
+            s += f", second run differs in {self.repeat_mismatch} elements"
+        if self.bias:
+            s += f", rounding bias: {self.bias}"
+        return s
+
     def details(self) -> str:
-        """The summary, the rounding statistics, NaN/unwritten rows and the worst mismatches, one a line."""
+        """A screenful: the summary, a one-line diagnosis where ``diagnose`` recognises
+        the pattern, the rounding statistics (where no element failed, or they make
+        a verdict), rows not written or holding NaN, and the worst elements, one a line."""
         lines = [self.summary()]
-        if not self.shape_error:
+        if self.diagnosis:
+            lines.append(f"  diagnosis: {'; '.join(self.diagnosis)}")
+        if not self.shape_error and (self.n_fail == 0 or self.bias):
             lines.append(f"  rounding: {self.rounding_summary()}")
         if self.unwritten_rows:
-            lines.append(f"  rows not written: {self.unwritten_rows[:20]}")
+            lines.append(f"  rows not written: {_some(self.unwritten_rows)}")
         if self.nan_rows:
-            lines.append(f"  rows with NaN: {self.nan_rows[:20]}")
-        lines += [f"  {m}" for m in self.worst]
+            lines.append(f"  rows with NaN: {_some(self.nan_rows)}")
+        if self.worst:
+            lines.append(f"  worst {len(self.worst)} of {self.n_fail} failing elements (error: |got - unrounded| "
+                         f"in bf16 ulps of the largest |expected| of the element's row and head):")
+            lines += [f"    {m}" for m in self.worst]
         return "\n".join(lines)
+
+
+def _some(xs: list, n: int = 20) -> str:
+    """The first ``n`` items of ``xs``, and how many more."""
+    return ", ".join(map(str, xs[:n])) + (f" and {len(xs) - n} more" if len(xs) > n else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,6 +489,42 @@ def _reach(iv: Interval, got: np.ndarray) -> np.ndarray:
         return np.where(got >= iv.pre, _midpoint(iv.hi, 1) - iv.pre, iv.pre - _midpoint(iv.lo, -1))
 
 
+MAX_LISTED = 10  # elements a report lists
+_CODES = {1: OUTSIDE, 2: NOT_BF16, 3: NAN, 4: UNWRITTEN}
+
+
+def _scales(pre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per element of ``pre`` ``[rows, H, 128]``: the largest ``|pre|`` of its
+    (row, head), or of the whole output where that is 0 (float64), and where
+    the second was used (bool)."""
+    head = np.abs(pre).max(axis=2, keepdims=True)
+    whole = np.abs(pre).max(initial=0.0)
+    return (np.broadcast_to(np.where(head > 0, head, whole), pre.shape),
+            np.broadcast_to(head == 0, pre.shape))
+
+
+_CAPS = {1: MAX_LISTED, 2: 3, 3: 3, 4: 1}  # elements listed per reason: one NaN or unrounded value is like the next
+
+
+def _pick_worst(code: np.ndarray, err: np.ndarray, zero: np.ndarray) -> list[int]:
+    """Flat indices of the elements to list (``code``: 0 passes, else a key of
+    ``_CODES``; ``zero``: where exactly 0 is expected): the worst of each
+    failure reason present and of the finite failures where 0 is expected,
+    then the worst of the rest up to ``_CAPS`` per reason; largest ``err``
+    first, ties by index."""
+    code, err, zero = code.reshape(-1), err.reshape(-1), zero.reshape(-1)
+    idx = np.flatnonzero(code)
+    order = idx[np.argsort(-err[idx], kind="stable")]
+    by_reason = {c: [int(i) for i in order[code[order] == c][:_CAPS[c]]] for c in _CODES}
+    chosen = [ids[0] for ids in by_reason.values() if ids]
+    at_zero = order[zero[order] & (code[order] <= 2)]
+    if at_zero.size and int(at_zero[0]) not in chosen:
+        chosen.append(int(at_zero[0]))
+    rest = sorted((i for ids in by_reason.values() for i in ids[1:]), key=lambda i: (-err[i], i))
+    rest = [i for i in rest if i not in chosen]
+    return sorted(chosen + rest[:MAX_LISTED - len(chosen)], key=lambda i: (-err[i], i))
+
+
 def _report(problem: DecodeProblem, got, iv: Interval, against: str) -> Report:
     shape = (problem.rows, problem.H, 128)
     got = np.asarray(got)
@@ -400,8 +533,9 @@ def _report(problem: DecodeProblem, got, iv: Interval, against: str) -> Report:
                       shape_error=f"output must be float32 {shape}, got {got.dtype} {got.shape}")
     nan = np.isnan(got)
     row_nan = nan.reshape(problem.rows, -1)
-    unwritten = [int(r) for r in np.flatnonzero(row_nan.all(axis=1))]
-    nan_rows = [int(r) for r in np.flatnonzero(row_nan.any(axis=1) & ~row_nan.all(axis=1))]
+    unwritten_row = row_nan.all(axis=1)
+    unwritten = [int(r) for r in np.flatnonzero(unwritten_row)]
+    nan_rows = [int(r) for r in np.flatnonzero(row_nan.any(axis=1) & ~unwritten_row)]
     not_bf16 = ~is_bf16(got) & ~nan
     g64 = got.astype(np.float64)
     with np.errstate(invalid="ignore"):
@@ -410,27 +544,195 @@ def _report(problem: DecodeProblem, got, iv: Interval, against: str) -> Report:
         reach = _reach(iv, g64)
         ratio = np.where(nan, np.inf, np.abs(g64 - iv.pre) / reach)
     ulps = ulp_distance(got, iv.nearest)
-    worst = []
+    outside = fail & ~nan & ~not_bf16
+    worst, diagnosis = [], []
     if fail.any():
-        idx = np.argwhere(fail)
-        order = np.argsort(-ratio[fail], kind="stable")[:10]
+        # The reason an element fails: not being bf16 comes before the interval, whatever its distance.
+        code = np.select([unwritten_row[:, None, None] & nan, nan, not_bf16, outside], [4, 3, 2, 1], 0)
+        scale, whole = _scales(iv.pre)
+        with np.errstate(invalid="ignore"):
+            err = np.where(nan, np.inf, np.abs(g64 - iv.pre) / bf16_ulp(scale))
         pos = problem.positions
-        for r, h, d in idx[order]:
+        for i in _pick_worst(code, err, iv.pre == 0):
+            r, h, d = np.unravel_index(i, shape)
             worst.append(Mismatch(
                 row=int(r), request=int(r // problem.q_len), position=int(pos[r]),
                 kv_head=int(h // HG), head=int(h), dim=int(d), expected=float(iv.nearest[r, h, d]),
                 got=float(got[r, h, d]), bound=float(reach[r, h, d]), ulps=float(ulps[r, h, d]),
                 pre=float(iv.pre[r, h, d]), lo=float(iv.lo[r, h, d]), hi=float(iv.hi[r, h, d]),
+                reason=_CODES[int(code[r, h, d])], scale=float(scale[r, h, d]),
+                scale_of="output" if whole[r, h, d] else "head", error_ulps=float(err[r, h, d]),
             ))
+        diagnosis = diagnose(iv.pre, got, ~fail, q_len=problem.q_len)
     rep = Report(
         against=against, n_elements=int(got.size), n_fail=int(fail.sum()),
         max_ulp=float(ulps.max(initial=0.0)), worst=worst, nan_rows=nan_rows,
         unwritten_rows=unwritten, not_bf16=int(not_bf16.sum()),
         max_bound_ratio=float(ratio.max(initial=0.0)),
-        n_determined=int(iv.determined.sum()),
+        n_determined=int(iv.determined.sum()), n_outside=int(outside.sum()), n_nan=int(nan.sum()),
+        diagnosis=diagnosis,
     )
     _rounding_stats(rep, got, iv, ~nan & ~not_bf16 & np.isfinite(got))
     return rep
+
+
+# --- diagnosis ------------------------------------------------------------------
+
+MIN_BLOCK = 16  # elements a wrong block must hold to be named (one 16-dim group of one head)
+MIN_EVIDENCE = 16  # failing elements a value pattern (zeros, a constant factor) must rest on
+
+
+def diagnose(expected, got, ok, *, q_len: int = 1) -> list[str]:
+    """Name the pattern of a failure, where one is recognisable: one phrase per
+    pattern found, ``[]`` for none (and for no failure).
+
+    expected: float ``[rows, H, 128]``, the reference (before or after its
+    final rounding); got: float32 ``[rows, H, 128]``, the output; ok: bool
+    ``[rows, H, 128]``, True where the element passed. q_len: rows per
+    request, to name requests.
+
+    Patterns (module note, "Diagnosis"): the failures fill a block of (row,
+    head) units and dims: "wrong: dims 16..31 (one 16-dim tile) of heads 4, 7
+    of rows 1, 3 (100% of those elements fail, every other element passes)";
+    a row holding another row's expected output
+    ("rows 2 and 3 swapped"); the failing elements hold 0 where nonzero is
+    expected; or they are one constant ``c`` times their expected value
+    ("sign flipped" for ``c = -1``).
+    """
+    expected = np.asarray(expected, np.float64)
+    got = np.asarray(got, np.float64)
+    fail = ~np.asarray(ok, bool)
+    if not fail.any():
+        return []
+    found = [_block(expected, fail, q_len), _swapped_rows(expected, got, fail), _values(expected, got, fail)]
+    return [f for f in found if f]
+
+
+def _ranges(xs) -> str:
+    """Sorted ints as ``0..3, 7, 9..10`` (at most 8 runs shown)."""
+    runs, start = [], None
+    for a, b in zip(xs, list(xs[1:]) + [None]):
+        start = a if start is None else start
+        if b != a + 1:
+            runs.append(f"{start}..{a}" if a > start else f"{start}")
+            start = None
+    return ", ".join(runs[:8]) + (f" and {len(runs) - 8} more runs" if len(runs) > 8 else "")
+
+
+def _heads_phrase(heads, n_heads: int) -> str:
+    """``heads 16..31 (KV head 1)``; ``all heads`` when every head."""
+    if len(heads) == n_heads:
+        return "all heads"
+    kv = sorted({int(h) // HG for h in heads})
+    whole_kv = len(heads) == HG * len(kv)
+    return (f"head{'s' if len(heads) > 1 else ''} {_ranges(heads)}"
+            + (f" (KV head{'s' if len(kv) > 1 else ''} {_ranges(kv)})" if whole_kv else ""))
+
+
+def _rows_phrase(rows, q_len: int) -> str:
+    """``rows 2..3 (request 1)``; requests named where the rows are whole requests."""
+    reqs = sorted({int(r) // q_len for r in rows})
+    whole_req = q_len > 1 and len(rows) == q_len * len(reqs)
+    return (f"row{'s' if len(rows) > 1 else ''} {_ranges(rows)}"
+            + (f" (request{'s' if len(reqs) > 1 else ''} {_ranges(reqs)})" if whole_req else ""))
+
+
+def _block(expected: np.ndarray, fail: np.ndarray, q_len: int) -> str | None:
+    """The whole (row, head) units and dims the failures fill (module note):
+    rows grouped by the heads wrong in them, at most 3 groups named."""
+    n_rows, n_heads, n_dims = fail.shape
+    per_unit = fail.reshape(-1, n_dims)
+    units = per_unit.sum(axis=1) >= MIN_BLOCK // 2
+    if not units.any():
+        return None
+    dims = per_unit[units].mean(axis=0) >= 0.5
+    block = per_unit[units][:, dims]
+    inside, total = int(block.sum()), int(fail.sum())
+    # Every dim of every unit that expects a nonzero value: nothing to single out.
+    everything = dims.all() and not np.any(expected.reshape(-1, n_dims)[~units])
+    if block.size < MIN_BLOCK or block.mean() < 0.75 or inside < 0.9 * total or everything:
+        return None
+    units = units.reshape(n_rows, n_heads)
+    groups = {}
+    for r in np.flatnonzero(units.any(axis=1)):
+        groups.setdefault(tuple(np.flatnonzero(units[r])), []).append(int(r))
+    where = []
+    for heads, rows in list(groups.items())[:3]:
+        all_rows = len(rows) == n_rows
+        if len(heads) == n_heads:
+            where.append("every row" if all_rows else f"all heads of {_rows_phrase(rows, q_len)}")
+        else:
+            where.append(_heads_phrase(heads, n_heads) + ("" if all_rows else f" of {_rows_phrase(rows, q_len)}"))
+    if len(groups) > 3:
+        where.append(f"{len(groups) - 3} more groups of rows")
+    what = ""
+    if not dims.all():
+        d = np.flatnonzero(dims)
+        tile = len(d) in (16, 32, 64) and d[0] % len(d) == 0 and d[-1] - d[0] == len(d) - 1
+        what = f"dim{'s' if len(d) > 1 else ''} {_ranges(d)}" + (f" (one {len(d)}-dim tile)" if tile else "") + " of "
+    cells = units[:, :, None] & dims
+    zero = " (where exactly 0 is expected)" if not np.any(expected[cells]) else ""
+    n = total - inside
+    rest = "every other element passes" if not n else f"{n} other element{' fails' if n == 1 else 's fail'}"
+    return f"wrong{zero}: {what}{'; '.join(where)} ({100 * block.mean():.3g}% of those elements fail, {rest})"
+
+
+def _swapped_rows(expected: np.ndarray, got: np.ndarray, fail: np.ndarray) -> str | None:
+    """Rows that hold another row's expected output (within 1/64 of that row's
+    largest |value|, elementwise), named when exactly one other row matches;
+    rows count as wrong when half their elements fail, and beyond 64 wrong
+    rows none is examined (a bound on the cost)."""
+    n_rows = fail.shape[0]
+    bad = np.flatnonzero(fail.reshape(n_rows, -1).mean(axis=1) >= 0.5)
+    if not bad.size or bad.size > 64:
+        return None
+    e, g = expected.reshape(n_rows, -1), got.reshape(n_rows, -1)
+    tol = np.abs(e).max(axis=1) / 64
+    holds = {}
+    with np.errstate(invalid="ignore"):
+        for r in bad:
+            match = (np.abs(g[r] - e).max(axis=1) <= tol) & (tol > 0)
+            match[r] = False
+            if np.count_nonzero(match) == 1:
+                holds[int(r)] = int(np.flatnonzero(match)[0])
+    if not holds:
+        return None
+    said, phrases = set(), []
+    for r, other in holds.items():
+        if r in said:
+            continue
+        if holds.get(other) == r:
+            phrases.append(f"rows {r} and {other} swapped")
+            said |= {r, other}
+        else:
+            phrases.append(f"row {r} holds row {other}'s expected output")
+            said.add(r)
+    return ", ".join(phrases[:4]) + (f" and {len(phrases) - 4} more" if len(phrases) > 4 else "")
+
+
+def _values(expected: np.ndarray, got: np.ndarray, fail: np.ndarray) -> str | None:
+    """Zeros where nonzero is expected, or ``got = c * expected`` across the failing
+    elements (over those at least 1/8 of their (row, head)'s largest |expected|,
+    where bf16 rounding moves the ratio by 2**-8 at most)."""
+    nonzero = fail & (expected != 0)
+    n = int(nonzero.sum())
+    if n >= MIN_EVIDENCE:
+        zeros = int((nonzero & (got == 0)).sum())
+        if zeros >= 0.9 * n:
+            return f"zeros where nonzero values are expected ({zeros} of the {n} failing elements that expect nonzero)"
+    head = np.abs(expected).max(axis=2, keepdims=True)
+    use = nonzero & np.isfinite(got) & (np.abs(expected) >= head / 8)
+    if use.sum() < MIN_EVIDENCE:
+        return None
+    ratio = got[use] / expected[use]
+    c = float(np.median(ratio))
+    if c == 0 or np.mean(np.abs(ratio - c) <= abs(c) / 32) < 0.9:
+        return None
+    if abs(c + 1) <= 1 / 32:
+        return f"sign flipped: got = -expected in {int(use.sum())} failing elements"
+    if abs(c - 1) <= 1 / 16:
+        return None
+    return f"scaled by a constant: got = {c:.4g} x expected in {int(use.sum())} failing elements"
 
 
 def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) -> None:
@@ -489,12 +791,15 @@ def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1,
     return _interval(e.pre_round.astype(np.float64), delta, shared=e.flip_risk)
 
 
-def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool, geometry: Geometry | None = None,
+def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
                        splits: int = 1) -> Interval:
     """The acceptance interval of every element against the exact oracle (module note).
 
-    p_bf16: the implementation rounds P to bf16. geometry None: the exact class.
+    p_bf16: the implementation rounds P to bf16 before the PV product (adds
+    ``2**-8 (1 + 2**-7) A`` to ``delta``); None: as ``geometry`` says, False
+    for the exact class. geometry None: the exact class.
     """
+    p_bf16 = _p_bf16(p_bf16, geometry)
     out, _, mag, sabs, vsum = oracle_details(problem)
     c = float(kernel_constant(problem))
     eta = (2 * np.log(2) * c * 128 * F32_EPS * sabs)[..., None]
@@ -512,12 +817,13 @@ def bound_vs_emulation(problem: DecodeProblem, *, splits: int = 1, geometry: Geo
     return iv.nearest, iv.delta + bf16_ulp(np.abs(iv.pre) + iv.delta)
 
 
-def bound_vs_oracle(problem: DecodeProblem, *, p_bf16: bool, geometry: Geometry | None = None, splits: int = 1):
+def bound_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
+                    splits: int = 1):
     """``(exact float64, bound float64)``, both ``[rows, H, 128]``: a bound on
     ``|got - exact|`` that the interval implies (``delta + ulp(|exact| + delta) / 2``).
     Not the acceptance test, which is the interval.
 
-    p_bf16: the implementation rounds P to bf16. geometry None: the exact class.
+    p_bf16, geometry: as for ``interval_vs_oracle``.
     """
     iv = interval_vs_oracle(problem, p_bf16=p_bf16, geometry=geometry, splits=splits)
     return iv.pre, iv.delta + bf16_ulp(np.abs(iv.pre) + iv.delta) / 2
@@ -530,19 +836,54 @@ def compare_with_emulation(problem: DecodeProblem, got, *, splits: int = 1,
     return _report(problem, got, iv, f"emulation({_geom_name(geometry)}, splits={splits})")
 
 
-def compare_with_oracle(problem: DecodeProblem, got, *, p_bf16: bool = False,
+def compare_with_oracle(problem: DecodeProblem, got, *, p_bf16: bool | None = None,
                         geometry: Geometry | None = None, splits: int = 1) -> Report:
-    """Compare ``got`` (float32 ``[rows, H, 128]``) with the exact oracle."""
+    """Compare ``got`` (float32 ``[rows, H, 128]``) with the exact oracle.
+
+    geometry: the implementation's (``Geometry``: its summation chain and
+    whether it rounds P) or None for the exact class (at least float32 in any
+    order, P not rounded). p_bf16: the implementation rounds P to bf16 before
+    the PV product; None (the default) takes it from ``geometry``, False for
+    the exact class. The seed kernel, or its emulation, is checked with
+    ``compare_with_oracle(problem, out, geometry=SEED_GEOMETRY, splits=S)``;
+    without the geometry it is judged as the exact class, whose interval
+    does not cover bf16(P), and fails.
+    """
+    p_bf16 = _p_bf16(p_bf16, geometry)
     iv = interval_vs_oracle(problem, p_bf16=p_bf16, geometry=geometry, splits=splits)
-    return _report(problem, got, iv, "oracle" + (" (P in bf16)" if p_bf16 else ""))
+    g = geometry
+    cls = "exact class" if g is None else f"geometry {g.keys_per_max}x{g.keys_per_lane}, splits={splits}"
+    return _report(problem, got, iv, f"oracle ({cls}, P {'in bf16' if p_bf16 else 'not rounded'})")
+
+
+def _p_bf16(p_bf16: bool | None, geometry: Geometry | None) -> bool:
+    """``p_bf16``, or where None what ``geometry`` says (False for the exact class)."""
+    if p_bf16 is None:
+        return geometry is not None and geometry.p_bf16
+    return bool(p_bf16)
+
+
+def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1) -> tuple[Interval, str]:
+    """``(interval, against)``: the acceptance interval for a backend of ``geometry``
+    (the exact oracle's for None, otherwise the emulation of that geometry) and
+    how reports name it."""
+    if geometry is None:
+        return interval_vs_oracle(problem, p_bf16=False), "oracle"
+    return (interval_vs_emulation(problem, splits=splits, geometry=geometry),
+            f"emulation({_geom_name(geometry)}, splits={splits})")
+
+
+def compare_with_interval(problem: DecodeProblem, got, iv: Interval, against: str) -> Report:
+    """Compare ``got`` (float32 ``[rows, H, 128]``) with a given interval (e.g. one
+    read back from a golden case file); ``against`` names it in the report."""
+    return _report(problem, got, iv, against)
 
 
 def compare_backend_output(problem: DecodeProblem, got, *, geometry: Geometry | None, splits: int = 1) -> Report:
     """The right comparison for a backend: the exact oracle for geometry None,
     otherwise the emulation of its own geometry."""
-    if geometry is None:
-        return compare_with_oracle(problem, got, p_bf16=False)
-    return compare_with_emulation(problem, got, splits=splits, geometry=geometry)
+    iv, against = backend_interval(problem, geometry=geometry, splits=splits)
+    return _report(problem, got, iv, against)
 
 
 def _geom_name(g: Geometry) -> str:

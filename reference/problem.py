@@ -16,6 +16,7 @@ from .formats import is_bf16
 from .paged_cache import BLK, D, LAYOUTS, page_bytes, page_views, unswizzle_v_scales
 
 HG = 16
+_SCALARS = ("num_kv_heads", "q_len", "sm_scale", "k_global_scale", "v_global_scale")
 
 
 class ProblemError(ValueError):
@@ -69,6 +70,13 @@ def _first(mask: np.ndarray):
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
+def _kind(v) -> str:
+    """Type of ``v`` for an error message, with dtype and shape for arrays."""
+    if isinstance(v, np.ndarray):
+        return f"ndarray of dtype {v.dtype} and shape {v.shape}"
+    return type(v).__name__
+
+
 def _idx(a) -> str:
     return "[" + ", ".join(str(int(i)) for i in a) + "]"
 
@@ -88,6 +96,10 @@ class DecodeProblem:
     - ``seq_lens``: int32 ``[reqs]``; ``rows == reqs * q_len``.
     - ``q_len``: rows per request.
     - ``sm_scale``, ``k_global_scale``, ``v_global_scale``: floats > 0.
+
+    The five scalar parameters may be Python numbers, numpy scalars or 0-d
+    numpy arrays; a 0-d array of a real numeric dtype is stored as the Python
+    number it holds (``np.array(0.0125)`` becomes ``0.0125``).
     """
 
     q: np.ndarray
@@ -101,6 +113,14 @@ class DecodeProblem:
     sm_scale: float
     k_global_scale: float
     v_global_scale: float
+
+    def __post_init__(self):
+        # A 0-d array is a scalar to the user but not to isinstance checks, json or the
+        # harness (which copies array fields as inputs): hold the number itself.
+        for name in _SCALARS:
+            v = getattr(self, name)
+            if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iuf":
+                object.__setattr__(self, name, v.item())
 
     @property
     def rows(self) -> int:
@@ -165,8 +185,8 @@ class DecodeProblem:
             raise ParameterError(f"layout = {self.layout!r}, expected one of {LAYOUTS}")
         for name in ("num_kv_heads", "q_len"):
             v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ParameterError(f"{name} = {v!r}, must be an integer >= 1")
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 1:
+                raise ParameterError(f"{name} = {v!r} ({_kind(v)}), must be an integer >= 1")
         expect = {
             "q": (np.float32, 3),
             "pool": (np.uint8, 2),
@@ -212,9 +232,10 @@ class DecodeProblem:
     def _validate_values(self) -> None:
         for name in ("sm_scale", "k_global_scale", "v_global_scale"):
             v = getattr(self, name)
-            if not isinstance(v, (float, int, np.floating, np.integer)) or not (
-                np.isfinite(v) and v > 0
-            ):
+            if not isinstance(v, (float, int, np.floating, np.integer)) or isinstance(v, (bool, np.bool_)):
+                raise ScaleError(f"{name} = {v!r} ({_kind(v)}) is not a real number; pass a float, "
+                                 f"a numpy scalar or a 0-d numpy array")
+            if not (np.isfinite(v) and v > 0):
                 raise ScaleError(f"{name} = {v!r}, must be finite and > 0")
             with np.errstate(over="ignore"):
                 v32 = np.float32(v)

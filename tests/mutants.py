@@ -1,23 +1,30 @@
-"""Backends that each inject one known bug class into a correct implementation.
+"""Backends that each inject one known bug into a correct implementation.
 
 ``NumpyKernel()`` is a correct, independent float64 split-KV online-softmax
 implementation (exact class, compared with the oracle); ``NumpyKernel(bug)``
-reproduces one of the contract's known bug classes. ``SeedKernel(bug)`` is the
-seed's own arithmetic (the emulation, seed geometry, compared with the
-emulation) with one rounding bug from ``ROUNDING_BUGS``. The suite must pass
-the correct ones and fail every mutant: that is what makes a green run mean
-something.
+has one bug from ``BUGS``. ``SeedKernel(bug)`` is the seed's own arithmetic
+(the emulation, seed geometry, compared with the emulation) with one rounding
+bug from ``ROUNDING_BUGS``. ``PlacementBug`` and ``XcdRowMask`` get XCD
+placement wrong. The suite must pass the correct ones and fail every mutant:
+that is what makes a green run mean something. Each mutant is registered,
+with its bug class, in ``vectors.bugs`` as ``mutants:numpy_<bug>``,
+``mutants:seed_<bug>``, ``mutants:PlacementBug`` or ``mutants:XcdRowMask``.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from kernels.protocol import Capabilities
+from kernels.flydsl.seed_index import grid_x, workgroup_row
 from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
 from reference.emulate import _emulate, exp2_f32
 from reference.formats import e2m1_decode, e4m3fn_decode
 from reference.paged_cache import BLK, D, page_views, unpack_e2m1, unswizzle_v_scales
-from reference.problem import HG
+from reference.problem import HG, NaNScaleByteError
+from vectors import bugs
 
 BUGS = {
     "unguarded_first_invalid": "slots walked in order incl. invalid ones, exp(-inf - -inf) unguarded",
@@ -35,6 +42,17 @@ BUGS = {
     "nibble_swap": "E2M1 nibble order swapped",
     "scale_group_shift": "scale group off by one (dims 16g..16g+15 use scale g+1)",
     "exact_output_truncated": "output converted to bf16 by truncation (exact class, judged against the oracle)",
+    "empty_split_unwritten": "a split that gets no block writes no partial; the merge reads its stale (NaN) workspace",
+    "odd_block_dropped": "blocks walked two per loop trip for n // 2 trips: an odd count's last block is never read",
+    "topk_first_32": "slots past the 32nd never read (one 32-lane ballot for the slot list)",
+    "layout_token_rows": "pages always decoded in the token_rows layout, whatever the problem's layout",
+    "v_scale_per_group": "one V scale per 4-token group (the group's first token's) for all four tokens",
+    "masked_page_zero": ("a slot a split does not use (masked, or another split's) still loads page 0, the usual "
+                         "clamp of a masked page index, and adds its V times p = 0: a NaN scale there leaks"),
+    "subnormal_scale_zero": "subnormal E4M3 scale bytes decoded as zero (a flush-to-zero fp8 conversion)",
+    "softmax_no_max": "P = exp(score) in float32 without subtracting the running max: large scores overflow",
+    "nan_scale_unchecked": "the host side never scans the read pages' scale bytes for E4M3 NaN",
+    "unvalidated": "no host-side validation: invalid input runs (or crashes) instead of raising its ProblemError",
 }
 
 ROUNDING_BUGS = {
@@ -45,22 +63,9 @@ ROUNDING_BUGS = {
     "one_ulp_on_1pct": "a 1-ulp error on 1% of the output elements (spread by a fixed hash, either sign)",
 }
 
-# Rounding mutants no conformance check can reject from the outputs it is given
-# (tests/test_mutants.py holds the proofs).
-UNDETECTABLE = {
-    "output_half_away": (
-        "differs from nearest-even only where the float32 value is exactly a bf16 tie; delta > 0 "
-        "everywhere (term 4 alone is >= 2**-126), so both neighbours of a tie are in the interval: "
-        "a correct kernel whose value lies a hair to either side gives either one. Only the bias "
-        "verdict can see it, and only in a problem with >= 32 such ties; the golden catalog holds 9 "
-        "tie elements in all and the generator none in 1000 problems"),
-    "exp2_low_2ulp": (
-        "a common factor on every weight cancels between the numerator and l; what is left (the "
-        "factor varies by < 2**-23 across a binade, and bf16(p) flips only for keys within 4 u of a "
-        "bf16 midpoint, all inside the flip-risk window of term 3, whose own part is 8 u) keeps the "
-        "unrounded output within delta of the emulation's: every element is inside its interval "
-        "by construction, and the flips move outputs by the sign of v, not one way"),
-}
+# Rounding mutants no conformance check can reject from the outputs it is given:
+# the reasons are the registry's (vectors.bugs), the proofs in tests/test_mutants.py.
+UNDETECTABLE = {m.spec.removeprefix("mutants:seed_"): m.undetectable for m in bugs.mutants("numpy") if m.undetectable}
 
 
 def bf16_truncate(x) -> np.ndarray:
@@ -104,7 +109,7 @@ class SeedKernel:
     rounding bug from ``ROUNDING_BUGS``."""
 
     geometry = SEED_GEOMETRY
-    splits = tuple(range(1, 9))
+    capabilities = Capabilities(splits=tuple(range(1, 9)))
 
     def __init__(self, bug: str | None = None):
         if bug is not None and bug not in ROUNDING_BUGS:
@@ -140,6 +145,8 @@ def _dequant(data, scales, bug):
     vals = e2m1_decode(codes).astype(np.float64)
     dec = e4m3fnuz_decode if bug == "fnuz_scales" else e4m3fn_decode
     sc = dec(scales).astype(np.float64)
+    if bug == "subnormal_scale_zero":
+        sc = np.where((scales & 0x78) == 0, 0.0, sc)
     if bug == "scale_group_shift":
         sc = np.roll(sc, -1, axis=-1)
     return (vals.reshape(vals.shape[:-1] + (8, 16)) * sc[..., None]).reshape(vals.shape)
@@ -149,7 +156,7 @@ class NumpyKernel:
     """A float64 split-KV decode kernel, optionally with one bug from ``BUGS``."""
 
     geometry = None
-    splits = tuple(range(1, 9))
+    capabilities = Capabilities(splits=tuple(range(1, 9)))
 
     def __init__(self, bug: str | None = None):
         if bug is not None and bug not in BUGS:
@@ -162,13 +169,21 @@ class NumpyKernel:
         return None
 
     def __call__(self, problem: DecodeProblem, *, splits: int = 1) -> np.ndarray:
-        problem.validate()
-        self._launches += 1
         bug = self.bug
+        if bug == "nan_scale_unchecked":
+            try:
+                problem.validate()
+            except NaNScaleByteError:
+                pass  # the scan is validate's last step: every other check has passed
+        elif bug != "unvalidated":
+            problem.validate()
+        self._launches += 1
         hk, rows, topk = problem.num_kv_heads, problem.rows, problem.TOPK
-        views = page_views(problem.pool, problem.layout, hk)
+        views = page_views(problem.pool, "token_rows" if bug == "layout_token_rows" else problem.layout, hk)
         k_all = _dequant(views.k_data, views.k_scale, bug)
         vs = views.v_scale if bug == "v_scale_linear" else unswizzle_v_scales(views.v_scale)
+        if bug == "v_scale_per_group":
+            vs = np.repeat(vs[:, :, ::4], 4, axis=2)
         v_all = _dequant(views.v_data, vs, bug)
         ids = problem.topk
         if bug == "token_major_topk":
@@ -188,6 +203,8 @@ class NumpyKernel:
                 kvh = h % hk if bug == "head_mod" else h // HG
                 slots = ids[kvh, row]
                 valid = (slots >= 0) & (slots <= self_blk[row])
+                if bug == "topk_first_32":
+                    valid &= np.arange(topk) < 32
                 if bug == "minus_one_deref":
                     valid |= (slots == -1) & (pos[row] >= 0)
                 walk = np.arange(topk) if bug == "unguarded_first_invalid" else np.flatnonzero(valid)
@@ -198,6 +215,9 @@ class NumpyKernel:
                     mine = [s for s in walk if not valid[s] or z * chunk <= int(valid[: s].sum()) < (z + 1) * chunk]
                     if bug != "unguarded_first_invalid" and splits > 1:
                         mine = [s for s in mine if valid[s]]
+                    if bug == "empty_split_unwritten" and splits > 1 and not mine:
+                        parts.append((np.nan, np.nan, np.full(D, np.nan)))
+                        continue
                     parts.append(self._split(problem, row, h, kvh, mine, valid, slots, pos[row], self_blk[row],
                                              k_all, v_all, bt_flat, stride, req, scale))
                 out[row, h] = self._merge(parts, problem.v_global_scale, splits)
@@ -209,6 +229,8 @@ class NumpyKernel:
     def _split(self, problem, row, h, kvh, mine, valid, slots, pos, self_blk, k_all, v_all, bt_flat, stride,
                req, scale):
         bug = self.bug
+        if bug == "odd_block_dropped" and len(mine) % 2:
+            mine = mine[:-1]
         m, l, acc = -np.inf, 0.0, np.zeros(D)
         for s in mine:
             blk = int(slots[s])
@@ -217,7 +239,8 @@ class NumpyKernel:
                 page %= problem.num_pages
                 k = k_all[page, kvh]
                 v = v_all[page, kvh]
-                sc = (k @ problem.q[row, h].astype(np.float64)) * scale
+                with np.errstate(invalid="ignore"):  # NaN scales reach here only unvalidated
+                    sc = (k @ problem.q[row, h].astype(np.float64)) * scale
                 off = np.arange(BLK)
                 cut = blk == self_blk or bug == "causal_all_blocks"
                 if cut and bug != "stale_tail":
@@ -230,12 +253,18 @@ class NumpyKernel:
                 m_use = m_new
             else:
                 m_use = m_new if m_new != -np.inf else 0.0
-            with np.errstate(invalid="ignore"):
+            with np.errstate(invalid="ignore", over="ignore"):
                 alpha = np.exp(m - m_use)
                 p = np.exp(sc - m_use)
-            l = l * alpha + p.sum()
-            acc = acc * alpha + p @ v
+                if bug == "softmax_no_max":
+                    alpha, p = 1.0, np.exp(sc.astype(np.float32)).astype(np.float64)
+                l = l * alpha + p.sum()
+                acc = acc * alpha + p @ v
             m = m_new
+        if bug == "softmax_no_max" and m != -np.inf:
+            m = 0.0  # the partials are unshifted: the merge must not rescale them
+        if bug == "masked_page_zero" and len(mine) < len(slots):
+            acc = acc + np.zeros(BLK) @ v_all[0, kvh]
         return m, l, acc
 
     def _merge(self, parts, v_global, splits):
@@ -259,7 +288,7 @@ class PlacementBug:
 
     name = "placement-bug"
     geometry = SEED_GEOMETRY
-    splits = (1, 2)
+    capabilities = Capabilities(splits=(1, 2), xcds=(0, 8))
 
     def available(self) -> str | None:
         return None
@@ -269,3 +298,34 @@ class PlacementBug:
         if xcds:
             out[-1] = np.nan
         return out
+
+
+class XcdRowMask:
+    """The seed emulation on FlyDSL's XCD grid (``kernels.flydsl.seed_index``) with
+    the store masked by the workgroup id (``bx < rows``) instead of by the row the
+    workgroup serves. When ``rows`` is not a multiple of ``xcds * q_len`` the grid
+    is padded: pad rows served by workgroups below ``rows`` are stored (past the
+    output, dropped here) and the real rows served by the workgroups at or above
+    ``rows`` are never stored (NaN, as in the harness's NaN-filled buffer)."""
+
+    name = "xcd-row-mask"
+    geometry = SEED_GEOMETRY
+    splits = tuple(range(1, 9))
+
+    def available(self) -> str | None:
+        return None
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1, xcds: int = 0) -> np.ndarray:
+        out = emulate(problem, splits=splits)
+        bx = np.arange(grid_x(problem.rows, problem.q_len, xcds))
+        row = workgroup_row(bx, problem.q_len, xcds)
+        out[row[(bx >= problem.rows) & (row < problem.rows)]] = np.nan
+        return out
+
+
+# Every mutant as a ``mutants:<attr>`` backend, the specs ``vectors.bugs`` registers:
+# ``numpy_<bug>`` is ``NumpyKernel(bug)``, ``seed_<bug>`` is ``SeedKernel(bug)``.
+for _bug in BUGS:
+    globals()[f"numpy_{_bug}"] = functools.partial(NumpyKernel, _bug)
+for _bug in ROUNDING_BUGS:
+    globals()[f"seed_{_bug}"] = functools.partial(SeedKernel, _bug)

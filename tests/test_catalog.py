@@ -11,14 +11,18 @@ import numpy as np
 import pytest
 
 import kernels
+from kernels.protocol import Capabilities
 import reference as R
 from reference.examples import random_problem
+from kernels.protocol import Launch
 from vectors import catalog, cases
+from vectors.check import check_golden
+from vectors.cli import main
 from vectors.io import load_case, save_case
 
 
 def test_regen_check_reproduces_every_committed_byte(capsys):
-    assert catalog.cmd_regen(type("A", (), {"check": True})()) == 0
+    assert _regen(check=True) == 0
     assert "regen --check: OK" in capsys.readouterr().out
 
 
@@ -29,7 +33,8 @@ def test_manifest_is_well_formed_and_files_match_their_hashes():
     for c in m["cases"]:
         load_case(catalog.HERE / c["file"], sha256=c["sha256"])
     size = sum(p.stat().st_size for p in catalog.DATA.glob("*.npz"))
-    assert size < 20e6
+    # Pools and the stored intervals (bf16 bits, three per judgment) dominate.
+    assert size < 28e6
 
 
 def test_every_bug_class_has_a_case_and_every_validator_error_an_invalid_case():
@@ -45,8 +50,8 @@ def test_every_bug_class_has_a_case_and_every_validator_error_an_invalid_case():
 
 @pytest.mark.parametrize("name", ["reference", "emulate"])
 def test_every_case_passes_against_the_reference_backends(name):
-    ok, lines = catalog.check_all(kernels.get_backend(name))
-    assert ok, "\n".join(lines)
+    run = check_golden(kernels.get_backend(name))
+    assert run.ok and run.count("PASS") == len(run.cases), run.text()
 
 
 def test_valid_cases_store_expectations_the_reference_reproduces():
@@ -55,7 +60,8 @@ def test_valid_cases_store_expectations_the_reference_reproduces():
     m = catalog.load_manifest()
     c = next(c for c in m["cases"] if c["name"] == "splits-5-blocks")
     p, meta, extra = load_case(catalog.HERE / c["file"], sha256=c["sha256"])
-    assert np.array_equal(extra["out_emulated_s3"], R.emulate(p, splits=3))
+    assert np.array_equal(R.from_bf16_bits(extra["expect_seed_s3_nearest"]), R.emulate(p, splits=3))
+    assert catalog.verify() == []
     assert np.array_equal(extra["out_exact"], R.sparse_decode(p)[0].astype(np.float32))
 
 
@@ -88,15 +94,13 @@ def tmp_catalog(tmp_path, monkeypatch):
 def _add(tmp_path, seed=77, name="prod-bug"):
     """Promote a saved random problem (repro meta: splits 2) with ``add``; returns its manifest entry."""
     src = tmp_path / f"repro-{seed}.npz"
-    save_case(src, random_problem(seed, reqs=2, topk=3), meta={"splits": 2, "xcds": 8})
-    args = type("A", (), {"file": str(src), "comment": "found in production", "flags": ["split-merge"],
-                          "name": name, "splits": None})()
-    assert catalog.cmd_add(args) == 0
+    save_case(src, random_problem(seed, reqs=2, topk=3), meta={"launches": [Launch(2, 8).to_json()]})
+    catalog.add_case(src, comment="found in production", flags=["split-merge"], name=name)
     return catalog.load_manifest(catalog.MANIFEST)["cases"][-1]
 
 
 def _regen(check=False):
-    return catalog.cmd_regen(type("A", (), {"check": check})())
+    return main(["regen"] + (["--check"] if check else []))
 
 
 def _snapshot(here):
@@ -121,9 +125,10 @@ def _assert_consistent(here):
 
 def test_add_promotes_a_saved_case_and_regen_check_passes(tmp_catalog, tmp_path):
     new = _add(tmp_path)
-    assert new["name"] == "prod-bug" and new["source"] == "added" and new["splits"] == [2]
+    assert new["name"] == "prod-bug" and new["source"] == "added"
+    assert {x["splits"] for x in new["launches"]} == {2}
     p, meta, extra = load_case(tmp_catalog / new["file"], sha256=new["sha256"])
-    assert "out_emulated_s2" in extra
+    assert "expect_seed_s2_lo" in extra
     before = _snapshot(tmp_catalog)
     assert _regen(check=True) == 0
     assert _snapshot(tmp_catalog) == before
@@ -136,7 +141,7 @@ def test_add_then_regen_keeps_every_case_byte_identical(tmp_path):
     for pkg in ("reference", "kernels", "vectors"):
         shutil.copytree(root / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*"))
     src = tmp_path / "x.npz"
-    save_case(src, random_problem(77, reqs=2, topk=3), meta={"splits": 2, "xcds": 8})
+    save_case(src, random_problem(77, reqs=2, topk=3), meta={"launches": [Launch(2, 8).to_json()]})
 
     def run(*args):
         r = subprocess.run([sys.executable, "-m", "vectors", *args], cwd=tmp_path, capture_output=True, text=True,
@@ -216,9 +221,10 @@ def test_regen_refuses_a_catalog_whose_added_file_is_gone(tmp_catalog, tmp_path,
     assert _snapshot(tmp_catalog) == before
 
 
-def test_check_all_runs_each_case_at_every_xcds_placement_of_the_manifest(monkeypatch):
+def test_golden_check_runs_each_case_at_every_declared_xcds_placement(monkeypatch):
     class Placed:
-        name, geometry, splits = "placed", R.SEED_GEOMETRY, (1,)
+        name, geometry = "placed", R.SEED_GEOMETRY
+        capabilities = Capabilities(splits=(1,), xcds=(0, 8))
 
         def __init__(self):
             self.seen = []
@@ -231,19 +237,22 @@ def test_check_all_runs_each_case_at_every_xcds_placement_of_the_manifest(monkey
             return R.emulate(problem, splits=splits)
 
     m = catalog.load_manifest()
-    case = next(c for c in m["cases"] if c["result"] == "valid" and 1 in c["splits"])
-    monkeypatch.setattr(catalog, "load_manifest", lambda: {**m, "cases": [case]})
+    case = next(c for c in m["cases"] if c["result"] == "valid" and {"splits": 1, "xcds": 8, "order": None}
+                in c["launches"])
+    monkeypatch.setattr(catalog, "load_manifest", lambda **kw: {**m, "cases": [case]})
     b = Placed()
-    ok, lines = catalog.check_all(b)
-    assert ok and sorted(b.seen) == sorted(case["xcds"] * 2) and len(case["xcds"]) > 1
-    assert f"xcds {case['xcds']}" in lines[1]
+    run = check_golden(b)
+    assert run.ok and sorted(b.seen) == [0, 0, 8, 8], run.text()
+    (res,) = run.cases
+    assert all(x.splits == 1 for x in res.ran) and {x.splits for x, _ in res.skipped} == {2, 3, 8}
 
 
-def test_check_all_fails_a_backend_that_zeroes_its_pool(monkeypatch):
+def test_golden_check_fails_a_backend_that_zeroes_its_pool(monkeypatch):
     class ZeroPool:
         """Rejects invalid input as the reference does, zeroes the pool either way, returns zeros."""
 
-        name, geometry, splits = "zero-pool", R.SEED_GEOMETRY, (1, 2, 3, 8)
+        name, geometry = "zero-pool", R.SEED_GEOMETRY
+        capabilities = Capabilities(splits=(1, 2, 3, 8))
 
         def available(self):
             return None
@@ -259,9 +268,8 @@ def test_check_all_fails_a_backend_that_zeroes_its_pool(monkeypatch):
     # Expectations computed from the zeroed pool would be zeros: what this backend returns.
     valid = next(c for c in m["cases"] if c["name"] == "stale-tail-1")
     invalid = next(c for c in m["cases"] if c["result"] == "invalid")
-    monkeypatch.setattr(catalog, "load_manifest", lambda: {**m, "cases": [valid, invalid]})
-    ok, lines = catalog.check_all(ZeroPool())
-    text = "\n".join(lines)
-    assert not ok
-    assert f"{valid['name']:<28} FAIL" in text and f"{invalid['name']:<28} FAIL" in text
-    assert text.count("backend modified its input 'pool'") == len(valid["splits"]) + 1, text
+    monkeypatch.setattr(catalog, "load_manifest", lambda **kw: {**m, "cases": [valid, invalid]})
+    run = check_golden(ZeroPool())
+    assert not run.ok and [c.status for c in run.cases] == ["FAIL", "FAIL"]
+    assert len(run.cases[0].failures) == len({x["splits"] for x in valid["launches"]})
+    assert all("backend modified its input 'pool'" in f.text for c in run.cases for f in c.failures)

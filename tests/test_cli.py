@@ -54,7 +54,7 @@ def _replay_lines(text):
     return [ln.split("replay: ", 1)[1] for ln in text.splitlines() if ln.strip().startswith("replay: ")]
 
 
-def test_failure_drawn_at_xcds_8_is_saved_and_replayed_at_xcds_8(tmp_path, monkeypatch, capsys):
+def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monkeypatch, capsys):
     from vectors.cli import main
     from vectors.io import load_case
 
@@ -65,27 +65,81 @@ def test_failure_drawn_at_xcds_8_is_saved_and_replayed_at_xcds_8(tmp_path, monke
     saved = [ln.split("saved: ", 1)[1] for ln in out.splitlines() if ln.startswith("saved: ")]
     assert len(saved) == 1
     _, meta, _ = load_case(saved[0])
-    assert meta["xcds"] == 8
-    assert _replay_lines(out)[0].endswith(f"--splits {meta['splits']} --xcds 8")
-    assert main(["replay", saved[0], "--backend", spec]) == 1
-    assert f"splits={meta['splits']}, xcds=8: FAIL" in capsys.readouterr().out
-    assert main(["replay", saved[0], "--backend", spec, "--xcds", "0"]) == 0
-    assert f"splits={meta['splits']}, xcds=0: PASS" in capsys.readouterr().out
+    (launch,) = meta["launches"]
+    assert launch["xcds"] == 8 and meta["backend"] == spec
+    (cmd,) = _replay_lines(out)
+    assert cmd == f"python -m vectors replay {saved[0]} --backend {spec}"
+    assert main(cmd.split()[3:]) == 1
+    assert f"splits={launch['splits']} xcds=8 layout=" in capsys.readouterr().out
+    # The file alone names the backend and the launch.
+    assert main(["replay", saved[0]]) == 1
+    assert main(["replay", saved[0], "--xcds", "0"]) == 0
+    assert f"splits={launch['splits']} layout=" in capsys.readouterr().out
 
 
-def test_golden_failure_hint_names_the_failing_launch(monkeypatch, capsys):
-    import mutants
+def test_golden_failure_replay_commands_run_as_printed(monkeypatch, capsys):
     from vectors import catalog
     from vectors.cli import main
 
     m = catalog.load_manifest()
-    case = next(c for c in m["cases"] if c["result"] == "valid" and 8 in c["xcds"] and 2 in c["splits"])
-    monkeypatch.setattr(catalog, "load_manifest", lambda: {**m, "cases": [case]})
-    ok, lines = catalog.check_all(mutants.PlacementBug(), spec="mutants:PlacementBug")
-    hints = _replay_lines("\n".join(lines))
-    assert not ok and len(hints) == len([s for s in case["splits"] if s in (1, 2)])
-    assert all(h.endswith(("--splits 1 --xcds 8", "--splits 2 --xcds 8")) for h in hints), hints
-    argv = hints[-1].split()[3:]
-    assert argv[:2] == ["replay", str(catalog.HERE / case["file"])]
-    assert main(argv) == 1 and "xcds=8: FAIL" in capsys.readouterr().out
-    assert main(argv[:-1] + ["0"]) == 0
+    case = next(c for c in m["cases"] if c["result"] == "valid"
+                and {"splits": 2, "xcds": 8, "order": None} in c["launches"])
+    monkeypatch.setattr(catalog, "load_manifest", lambda **kw: {**m, "cases": [case]})
+    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "0"]) == 1
+    out = capsys.readouterr().out
+    hints = _replay_lines(out)
+    assert "0 of 1 cases passed, 1 failed" in out and len(hints) == 1, out
+    assert hints[0].endswith("--backend mutants:PlacementBug --splits 1 --xcds 8"), hints
+    assert main(hints[0].split()[3:]) == 1 and "xcds=8" in capsys.readouterr().out
+
+
+def test_add_of_a_missing_file_exits_2(capsys):
+    from vectors.cli import main
+
+    assert main(["add", "/nonexistent/x.npz", "--comment", "c", "--flags", "split-merge"]) == 2
+    assert "no such case file" in capsys.readouterr().err
+
+
+def test_list_with_an_unknown_flag_exits_2(capsys):
+    from vectors.cli import main
+
+    assert main(["list", "--flag", "nosuchflag"]) == 2
+    assert "unknown flag 'nosuchflag'" in capsys.readouterr().err
+
+
+def test_replay_help_describes_every_argument():
+    r = _run("replay", "--help")
+    assert r.returncode == 0
+    for arg in ("file", "--backend", "--splits", "--xcds", "--order"):
+        line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(arg))
+        assert len(line.split()) > 1 or arg == "file", line
+
+
+def test_a_reference_backend_run_ends_by_saying_how_to_check_your_kernel():
+    r = _run("check", "--backend", "emulate", "--examples", "2", "--no-golden")
+    assert r.returncode == 0 and "To check your kernel: python -m vectors check --backend" in r.stdout
+
+
+def test_ctrl_c_is_a_message_and_exit_2(monkeypatch, capsys):
+    from vectors import cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "check_generated", interrupted)
+    assert cli.main(["check", "--backend", "emulate", "--no-golden", "--examples", "3"]) == 2
+    assert "interrupted: no verdict" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_quietly_with_exit_2():
+    import os
+
+    r = subprocess.run(f"{sys.executable} -m vectors list | head -1", shell=True, cwd=ROOT, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=120)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_backend_module_that_raises_on_import_is_a_setup_error(tmp_path):
+    (tmp_path / "broken_kernel.py").write_text("raise RuntimeError('HIP runtime missing')\n")
+    r = _run("check", "--backend", "broken_kernel:Backend", "--examples", "1", env_extra={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 2 and "HIP runtime missing" in r.stderr and "Traceback" not in r.stderr

@@ -69,7 +69,7 @@ def test_nan_where_value_expected_and_unwritten_rows_are_reported():
     got[5] = np.nan
     rep = compare_with_emulation(p, got)
     assert rep.nan_rows == [0] and rep.unwritten_rows == [5]
-    assert "1 rows not written" in rep.summary() and "1 rows with NaN" in rep.summary()
+    assert "1 row not written" in rep.summary() and "1 row with NaN" in rep.summary()
 
 
 def test_non_bf16_values_and_wrong_shapes_fail():
@@ -90,8 +90,13 @@ def test_exact_class_passes_against_oracle_and_p_rounding_is_needed_for_the_seed
     assert compare_with_oracle(p, R.bf16_round(exact)).passed
     seed_out = R.emulate(p)
     assert compare_with_oracle(p, seed_out, p_bf16=True, geometry=R.SEED_GEOMETRY).passed
+    # p_bf16 defaults to what the geometry says.
+    rep = compare_with_oracle(p, seed_out, geometry=R.SEED_GEOMETRY)
+    assert rep.passed and rep.against == "oracle (geometry 32x8, splits=1, P in bf16)"
     # The exact-class bound does not cover bf16(P): the seed's output exceeds it.
     assert not compare_with_oracle(p, seed_out, p_bf16=False).passed
+    rep = compare_with_oracle(p, seed_out)
+    assert not rep.passed and rep.against == "oracle (exact class, P not rounded)"
 
 
 def test_p_kept_in_float32_is_caught_against_the_seed_emulation():
@@ -252,3 +257,188 @@ def test_a_flipped_p_moving_a_whole_head_one_way_is_not_a_rounding_bias():
     assert crossed >= 32, "the problem must make a flip cross at least 32 midpoints"
     rep = compare_with_emulation(p, got)
     assert rep.passed and rep.bias is None, rep.details()
+
+
+# --- what a failing report says -------------------------------------------------------------
+
+from reference.compare import MAX_LISTED, NAN, NOT_BF16, OUTSIDE, UNWRITTEN, diagnose  # noqa: E402
+
+
+def _garbage(shape, seed=0):
+    return R.bf16_round(np.random.default_rng(seed).normal(0, 0.5, shape)).astype(np.float32)
+
+
+def _head_scale_ulp(pre, r, h):
+    """One bf16 ulp of the largest |pre| of (r, h), or of the whole output where that is 0."""
+    s = np.abs(pre[r, h]).max() or np.abs(pre).max()
+    return 2.0 ** (np.floor(np.log2(s)) - 7)
+
+
+def test_a_non_bf16_output_fails_for_that_reason_and_no_distance_is_claimed_to_exceed_a_bound():
+    p = _problem()
+    e = R.emulate_details(p)
+    iv = interval_vs_emulation(p)
+    got = e.out.copy()
+    pre = e.pre_round
+    r, h, d = np.argwhere(~R.formats.is_bf16(pre) & (iv.lo < pre) & (pre < iv.hi))[0]
+    got[r, h, d] = pre[r, h, d]
+    rep = compare_with_emulation(p, got)
+    assert rep.n_fail == rep.not_bf16 == 1 and rep.n_outside == 0
+    w = rep.worst[0]
+    assert w.reason == NOT_BF16 and w.error_ulps == 0
+    assert "which is not a bf16 value (within the allowed" in str(w) and ">" not in str(w)
+    assert "1 not bf16)" in rep.summary() and "outside" not in rep.summary()
+
+
+def test_failures_are_ranked_by_error_at_their_heads_scale_and_the_summary_names_the_worst():
+    p = _problem()
+    e = R.emulate_details(p)
+    got = e.out.copy()
+    pre = e.pre_round.astype(np.float64)
+    got[2, 0, 0] = 2.0**-20  # row 2 is padding: exactly 0 expected, the interval a few subnormals wide
+    got[0, 1, 2] = R.bf16_round(np.float32(e.out[0, 1, 2] + 0.25))
+    got[4, 7, 9] = R.bf16_round(np.float32(e.out[4, 7, 9] - 0.05))
+    rep = compare_with_emulation(p, got)
+    assert rep.n_fail == rep.n_outside == 3
+    assert rep.max_bound_ratio > 1e20  # |got - pre| / reach, explosive where 0 is expected
+    err = {(r, h, d): abs(float(got[r, h, d]) - pre[r, h, d]) / _head_scale_ulp(pre, r, h)
+           for r, h, d in ((2, 0, 0), (0, 1, 2), (4, 7, 9))}
+    ranked = sorted(err, key=err.get, reverse=True)
+    assert [(w.row, w.head, w.dim) for w in rep.worst] == ranked
+    assert ranked[-1] == (2, 0, 0)
+    for w in rep.worst:
+        assert np.isclose(w.error_ulps, err[w.row, w.head, w.dim], rtol=1e-12)
+    zero = rep.worst[-1]
+    assert zero.scale_of == "output" and str(zero).count("expected exactly 0, got 9.536743e-07") == 1
+    top = rep.worst[0]
+    assert f"worst error {top.error_ulps:.3g} ulp of {top.scale:.3g} (row {top.row} head {top.head} dim {top.dim})" \
+        in rep.summary()
+    assert "reach" not in rep.summary()
+
+
+def test_an_exact_zero_expectation_is_listed_even_below_ten_larger_errors():
+    p = _problem()
+    got = R.emulate(p).copy()
+    got[0] = _garbage(got[0].shape)
+    got[3, 4, 5] = 2.0**-20  # row 3 is padding
+    rep = compare_with_emulation(p, got)
+    assert len(rep.worst) == MAX_LISTED
+    assert [(w.row, w.head, w.dim) for w in rep.worst if w.pre == 0] == [(3, 4, 5)]
+    assert "expected exactly 0, got" in rep.details()
+
+
+def test_rows_never_written_and_nans_are_listed_once_and_the_report_fits_a_screen():
+    p = _problem()
+    got = R.emulate(p).copy()
+    got[5] = np.nan
+    got[0, 3, 3] = np.nan
+    got[1] = _garbage(got[1].shape)
+    rep = compare_with_emulation(p, got)
+    reasons = [w.reason for w in rep.worst]
+    assert reasons.count(UNWRITTEN) == 1 and reasons.count(NAN) == 1 and OUTSIDE in reasons
+    assert len(rep.worst) == MAX_LISTED
+    text = rep.details()
+    assert len(text.splitlines()) <= 16, text
+    assert "got NaN (the row was never written)" in text and "rows not written: 5" in text
+    assert f"({100 * rep.n_fail / rep.n_elements:.3g}%: {rep.n_outside} outside their interval, 4097 NaN)" \
+        in rep.summary()
+
+
+# Synthetic failures built from a real problem's expected output (rows 2..3 are request 1, padding).
+
+def _diagnosis(got):
+    p = _problem()
+    rep = compare_with_emulation(p, got)
+    assert not rep.passed
+    assert rep.diagnosis == diagnose(interval_vs_emulation(p).pre, got, ~_fail_mask(p, got), q_len=p.q_len)
+    if rep.diagnosis:
+        assert f"  diagnosis: {'; '.join(rep.diagnosis)}" in rep.details()
+    return rep.diagnosis
+
+
+def _fail_mask(p, got):
+    iv = interval_vs_emulation(p)
+    return ~((got >= iv.lo) & (got <= iv.hi) & R.formats.is_bf16(got))
+
+
+def test_diagnosis_names_a_whole_head_wrong():
+    got = R.emulate(_problem()).copy()
+    got[:, 5] = _garbage(got[:, 5].shape)
+    [d] = _diagnosis(got)
+    assert d.startswith("wrong: head 5 (") and d.endswith("of those elements fail, every other element passes)")
+
+
+def test_diagnosis_names_a_whole_kv_head_wrong():
+    got = R.emulate(_problem()).copy()
+    got[:, 16:32] = _garbage(got[:, 16:32].shape)
+    [d] = _diagnosis(got)
+    assert d.startswith("wrong: heads 16..31 (KV head 1) (")
+
+
+def test_diagnosis_names_a_dim_tile_wrong():
+    got = R.emulate(_problem()).copy()
+    got[4, :, 32:48] = _garbage(got[4, :, 32:48].shape)
+    [d] = _diagnosis(got)
+    assert d.startswith("wrong: dims 32..47 (one 16-dim tile) of all heads of row 4 (")
+
+
+def test_diagnosis_names_a_whole_request_wrong_and_where_zeros_were_expected():
+    got = R.emulate(_problem()).copy()
+    got[4:6] = _garbage(got[4:6].shape)
+    assert _diagnosis(got)[0].startswith("wrong: all heads of rows 4..5 (request 2) (")
+    got = R.emulate(_problem()).copy()
+    got[2:4] = _garbage(got[2:4].shape)
+    assert _diagnosis(got)[0].startswith("wrong (where exactly 0 is expected): all heads of rows 2..3 (request 1) (")
+
+
+def test_diagnosis_names_swapped_rows_and_a_row_holding_anothers_output():
+    e = R.emulate(_problem())
+    got = e.copy()
+    got[[0, 4]] = e[[4, 0]]
+    assert "rows 0 and 4 swapped" in _diagnosis(got)
+    got = e.copy()
+    got[1] = e[5]
+    assert "row 1 holds row 5's expected output" in _diagnosis(got)
+
+
+def test_diagnosis_names_a_constant_factor_and_prints_it():
+    pre = R.emulate_details(_problem()).pre_round.astype(np.float64)
+    for c in (0.5, 0.75, 3.0):
+        got = R.bf16_round(c * pre)
+        [d] = _diagnosis(got)
+        assert d.startswith(f"scaled by a constant: got = {c:.4g} x expected in "), d
+
+
+def test_diagnosis_names_a_flipped_sign():
+    got = -R.emulate(_problem())
+    [d] = _diagnosis(got)
+    assert d.startswith("sign flipped: got = -expected in "), d
+
+
+def test_diagnosis_names_zeros_where_values_are_expected():
+    got = R.emulate(_problem()).copy()
+    got[0:2] = 0
+    diag = _diagnosis(got)
+    assert diag[0].startswith("wrong: all heads of rows 0..1 (request 0) (")
+    assert diag[1].startswith("zeros where nonzero values are expected (")
+
+
+def test_random_noise_failures_get_no_diagnosis():
+    p = _problem()
+    pre = R.emulate_details(p).pre_round.astype(np.float64)
+    rng = np.random.default_rng(5)
+    scale = np.abs(pre).max(axis=2, keepdims=True) + 0.1
+    for rate in (0.002, 0.05, 0.5):
+        hit = rng.random(pre.shape) < rate
+        got = np.where(hit, R.bf16_round(pre + rng.normal(0, 1, pre.shape) * scale), R.bf16_round(pre))
+        assert _diagnosis(got.astype(np.float32)) == [], rate
+    # One-ulp errors on a random 1% of the elements.
+    got = R.bf16_round(pre)
+    hit = np.argwhere(rng.random(pre.shape) < 0.01)
+    got[tuple(hit.T)] = _step(np.abs(got[tuple(hit.T)]), 1).view(np.float32) * np.sign(got[tuple(hit.T)])
+    assert _diagnosis(got) == []
+
+
+def test_diagnose_of_no_failure_is_empty():
+    e = R.emulate(_problem())
+    assert diagnose(e, e, np.ones(e.shape, bool)) == []

@@ -1,13 +1,15 @@
 """Every selected backend (``--backend``, default all registered) on generated
-problems at each of its split counts, compared with the right reference."""
+problems and launches inside its declared capabilities, compared with the right
+reference. A failure saves one repro file: the minimised problem's."""
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import kernels
-from vectors.harness import run_case, save_repro
-from vectors.strategies import problems, problems_for, record_launch, xcds
+from kernels.protocol import INTERPRETED_LIMITS
+from vectors.check import replay_command
+from vectors.harness import BackendCrash, run_case, save_repro
+from vectors.strategies import launches_for, problems_for, record_launch
 
 
 @pytest.fixture
@@ -22,21 +24,46 @@ def backend(backend_spec):
     return b
 
 
-def test_backend_conforms_on_generated_problems(backend, backend_spec):
-    # Interpreted backends (Triton's CPU interpreter, the FlyDSL simulator) are slow:
-    # small problems, fewer of them.
-    small = getattr(backend, "interpreted", False)
-    strategy = problems_for(backend) if small else problems(max_reqs=4)
-    examples = 8 if small else settings().max_examples
+def check_backend(backend, spec: str, examples: int) -> None:
+    """Run ``examples`` generated problems; on failure save the minimised one
+    (only it: hypothesis replays the minimal example last) and fail with its
+    report and replay command."""
+    caps = backend.capabilities
+    last = {}
 
     @settings(max_examples=examples)
-    @given(strategy, st.sampled_from(backend.splits), xcds)
-    def prop(problem, splits, xcds_):
-        record_launch(problem, splits, xcds_)
-        _, rep = run_case(backend, problem, splits, xcds_)
-        if not rep.passed:
-            path = save_repro(backend.name, problem, splits, rep.details(), xcds=xcds_)
-            pytest.fail(f"{rep.details()}\nsaved: {path}\nreplay: python -m vectors replay {path} "
-                        f"--backend {backend_spec} --splits {splits} --xcds {xcds_}")
+    @given(problems_for(caps), launches_for(caps))
+    def prop(problem, launch):
+        record_launch(problem, launch)
+        try:
+            _, rep = run_case(backend, problem, launch)
+            ok, text = rep.passed, rep.details()
+        except BackendCrash as e:
+            ok, text = False, str(e)
+        if not ok:
+            last.update(problem=problem, launch=launch, text=text)
+            raise AssertionError(text)
 
-    prop()
+    try:
+        prop()
+    except AssertionError:
+        path = save_repro(spec, last["problem"], last["launch"], last["text"])
+        pytest.fail(f"{last['launch'].describe(last['problem'])}: {last['text']}\nsaved: {path}\n"
+                    f"replay: {replay_command(path, spec)}")
+
+
+def test_backend_conforms_on_generated_problems(backend, backend_spec):
+    # Interpreted backends (Triton's CPU interpreter, the FlyDSL simulator) are slow: fewer problems.
+    small = backend.capabilities.limits == INTERPRETED_LIMITS
+    check_backend(backend, backend_spec, 8 if small else settings().max_examples)
+
+
+def test_a_failure_saves_one_repro_however_many_shrink_steps_it_took(tmp_path, monkeypatch):
+    from mutants import NumpyKernel
+
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception) as e:
+        check_backend(NumpyKernel("head_mod"), "mutants:HeadMod", 20)
+    saved = list(tmp_path.glob("*.npz"))
+    assert len(saved) == 1 and f"saved: {saved[0]}" in str(e.value)
+    assert f"replay: python -m vectors replay {saved[0]} --backend mutants:HeadMod" in str(e.value)

@@ -306,15 +306,16 @@ def _npy_dtypes(path: Path) -> dict[str, np.dtype]:
 
 
 def _doc_array_name(key: str) -> str:
-    return re.sub(r"^out_emulated_s\d+$", "out_emulated_s{S}", key)
+    return re.sub(r"^expect_seed_s\d+_", "expect_seed_s{S}_", key)
 
 
 def _format_arrays() -> dict[str, str]:
     """Section 10's array table: name -> dtype name."""
     out = {}
     for row in table_rows(section("Golden vector file format")):
-        if len(row) == 4 and code(row[0]) and code(row[1]) in ("float32", "uint8", "int32"):
-            out[code(row[0])] = code(row[1])
+        if len(row) == 4 and code(row[0]) and code(row[1]) in ("float32", "uint8", "uint16", "int32"):
+            for name in code_spans(row[0]):
+                out[name] = code(row[1])
     return out
 
 

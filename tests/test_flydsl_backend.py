@@ -102,18 +102,18 @@ def rocm_backend():
 
 @pytest.mark.rocm
 def test_flydsl_passes_every_golden_vector_at_every_split_and_placement(rocm_backend):
-    from vectors import catalog
+    from vectors.check import check_golden
 
-    ok, lines = catalog.check_all(rocm_backend)
-    assert ok, "\n".join(lines)
+    run = check_golden(rocm_backend)
+    assert run.ok and run.count("PASS") == len(run.cases), run.text()
 
 
 @pytest.mark.rocm
 def test_flydsl_passes_generated_problems(rocm_backend):
-    from vectors.cli import check_generated
+    from vectors.check import check_generated
 
-    ok, stats, failing = check_generated(rocm_backend, examples=300, seed=0)
-    assert ok, failing[2] if failing else stats
+    gen = check_generated(rocm_backend, examples=300, seed=0)
+    assert gen.ok, gen.failing[2] if gen.failing else gen.stats
 
 
 @pytest.mark.rocm

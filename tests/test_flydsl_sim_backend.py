@@ -4,10 +4,11 @@
 This is the check of the suite's main kernel that a CPU can make. The CI
 subset (a few minutes): for both targets, small generated problems at every
 split count, both layouts, XCD placement 8, TOPK 1/33/64, q_len > 1 and Hkv
-> 1; a golden subset; the kernel mutants caught; selected pages beyond 4 GiB
-of pool; ``v_exp_f32`` off by one ulp either way still inside the
-tolerance. The full catalog and hundreds of generated problems per target
+> 1; a golden subset; selected pages beyond 4 GiB of pool; ``v_exp_f32``
+off by one ulp either way still inside the tolerance. The full catalog and hundreds of generated problems per target
 are run by hand (``python -m vectors check --backend flydsl-sim-gfx950``).
+The kernel mutants are caught by golden cases of their own class in
+``tests/test_bugs.py``.
 Compiling needs FlyDSL and ``ld.lld`` >= 19: without them these tests skip
 with the reason, unless ``NVFP4_REQUIRE_COMPILE=1`` (CI) makes that a failure.
 """
@@ -25,7 +26,8 @@ from reference import DecodeProblem
 from reference.examples import random_problem
 from reference.paged_cache import page_bytes
 from vectors.catalog import load_manifest
-from vectors.harness import run_case
+from kernels.protocol import Launch
+from vectors.harness import BackendCrash, run_case
 from vectors.io import load_case
 from vectors.catalog import HERE as VECTORS
 
@@ -70,7 +72,7 @@ k:
 
 
 def _check(b, p: DecodeProblem, splits: int, xcds: int = 0):
-    _, rep = run_case(b, p, splits, xcds)
+    _, rep = run_case(b, p, Launch(splits, xcds))
     assert rep.passed, rep.details()
     return rep
 
@@ -103,35 +105,9 @@ def test_golden_subset_conforms(toolchain, arch):
     assert len(cases) == len(GOLDEN_SUBSET)
     for c in cases:
         problem, _, _ = load_case(VECTORS / c["file"])
-        for splits in [s for s in c["splits"] if s in GOLDEN_SPLITS]:
-            _, rep = run_case(b, problem, splits, 0)
+        for splits in sorted({x["splits"] for x in c["launches"]} & set(GOLDEN_SPLITS)):
+            _, rep = run_case(b, problem, Launch(splits))
             assert rep.passed, f"case {c['id']} {c['name']} splits {splits}:\n{rep.details()}"
-
-
-MUTANT_CASES = {  # mutant -> (arch, a problem that shows it, splits)
-    "causal_off_by_one": ("gfx950", dict(reqs=1, topk=4, seq_lens=[3 * 128 + 40], invalid_fraction=0.0), 1),
-    "v_scale_linear": ("gfx950", dict(reqs=1, topk=4), 1),
-    "merge_no_rescale": ("gfx950", dict(reqs=1, topk=8, seq_lens=[8 * 128], invalid_fraction=0.0), 2),
-    "ticket_not_reset": ("gfx950", dict(reqs=1, topk=4, seq_lens=[4 * 128], invalid_fraction=0.0), 2),
-    "fnuz_uncorrected": ("gfx942", dict(reqs=1, topk=4), 1),
-}
-
-
-def test_every_kernel_mutant_has_a_case():
-    assert set(MUTANT_CASES) == set(SB.MUTANTS)
-
-
-@pytest.mark.parametrize("mutant", sorted(MUTANT_CASES))
-def test_kernel_mutants_are_caught_through_the_simulator(toolchain, mutant):
-    arch, kw, splits = MUTANT_CASES[mutant]
-    b = SB.FlydslSimBackend(arch, mutant=mutant)
-    p = random_problem(7, **kw)
-    try:
-        _, rep = run_case(b, p, splits, 0)
-        caught = not rep.passed
-    except SimError as e:  # the simulator's own ticket check
-        caught = "ticket" in str(e)
-    assert caught, f"mutant {mutant} passed"
 
 
 def test_selected_pages_beyond_4_gib_of_pool_are_read(toolchain):

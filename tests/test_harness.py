@@ -1,5 +1,5 @@
 """vectors.harness: NaN pre-filled buffers, xcds passing, repeat runs, inputs
-a backend must not change."""
+a backend must not change, a backend's own crash told apart from the harness's."""
 
 import warnings
 
@@ -9,7 +9,9 @@ import pytest
 import kernels
 import reference as R
 from reference.examples import random_problem
-from vectors.harness import run_case
+from kernels.protocol import Capabilities, Launch
+from vectors import harness
+from vectors.harness import BackendCrash, run_case
 
 INPUTS = ("q", "pool", "topk", "block_table", "seq_lens")
 
@@ -19,7 +21,7 @@ class BufferBackend:
 
     name = "buffer"
     geometry = R.SEED_GEOMETRY
-    splits = (1, 2)
+    capabilities = Capabilities(splits=(1, 2), xcds=(0, 8), out=True)
 
     def __init__(self, skip_row=None, drift=False):
         self.skip_row, self.drift, self.calls, self.seen_xcds = skip_row, drift, 0, []
@@ -40,21 +42,52 @@ class BufferBackend:
 def test_correct_buffer_backend_passes_and_receives_xcds():
     b = BufferBackend()
     p = random_problem(1, reqs=3, q_len=2, num_kv_heads=1, topk=4)
-    _, rep = run_case(b, p, 2, xcds=8)
+    _, rep = run_case(b, p, Launch(splits=2, xcds=8))
     assert rep.passed and b.seen_xcds == [8, 8] and b.calls == 2
 
 
 def test_row_never_stored_shows_as_unwritten():
     p = random_problem(2, reqs=3, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200, 100])
-    _, rep = run_case(BufferBackend(skip_row=1), p, 1)
+    _, rep = run_case(BufferBackend(skip_row=1), p, Launch(splits=1))
     assert not rep.passed and rep.unwritten_rows == [1]
 
 
 def test_second_run_that_differs_fails():
     p = random_problem(3, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200])
-    _, rep = run_case(BufferBackend(drift=True), p, 2)
+    _, rep = run_case(BufferBackend(drift=True), p, Launch(splits=2))
     assert not rep.passed and rep.repeat_mismatch > 0
     assert "second run differs" in rep.summary()
+
+
+class Raising(BufferBackend):
+    """Raises from its own ``__call__`` on the given call."""
+
+    def __init__(self, on_call):
+        super().__init__()
+        self.on_call = on_call
+
+    def __call__(self, problem, *, splits=1, xcds=0, out=None):
+        if self.calls + 1 == self.on_call:
+            raise IndexError("kernel fault")
+        super().__call__(problem, splits=splits, xcds=xcds, out=out)
+
+
+@pytest.mark.parametrize("on_call", [1, 2])
+def test_an_exception_of_the_backend_is_a_backend_crash_holding_it(on_call):
+    p = random_problem(4, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200])
+    with pytest.raises(BackendCrash, match="backend buffer raised IndexError: kernel fault") as e:
+        run_case(Raising(on_call), p, 1)
+    assert isinstance(e.value.original, IndexError)
+
+
+def test_an_exception_of_the_harness_propagates_unchanged(monkeypatch):
+    def broken(*args, **kw):
+        raise ZeroDivisionError("comparison fault")
+
+    monkeypatch.setattr(harness, "compare_backend_output", broken)
+    p = random_problem(5, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200])
+    with pytest.raises(ZeroDivisionError, match="comparison fault"):
+        run_case(BufferBackend(), p, 1)
 
 
 def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
@@ -63,10 +96,11 @@ def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     p = random_problem(4, reqs=2, topk=3)
-    path = save_repro("mutant:x", p, 2, "FAIL ...", xcds=8)
+    path = save_repro("mutant:x", p, Launch(splits=2, xcds=8), "FAIL ...")
     assert path.parent == tmp_path and path.name.startswith("mutant_x-")
     q, meta, _ = load_case(path)
-    assert meta["splits"] == 2 and meta["xcds"] == 8 and np.array_equal(q.topk, p.topk)
+    assert meta["launches"] == [{"splits": 2, "xcds": 8, "order": None}] and meta["backend"] == "mutant:x"
+    assert np.array_equal(q.topk, p.topk)
 
 
 class Clobber:
@@ -77,7 +111,7 @@ class Clobber:
 
     name = "clobber"
     geometry = R.SEED_GEOMETRY
-    splits = (1, 2)
+    capabilities = Capabilities(splits=(1, 2))
 
     def __init__(self, field, honest=False, via="numpy"):
         self.field, self.honest, self.via = field, honest, via
@@ -107,7 +141,7 @@ def _problem():
 def test_backend_that_zeroes_an_input_fails_naming_it(field):
     p = _problem()
     before = {f: getattr(p, f).copy() for f in INPUTS}
-    _, rep = run_case(Clobber(field), p, 2)
+    _, rep = run_case(Clobber(field), p, Launch(splits=2))
     assert not rep.passed and list(rep.modified_inputs) == [field]
     n = int(np.count_nonzero(before[field].reshape(-1).view(np.uint8)))
     assert n > 0 and rep.modified_inputs[field] == n
@@ -121,7 +155,7 @@ def test_backend_that_zeroes_an_input_fails_naming_it(field):
 def test_writes_that_bypass_numpy_flags_are_caught(via):
     if via == "torch":
         pytest.importorskip("torch")
-    _, rep = run_case(Clobber("pool", via=via), _problem(), 1)
+    _, rep = run_case(Clobber("pool", via=via), _problem(), Launch(splits=1))
     assert not rep.passed and "'pool'" in rep.summary()
 
 
@@ -129,7 +163,7 @@ def test_expectations_come_from_the_unmodified_problem():
     # Right output, then the pool zeroed: the output matches the expectation of
     # the original problem (it would not match one computed from zeroed pages),
     # and the clobbering alone fails the case.
-    _, rep = run_case(Clobber("pool", honest=True), _problem(), 2)
+    _, rep = run_case(Clobber("pool", honest=True), _problem(), Launch(splits=2))
     assert rep.n_fail == 0 and rep.repeat_mismatch == 0
     assert not rep.passed and list(rep.modified_inputs) == ["pool"]
 
@@ -140,7 +174,7 @@ def test_every_changed_input_is_named():
             problem.q[0, 0, 0] = 1.0 - problem.q[0, 0, 0]
             return super().__call__(problem, splits=splits)
 
-    _, rep = run_case(Both("seq_lens", honest=True), _problem(), 1)
+    _, rep = run_case(Both("seq_lens", honest=True), _problem(), Launch(splits=1))
     assert list(rep.modified_inputs) == ["q", "seq_lens"]
     assert "backend modified its inputs 'q' (" in rep.summary() and "'seq_lens' (" in rep.summary()
 
@@ -151,7 +185,7 @@ def test_changed_input_shows_beside_a_shape_error():
             super().__call__(problem, splits=splits)
             return np.zeros(3, np.float32)
 
-    _, rep = run_case(Flat("topk"), _problem(), 1)
+    _, rep = run_case(Flat("topk"), _problem(), Launch(splits=1))
     assert rep.shape_error and "output must be float32" in rep.summary() and "'topk' (" in rep.summary()
 
 
@@ -163,5 +197,101 @@ def test_correct_backends_pass_without_warnings(name):
     with warnings.catch_warnings():
         # torch warns on from_numpy of a read-only array: the harness must not hand it one.
         warnings.simplefilter("error")
-        _, rep = run_case(b, _problem(), 2)
+        _, rep = run_case(b, _problem(), Launch(splits=2))
     assert rep.passed, rep.details()
+
+
+class Returns:
+    """The emulation, returned as ``convert(output)``."""
+
+    name, geometry = "returns", R.SEED_GEOMETRY
+    capabilities = Capabilities(splits=(1, 2))
+
+    def __init__(self, convert):
+        self.convert = convert
+
+    def available(self):
+        return None
+
+    def __call__(self, problem, *, splits=1):
+        return self.convert(R.emulate(problem, splits=splits))
+
+
+def _torch_as(dtype, grad=False):
+    torch = pytest.importorskip("torch")
+
+    def convert(x):
+        t = torch.from_numpy(x).to(getattr(torch, dtype))
+        return t.requires_grad_(True) if grad else t
+    return convert
+
+
+@pytest.mark.parametrize("convert", [
+    pytest.param(lambda x: x, id="numpy float32"),
+    pytest.param(lambda x: x.astype(__import__("ml_dtypes").bfloat16), id="numpy bfloat16"),
+    pytest.param("torch-bfloat16", id="torch bfloat16"),
+    pytest.param("torch-float32-grad", id="torch float32 requires_grad"),
+])
+def test_outputs_kernels_naturally_return_are_accepted(convert):
+    if convert == "torch-bfloat16":
+        convert = _torch_as("bfloat16")
+    elif convert == "torch-float32-grad":
+        convert = _torch_as("float32", grad=True)
+    _, rep = run_case(Returns(convert), _problem(), Launch(splits=2))
+    assert rep.passed, rep.details()
+
+
+def test_float16_output_is_converted_exactly_and_judged():
+    # float16 holds fewer exponents than bf16: judged (and failing where it rounds), never a type error.
+    _, rep = run_case(Returns(lambda x: x.astype(np.float16)), _problem(), Launch(splits=2))
+    assert rep.shape_error is None
+
+
+@pytest.mark.parametrize("convert, msg", [
+    (lambda x: x.tolist(), "returned a builtins.list"),
+    (lambda x: x.astype(np.float64), "numpy array of float64"),
+    (lambda x: x.astype(np.int32), "numpy array of int32"),
+])
+def test_other_outputs_fail_with_a_message_about_their_type(convert, msg):
+    out, rep = run_case(Returns(convert), _problem(), Launch(splits=2))
+    assert out is None and not rep.passed and msg in rep.shape_error
+
+
+def test_an_exception_inside_the_backend_is_a_backend_crash():
+    class Raises(Returns):
+        def __call__(self, problem, *, splits=1):
+            raise ZeroDivisionError("kernel bug")
+
+    with pytest.raises(BackendCrash) as e:
+        run_case(Raises(None), _problem(), Launch(splits=2))
+    assert isinstance(e.value.error, ZeroDivisionError) and e.value.launch == Launch(splits=2)
+
+
+def test_an_exception_of_the_harness_is_not_blamed_on_the_backend(monkeypatch):
+    import vectors.harness as H
+
+    def broken(*a, **k):
+        raise KeyError("harness bug")
+
+    monkeypatch.setattr(H, "compare_with_interval", broken)
+    with pytest.raises(KeyError):
+        run_case(Returns(lambda x: x), _problem(), Launch(splits=2))
+
+
+def test_a_launch_outside_the_capabilities_is_refused_before_the_backend_runs():
+    with pytest.raises(ValueError, match="splits 3 not supported"):
+        run_case(Returns(lambda x: x), _problem(), Launch(splits=3))
+
+
+def test_backends_with_orders_run_twice_in_two_orders():
+    class Ordered(Returns):
+        capabilities = Capabilities(splits=(1,), orders=("forward", "reverse"))
+
+        def __call__(self, problem, *, splits=1, order="forward"):
+            self.seen.append(order)
+            return R.emulate(problem, splits=splits)
+
+    b = Ordered(None)
+    b.seen = []
+    run_case(b, _problem(), Launch(splits=1, order="reverse"))
+    assert b.seen == ["reverse", "forward"]

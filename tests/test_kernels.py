@@ -11,7 +11,7 @@ def test_registry_has_the_reference_backends():
     assert {"reference", "emulate"} <= set(kernels.registered())
     for name in ("reference", "emulate"):
         b = kernels.get_backend(name)
-        assert isinstance(b, kernels.Backend) and b.available() is None and 1 in b.splits
+        assert isinstance(b, kernels.Backend) and b.available() is None and 1 in b.capabilities.splits
 
 
 def test_module_attr_resolves_classes_and_instances():
@@ -29,3 +29,19 @@ def test_unknown_and_malformed_backends_raise_clear_errors():
         kernels.get_backend("no.such.module:thing")
     with pytest.raises(kernels.BackendError, match="does not follow kernels.Backend"):
         kernels.get_backend("numpy:float32")
+
+
+@pytest.mark.parametrize("source, spec, msg", [
+    ("raise RuntimeError('no GPU driver')\n", "badmod:Backend", "importing 'badmod' raised RuntimeError: no GPU driver"),
+    ("def Backend():\n    raise OSError('device busy')\n", "badmod:Backend", "creating it raised OSError: device busy"),
+    ("", "badmod:Missing", "module 'badmod' has no attribute 'Missing'"),
+    ("", ":Backend", "both parts non-empty"),
+    ("", "badmod:", "both parts non-empty"),
+])
+def test_every_way_a_spec_can_fail_is_a_backend_error(tmp_path, monkeypatch, source, spec, msg):
+    (tmp_path / "badmod.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "badmod", raising=False)
+    with pytest.raises(kernels.BackendError) as e:
+        kernels.get_backend(spec)
+    assert msg in str(e.value)

@@ -180,3 +180,19 @@ def test_page_layout_object():
     assert lay.views(pool).v_scale.shape == (3, 2, 128, 8)
     with pytest.raises(ValueError):
         PC.PageLayout("nope", 1)
+
+
+def test_the_cache_writer_and_page_decoder_are_exported_and_agree():
+    import reference as R
+
+    for name in ("quantize_nvfp4", "dequantize", "dequantize_pages", "read_pages", "page_views", "PageViews",
+                 "pool_from_codes", "swizzle_v_scales", "unswizzle_v_scales"):
+        assert name in R.__all__ and getattr(R, name) is getattr(PC, name)
+    rng = np.random.default_rng(RNG_SEED)
+    k, v = rng.normal(0, 1, (2, 2, 2, 128, 128))
+    pool = R.build_pool(k, v, layout="planar", k_global_scale=0.5, v_global_scale=0.25)
+    kd, ks = R.quantize_nvfp4(k, 0.5)
+    k_pages, v_pages = R.dequantize_pages(pool, "planar", 2)
+    assert np.array_equal(k_pages, R.dequantize(kd, ks))
+    assert np.array_equal(R.read_pages(pool, "planar", 2).k_data, kd)
+    assert np.array_equal(v_pages, R.dequantize(*R.quantize_nvfp4(v, 0.25)))

@@ -65,6 +65,41 @@ def test_validator_rejects_bad_shapes_and_scalars(change, err, msg):
         _with(p, **change(p)).validate()
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("k_global_scale", np.array(0.0125)),
+        ("v_global_scale", np.array(0.02, np.float32)),
+        ("sm_scale", np.float64(128**-0.5)),
+        ("q_len", np.array(2)),
+        ("num_kv_heads", np.array(2, np.int32)),
+    ],
+)
+def test_scalar_parameters_accept_numpy_scalars_and_0d_arrays_as_the_same_problem(name, value):
+    base = _base()
+    p = _with(base, **{name: value}).validate()
+    assert getattr(p, name) == value and not isinstance(getattr(p, name), np.ndarray)
+    # The values equal the base problem's in float32, the precision the kernel uses.
+    assert np.array_equal(R.emulate(p), R.emulate(base))
+
+
+@pytest.mark.parametrize(
+    "name, value, msg",
+    [
+        ("k_global_scale", np.array([0.0125]),
+         r"k_global_scale = array\(\[0.0125\]\) \(ndarray of dtype float64 and shape \(1,\)\) is not a real number"),
+        ("sm_scale", "0.1", r"sm_scale = '0.1' \(str\) is not a real number"),
+        ("v_global_scale", np.array(True), r"v_global_scale = array\(True\) \(ndarray of dtype bool .* not a real number"),
+        ("q_len", np.array([2]), r"q_len = array\(\[2\]\) \(ndarray of dtype int64 and shape \(1,\)\), must be an integer"),
+        ("num_kv_heads", np.array(2.0), r"num_kv_heads = 2.0 \(float\), must be an integer >= 1"),
+    ],
+)
+def test_validator_names_a_scalar_parameter_of_the_wrong_kind_and_its_value(name, value, msg):
+    err = R.ScaleError if name.endswith("scale") else R.ParameterError
+    with pytest.raises(err, match=msg):
+        _with(_base(), **{name: value}).validate()
+
+
 def test_validator_rejects_non_bf16_query_naming_index():
     p = _base()
     q = p.q.copy()

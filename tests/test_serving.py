@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
 import mutants  # noqa: E402
-from kernels import get_backend  # noqa: E402
+from kernels import Capabilities, get_backend  # noqa: E402
 from reference.paged_cache import BLK, page_bytes, page_views  # noqa: E402
 from vectors import serving as S  # noqa: E402
 
@@ -103,7 +103,7 @@ class PoolWriter:
 
     name = "pool-writer"
     geometry = None
-    splits = (1,)
+    capabilities = Capabilities(splits=(1,))
 
     def available(self):
         return None

@@ -8,12 +8,12 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install -e
 from kernels import get_backend  # noqa: E402
 from kernels.torch.backend import decode  # noqa: E402
 from reference.examples import random_problem  # noqa: E402
-from vectors import catalog  # noqa: E402
+from vectors.check import check_golden  # noqa: E402
 
 
 def test_torch_backend_passes_every_golden_vector():
-    ok, lines = catalog.check_all(get_backend("torch"))
-    assert ok, "\n".join(lines)
+    run = check_golden(get_backend("torch"))
+    assert run.ok and run.count("PASS") == len(run.cases), run.text()
 
 
 def test_tensor_entry_point_matches_the_backend():

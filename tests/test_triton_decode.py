@@ -14,6 +14,8 @@ from kernels.triton.decode import MUTANTS  # noqa: E402
 from reference.formats import bf16_round  # noqa: E402
 from reference.examples import random_problem  # noqa: E402
 from vectors import catalog  # noqa: E402
+from kernels.protocol import Launch  # noqa: E402
+from vectors.check import check_invalid  # noqa: E402
 from vectors.harness import run_case  # noqa: E402
 from vectors.io import load_case  # noqa: E402
 
@@ -38,11 +40,12 @@ def test_golden_case(backend, name):
     c = next(c for c in m["cases"] if c["name"] == name)
     p, _, _ = load_case(catalog.HERE / c["file"], sha256=c["sha256"])
     if c["result"] == "invalid":
-        ok, text = catalog.check_invalid(p, c["expected_error"], backend)
+        ok, text = check_invalid(p, c["expected_error"], backend)
         assert ok, text
         return
-    for s in sorted({1, 3} & set(c["splits"]) or {c["splits"][0]}):
-        _, rep = run_case(backend, p, s)
+    splits = sorted({x["splits"] for x in c["launches"]})
+    for s in sorted({1, 3} & set(splits)) or splits[:1]:
+        _, rep = run_case(backend, p, Launch(s))
         assert rep.passed, rep.details()
 
 
@@ -52,7 +55,7 @@ def test_kernel_mutant_is_caught(backend, mutant):
         pytest.skip("the -1 mutant reads out of bounds: on a GPU it may fault the context")
     b = get_backend(f"kernels.triton.decode:{mutant}")
     p = random_problem(8, reqs=3, q_len=2, num_kv_heads=1, topk=6, seq_lens=[400, 300, 130])
-    _, rep = run_case(b, p, 3)
+    _, rep = run_case(b, p, Launch(3))
     assert not rep.passed, f"Triton mutant {mutant} passed"
 
 

@@ -15,34 +15,10 @@ from reference import DecodeProblem, bf16_round
 from reference.examples import random_problem
 from reference.paged_cache import BLK, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
 
-FLAGS = {
-    "first-invalid-nan": "leading slots all invalid; an unguarded exp2(-inf - -inf) turns the row NaN",
-    "empty-row": "rows that see no key (padding requests, no valid slot): exact zeros, never NaN",
-    "split-merge": "split-KV partials merged, including splits that got no block",
-    "split-rescale": "split maxima far apart: a merge without exp2(big - top) rescaling is wrong",
-    "ticket-reset": "split tickets must be reset: the second launch of the same case must match",
-    "minus-one": "-1 slots that a kernel must not dereference through the block table",
-    "v-scale-swizzle": "V scales with a token-dependent pattern: a linear read gives other values",
-    "v-scale-writer": "every token of a 4-token group has its own V scale (a writer keeping one per 4 tokens is wrong)",
-    "stale-tail": "bytes past seq_len in the last page are loud; attending them moves the output",
-    "fnuz": "scale bytes whose E4M3FNUZ reading differs (every byte halves; 0x80 is NaN; 0x7F is 240)",
-    "e4m3-special": "subnormal, zero and largest E4M3 scale bytes in pages that are read",
-    "e4m3-nan": "an E4M3 NaN scale byte in a read page (invalid input)",
-    "e2m1-ties": "cache written from values on E2M1 ties (a reciprocal-multiply writer rounds them otherwise)",
-    "nibble-order": "every E2M1 code in both nibbles, so a swapped nibble order shows",
-    "scale-group": "scale groups with distinct values, so an off-by-one group index shows",
-    "topk-major": "Hkv > 1 and rows != Hkv with distinct per-head selections: token-major top-k reads other slots",
-    "head-map": "KV heads with very different data: h % Hkv instead of h // 16 reads the wrong head",
-    "position": "q_len > 1 across a block boundary: an off-by-one position moves the causal cut",
-    "causal-earlier": "earlier blocks fully visible next to a cut diagonal block",
-    "xcds": "rows not a multiple of xcds * q_len: FlyDSL's XCD padding must store nothing for pad rows",
-    "stray-read": "slabs no valid slot reads are poisoned with NaN scale bytes",
-    "layout": "the same values in the other page layout",
-    "large-logits": "peaked softmax, P underflowing to subnormal",
-    "topk-wide": "TOPK 33 or 64: slot lanes past 32 in use",
-    "odd-blocks": "an odd number of valid blocks: the last loop trip's second block is masked",
-    "invalid": "invalid input: the host side must reject it with the named ProblemError",
-}
+from .bugs import CLASSES
+
+# The bug-class vocabulary (the manifest's ``notes``): one definition, in the registry.
+FLAGS = {c.name: c.description for c in CLASSES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,8 +281,14 @@ def _xcds_rows():
 
 
 def _poisoned():
-    return poison_unread(_base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0],
-                                spare_pages=3))
+    p = _base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0], spare_pages=3)
+    # Page 0, where kernels commonly point a masked load, becomes a spare page (poisoned below).
+    spare = min(set(range(p.num_pages)) - set(p.block_table[p.block_table >= 0].tolist()))
+    pool = p.pool.copy()
+    pool[[0, spare]] = pool[[spare, 0]]
+    bt = p.block_table.copy()
+    bt[p.block_table == 0], bt[p.block_table == spare] = spare, 0
+    return poison_unread(_replace(p, pool=pool, block_table=bt))
 
 
 def _layout_case(layout):
@@ -444,9 +426,10 @@ CASES = [
          ("split-rescale", "large-logits"), _split_rescale, splits=tuple(range(1, 9))),
     Case("xcds-rows", "15 rows (5 requests x q_len 3): not a multiple of 8 x 3.", ("xcds", "empty-row"),
          _xcds_rows),
-    Case("poisoned-unread", "Every slab no valid slot reads holds NaN scale bytes.", ("stray-read",), _poisoned),
-    Case("layout-token-rows", "A mixed batch in the token_rows layout.", ("layout",),
-         lambda: _layout_case("token_rows")),
+    Case("poisoned-unread", "Every slab no valid slot reads holds NaN scale bytes, page 0's among them.",
+         ("stray-read",), _poisoned),
+    Case("layout-token-rows", "A mixed batch in the token_rows layout (24576 ordinary outputs).",
+         ("layout", "rounding"), lambda: _layout_case("token_rows")),
     Case("layout-planar", "The same batch in the planar layout.", ("layout",), lambda: _layout_case("planar")),
     Case("large-logits", "Scores in the hundreds: P underflows to subnormal.", ("large-logits",), _large_logits),
     Case("topk-64", "All 64 slots valid and full.", ("topk-wide",), lambda: _wide_topk(64), splits=(1, 8)),

@@ -1,19 +1,27 @@
-"""The golden-vector catalog: ``vectors/manifest.json`` and ``vectors/data/*.npz``.
+"""The golden-vector catalog: ``vectors/manifest.json`` and ``vectors/data/*.npz`` (library
+side; the commands are in ``vectors.cli``). The file format is documented for
+checkers in other languages in ``reference/CONTRACT.md`` section 10.
 
-Each case file holds the problem's arrays and, for valid cases, the
-expectations: ``out_exact`` (the exact oracle, float32), ``lse`` (float32),
-``magnitude`` (float32, the tolerance model's ``A``) and ``out_emulated_s{S}``
-(the seed-geometry emulation, bf16 values as float32) for every split count
-the case lists.
+Each valid case file stores, beside the problem, the expectations a checker
+needs to judge an output from the file alone, as bf16 bit patterns (uint16,
+``[rows, H, 128]``): for the exact class ``expect_exact_{lo,hi,nearest}``
+and for the seed geometry at each split count S the case runs
+``expect_seed_s{S}_{lo,hi,nearest}``. An output element passes when it is a
+bf16 value with ``lo <= got <= hi`` (``nearest`` is the reference rounded to
+nearest-even, for rounding statistics). Also ``out_exact`` (float32, the
+oracle), ``lse`` and ``magnitude`` (float32, the tolerance model's ``A``).
+The golden check judges backends of those two classes against the stored
+arrays, after confirming that the reference still reproduces them
+(``verify`` does that for the whole catalog: the drift detector).
 
 Byte-identical regeneration: the problems come from seeded PCG64 streams and
 integer/IEEE-exact codecs; files are written with fixed zip timestamps. The
-expectations come from float64 computations rounded to float32 (or bf16); the
+expectations come from float64 computations rounded to float32 or bf16; the
 only platform-dependent steps before that rounding are BLAS summation order
 and the last bit of float64 exp/exp2, which move a stored value only if a
-float64 result lies within a few float64 ulps of a float32 rounding boundary
-(about 2**-28 per element). ``python -m vectors regen --check`` in CI turns
-any such event into a failure rather than a silent change.
+float64 result lies within a few float64 ulps of a rounding boundary.
+``python -m vectors regen --check`` in CI turns any such event into a failure
+rather than a silent change.
 """
 
 from __future__ import annotations
@@ -21,27 +29,28 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from reference import ProblemError, emulate
-from reference.compare import describe_modified_inputs
+from kernels.protocol import Launch
+from reference import SEED_GEOMETRY
+from reference.compare import Interval, interval_vs_emulation, interval_vs_oracle
+from reference.formats import bf16_bits, from_bf16_bits
 from reference.oracle import oracle_details
 from reference.problem import DecodeProblem
 
 from . import cases as C
-from .harness import modified_inputs, private_copy, run_case, takes_xcds
 from .io import CaseFileError, load_case, save_case
 
 HERE = Path(__file__).parent
 MANIFEST = HERE / "manifest.json"
 DATA = HERE / "data"
-SCHEMA_VERSION = 1
-GENERATOR_VERSION = 1
+SCHEMA_VERSION = 2
+GENERATOR_VERSION = 2
 CONTRACT_VERSION = 1
+_ENDS = ("lo", "hi", "nearest")
 
 
 def exists() -> bool:
@@ -49,27 +58,69 @@ def exists() -> bool:
     return MANIFEST.is_file()
 
 
-def load_manifest(path: Path | None = None) -> dict:
+def load_manifest(path: Path | None = None, *, versions: bool = True) -> dict:
     """The manifest (default: the catalog's) as a dict; raises CaseFileError naming
-    the field when malformed."""
+    the field when malformed, or (``versions``) the version when it was written
+    by another schema, generator or contract version than this code's. A
+    schema 1 manifest (``regen`` reads the previous catalog with ``versions``
+    off) has its cases' ``splits`` x ``xcds`` lists converted to launch records."""
     path = MANIFEST if path is None else path
     try:
         m = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CaseFileError(f"{path}: unreadable manifest ({e})") from e
+    if not isinstance(m, dict):
+        raise CaseFileError(f"{path}: the manifest is a JSON {type(m).__name__}, not an object")
     for field in ("schema_version", "generator_version", "contract_version", "notes", "cases"):
         if field not in m:
             raise CaseFileError(f"{path}: field {field!r} missing")
-    if m["schema_version"] != SCHEMA_VERSION:
-        raise CaseFileError(f"{path}: schema_version {m['schema_version']}, this code reads {SCHEMA_VERSION}")
+    if m["schema_version"] == 1:
+        for c in m["cases"]:
+            c["launches"] = [Launch(splits=s, xcds=x).to_json() for s in c.pop("splits", [1])
+                             for x in c.pop("xcds", [0])]
+    for field, mine in (("schema_version", SCHEMA_VERSION), ("generator_version", GENERATOR_VERSION),
+                        ("contract_version", CONTRACT_VERSION)):
+        if versions and m[field] != mine:
+            raise CaseFileError(f"{path}: {field} {m[field]!r}, this code reads {mine} "
+                                "(regenerate with `python -m vectors regen`, or use the matching suite)")
     for i, c in enumerate(m["cases"]):
-        for field in ("id", "file", "sha256", "comment", "flags", "result", "params"):
+        for field in ("id", "file", "sha256", "comment", "flags", "result", "params", "launches"):
             if field not in c:
                 raise CaseFileError(f"{path}: cases[{i}] field {field!r} missing")
         unknown = [f for f in c["flags"] if f not in m["notes"]]
         if unknown:
             raise CaseFileError(f"{path}: cases[{i}] ({c['file']}) has flags {unknown} not in notes")
+        try:
+            [Launch.from_json(x) for x in c["launches"]]
+        except (TypeError, ValueError) as e:
+            raise CaseFileError(f"{path}: cases[{i}] ({c['file']}) launches: {e}") from e
     return m
+
+
+def launches(entry: dict) -> list[Launch]:
+    """The launch records a manifest entry (or a case file's meta) lists."""
+    return [Launch.from_json(x) for x in entry["launches"]]
+
+
+def _split_counts(entry_launches) -> list[int]:
+    return sorted({x.splits for x in entry_launches})
+
+
+def judgments(problem: DecodeProblem, splits) -> dict[str, Interval]:
+    """The intervals a valid case stores: ``exact`` (the exact class against the
+    oracle) and ``seed_s{S}`` (the seed geometry's emulation) for each S in ``splits``."""
+    out = {"exact": interval_vs_oracle(problem, p_bf16=False)}
+    for s in splits:
+        out[f"seed_s{s}"] = interval_vs_emulation(problem, splits=s, geometry=SEED_GEOMETRY)
+    return out
+
+
+def judgment_name(geometry, splits: int) -> str | None:
+    """The stored judgment that applies to a backend of ``geometry`` at ``splits``
+    (None when the catalog stores none for that geometry)."""
+    if geometry is None:
+        return "exact"
+    return f"seed_s{splits}" if geometry == SEED_GEOMETRY else None
 
 
 def expectations(problem: DecodeProblem, splits) -> dict:
@@ -80,9 +131,60 @@ def expectations(problem: DecodeProblem, splits) -> dict:
         "lse": lse.astype(np.float32),
         "magnitude": mag.astype(np.float32),
     }
-    for s in splits:
-        extra[f"out_emulated_s{s}"] = emulate(problem, splits=s)
+    for name, iv in judgments(problem, splits).items():
+        for end in _ENDS:
+            extra[f"expect_{name}_{end}"] = bf16_bits(getattr(iv, end))
     return extra
+
+
+def stored_interval(extra: dict, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(lo, hi, nearest)`` float32 bf16 values of judgment ``name`` stored in a
+    case file's ``extra`` arrays, or None when the file holds none."""
+    keys = [f"expect_{name}_{end}" for end in _ENDS]
+    if not all(k in extra for k in keys):
+        return None
+    return tuple(from_bf16_bits(extra[k]) for k in keys)
+
+
+def drift(problem: DecodeProblem, extra: dict, name: str, iv: Interval) -> str | None:
+    """None when the stored judgment ``name`` equals ``iv`` (the reference's,
+    recomputed) bit for bit; otherwise which end differs and where."""
+    stored = stored_interval(extra, name)
+    if stored is None:
+        return f"judgment {name!r} not stored"
+    for end, arr in zip(_ENDS, stored):
+        mine = getattr(iv, end)
+        diff = bf16_bits(arr) != bf16_bits(mine)
+        if diff.any():
+            r, h, d = (int(i) for i in np.argwhere(diff)[0])
+            return (f"stored {end} of {name} differs from the reference's in {int(diff.sum())} elements, "
+                    f"first [row {r}, head {h}, dim {d}]: stored {arr[r, h, d]!r}, reference {mine[r, h, d]!r}")
+    return None
+
+
+def verify(progress=None) -> list[str]:
+    """The drift detector: recompute every valid case's stored expectations from
+    its stored problem and compare bit for bit. Returns one line per problem
+    (empty when the reference reproduces the whole catalog)."""
+    m = load_manifest()
+    bad = []
+    for i, c in enumerate(m["cases"]):
+        if progress:
+            progress(f"  verify: [{i + 1}/{len(m['cases'])}] {c['name']}")
+        try:
+            problem, _, extra = load_case(HERE / c["file"], sha256=c["sha256"])
+        except CaseFileError as e:
+            bad.append(f"case {c['id']} {c['name']}: {e}")
+            continue
+        if c["result"] != "valid":
+            continue
+        fresh = expectations(problem, _split_counts(launches(c)))
+        for k, v in fresh.items():
+            if k not in extra:
+                bad.append(f"case {c['id']} {c['name']}: array {k!r} missing")
+            elif extra[k].dtype != v.dtype or not np.array_equal(extra[k].view(np.uint8), v.view(np.uint8)):
+                bad.append(f"case {c['id']} {c['name']}: array {k!r} differs from the reference's")
+    return bad
 
 
 def _params(case: C.Case, p: DecodeProblem) -> dict:
@@ -100,11 +202,15 @@ def _file_name(case_id: int, name: str) -> str:
 def _meta(entry: dict) -> dict:
     """The ``meta`` a catalog file stores, from its manifest entry (built-in and added alike,
     so that regenerating an added case rewrites the bytes ``add`` wrote)."""
-    meta = {k: entry[k] for k in ("id", "name", "comment", "flags", "splits", "result")}
-    meta["splits_list"] = list(entry["splits"])
+    meta = {k: entry[k] for k in ("id", "name", "comment", "flags", "launches", "result")}
     if entry.get("expected_error"):
         meta["expected_error"] = entry["expected_error"]
     return meta
+
+
+def case_launches(case: C.Case) -> list[dict]:
+    """The launch records of a built-in case: every split count at every XCD placement."""
+    return [Launch(splits=s, xcds=x).to_json() for s in case.splits for x in case.xcds]
 
 
 def _write_case(case_id: int, case: C.Case, folder: Path) -> dict:
@@ -112,8 +218,7 @@ def _write_case(case_id: int, case: C.Case, folder: Path) -> dict:
     fname = _file_name(case_id, case.name)
     entry = {
         "id": case_id, "name": case.name, "file": f"data/{fname}", "comment": case.comment,
-        "flags": list(case.flags), "splits": list(case.splits), "xcds": list(case.xcds),
-        "params": _params(case, p),
+        "flags": list(case.flags), "launches": case_launches(case), "params": _params(case, p),
     }
     if case.expected_error:
         entry["result"] = "invalid"
@@ -134,7 +239,7 @@ def _regen_added(case_id: int, entry: dict, problem: DecodeProblem, folder: Path
     case's id (the built-in count) changed."""
     fname = _file_name(case_id, entry["name"])
     entry = {**entry, "id": case_id, "file": f"data/{fname}"}
-    extra = {} if entry.get("expected_error") else expectations(problem, entry["splits"])
+    extra = {} if entry.get("expected_error") else expectations(problem, _split_counts(launches(entry)))
     entry["sha256"] = save_case(folder / fname, problem, meta=_meta(entry), extra=extra)
     return entry
 
@@ -167,126 +272,33 @@ def regenerate(folder: Path, progress=None, previous: dict | None = None) -> dic
     }
 
 
-def _dump(manifest: dict) -> str:
+def dump(manifest: dict) -> str:
+    """The manifest's committed text."""
     return json.dumps(manifest, indent=1, sort_keys=True) + "\n"
 
 
-def check_invalid(problem: DecodeProblem, expected_error: str, backend=None) -> tuple[bool, str]:
-    """The validator (and the backend's host side, if given) must raise ``expected_error``;
-    the backend gets a ``private_copy`` and must leave it as it was."""
-    def raised(fn):
-        """(exception class name or None, message) of calling fn."""
-        try:
-            fn()
-        except ProblemError as e:
-            return type(e).__name__, str(e)
-        except Exception as e:  # noqa: BLE001 - any other exception is the wrong answer
-            return type(e).__name__, str(e)
-        return None, "no error raised"
-
-    lines, ok = [], True
-    who = [("reference validator", problem.validate)]
-    seen = None
-    if backend is not None:
-        seen = private_copy(problem)
-        who.append((f"backend {backend.name}", lambda: backend(seen, splits=1)))
-    for name, fn in who:
-        got, msg = raised(fn)
-        good = got == expected_error
-        ok &= good
-        lines.append(f"{name}: {'PASS' if good else 'FAIL'}: expected {expected_error}, got {got}: {msg}")
-    changed = {} if seen is None else modified_inputs(problem, seen)
-    if changed:
-        ok = False
-        lines.append(f"backend {backend.name}: FAIL: {describe_modified_inputs(changed)}")
-    return ok, "\n".join(lines)
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` through a temporary file and a rename, so a
+    reader sees the old or the new content, never a part."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
-def check_all(backend, progress=None, stop_at_first: bool = False, spec: str | None = None,
-              cases=None) -> tuple[bool, list[str]]:
-    """Run every catalog case (or those whose id is in ``cases``) against
-    ``backend``; returns (ok, report lines).
+def regen_write(previous: dict | None, progress=None) -> dict:
+    """Regenerate the catalog in place; returns the new manifest.
 
-    spec: how the replay hints name the backend (the ``--backend`` it was
-    loaded by; default its ``name``, right for registered backends).
-    """
-    m = load_manifest()
-    chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
-    lines, ok = [f"golden vectors: {len(chosen)} cases"], True
-    placed = takes_xcds(backend)
-    for i, c in enumerate(chosen):
-        if progress:
-            progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-        problem, meta, _ = load_case(HERE / c["file"], sha256=c["sha256"])
-        if c["result"] == "invalid":
-            good, text = check_invalid(problem, c["expected_error"], backend)
-            status = "PASS" if good else "FAIL"
-            lines.append(f"  {c['id']:3d} {c['name']:<28} {status} (rejects with {c['expected_error']})")
-            if not good:
-                lines.append("      " + text.replace("\n", "\n      "))
-        else:
-            good = True
-            splits = [s for s in c["splits"] if s in backend.splits]
-            placements = c["xcds"] if placed else [0]
-            details = []
-            for s in splits:
-                for x in placements:
-                    try:
-                        _, rep = run_case(backend, problem, s, x)
-                        passed, text = rep.passed, rep.details()
-                    except Exception as e:  # noqa: BLE001 - a crash is a failure of this case
-                        passed, text = False, f"backend raised {type(e).__name__}: {e}"
-                    good &= passed
-                    if not passed:
-                        details.append((s, x, text))
-            status = "PASS" if good else "FAIL"
-            where = f"splits {splits}" + (f", xcds {placements}" if placed else "")
-            lines.append(f"  {c['id']:3d} {c['name']:<28} {status} ({where})")
-            # Case files do not hold the manifest's placements: the hint names the failing launch.
-            for s, x, text in details:
-                lines.append(f"      splits={s} xcds={x}: " + text.replace("\n", "\n      "))
-                lines.append(f"      replay: python -m vectors replay {HERE / c['file']} "
-                             f"--backend {spec or backend.name} --splits {s} --xcds {x}")
-        ok &= good
-        if stop_at_first and not ok:
-            break
-    return ok, lines
-
-
-# --- subcommands -----------------------------------------------------------
-
-def _progress(msg):
-    end = "\r" if sys.stderr.isatty() else "\n"
-    print(msg, file=sys.stderr, end=end, flush=True)
-
-
-def cmd_regen(args) -> int:
-    """``regen [--check]``: rewrite the catalog, or compare a fresh regeneration byte for byte.
-
-    Exit 2 (the catalog untouched) when the committed catalog cannot be read,
-    e.g. an added case's file is missing or fails its hash.
-    """
-    try:
-        previous = load_manifest() if exists() else None
-        return _regen_check(previous) if args.check else _regen_write(previous)
-    except CaseFileError as e:
-        print(f"regen: {e}", file=sys.stderr)
-        return 2
-
-
-def _regen_write(previous: dict | None) -> int:
-    # Built beside DATA (same file system, so the swap is renames) and swapped in
-    # only when complete: an interrupted regen leaves the committed catalog as it was.
+    Built beside DATA (same file system, so the swap is renames) and swapped in
+    only when complete: an interrupted regen leaves the committed catalog as it
+    was, and removes its build folder."""
     build = Path(tempfile.mkdtemp(prefix=".regen-", dir=DATA.parent))
     try:
-        manifest = regenerate(build / "data", _progress, previous)
-        (build / "manifest.json").write_text(_dump(manifest))
+        manifest = regenerate(build / "data", progress, previous)
+        (build / "manifest.json").write_text(dump(manifest))
         _swap_in(build)
     finally:
         shutil.rmtree(build, ignore_errors=True)
-    size = sum(f.stat().st_size for f in DATA.iterdir())
-    print(f"wrote {len(manifest['cases'])} cases, {size / 2**20:.2f} MiB")
-    return 0
+    return manifest
 
 
 def _swap_in(build: Path) -> None:
@@ -307,14 +319,13 @@ def _swap_in(build: Path) -> None:
     os.replace(build / "manifest.json", MANIFEST)
 
 
-def _regen_check(previous: dict | None) -> int:
-    if previous is None:
-        print("regen --check: no manifest to check against", file=sys.stderr)
-        return 1
+def regen_differences(previous: dict, progress=None) -> tuple[int, list[str]]:
+    """Regenerate into a temporary folder and compare with the committed catalog
+    byte for byte; returns (case count, one line per difference)."""
     with tempfile.TemporaryDirectory() as tmp:
-        manifest = regenerate(Path(tmp) / "data", _progress, previous)
+        manifest = regenerate(Path(tmp) / "data", progress, previous)
         bad = []
-        if _dump(manifest) != MANIFEST.read_text():
+        if dump(manifest) != MANIFEST.read_text():
             bad.append("manifest.json differs from a fresh regeneration")
         for c in manifest["cases"]:
             fresh = (Path(tmp) / c["file"]).read_bytes()
@@ -324,69 +335,46 @@ def _regen_check(previous: dict | None) -> int:
         committed = {p.name for p in DATA.glob("*.npz")}
         extra = committed - {Path(c["file"]).name for c in manifest["cases"]}
         bad += [f"data/{n} is not in the manifest" for n in sorted(extra)]
-    for b in bad:
-        print(f"regen --check: {b}")
-    print(f"regen --check: {'OK' if not bad else 'FAILED'} ({len(manifest['cases'])} cases)")
-    return 1 if bad else 0
+    return len(manifest["cases"]), bad
 
 
-def cmd_list(args) -> int:
-    """``list [--flag F]``: one line per case and its comment."""
+def add_case(file, *, comment: str, flags, name: str | None = None, splits=None) -> dict:
+    """Promote a case file (e.g. a saved repro) into the catalog; returns its entry.
+
+    Valid problems get expectations at ``splits`` (default: the split counts
+    of the file's launches); a problem the validator rejects becomes an
+    invalid-input case naming the ``ProblemError`` subclass. Raises
+    CaseFileError for an unreadable file or unknown flags. The manifest is
+    replaced atomically after the data file is written."""
+    from reference import ProblemError
+
     m = load_manifest()
-    for c in m["cases"]:
-        if args.flag and args.flag not in c["flags"]:
-            continue
-        res = c["result"] + (f" {c['expected_error']}" if c.get("expected_error") else "")
-        print(f"{c['id']:3d}  {c['name']:<28} {res:<28} {','.join(c['flags'])}")
-        print(f"     {c['comment']}")
-    return 0
-
-
-def cmd_add(args) -> int:
-    """``add FILE --comment C --flags F..``: promote a case file into the catalog."""
-    m = load_manifest()
-    unknown = [f for f in args.flags if f not in m["notes"]]
+    unknown = [f for f in flags if f not in m["notes"]]
     if unknown:
-        print(f"add: unknown flags {unknown}; known: {', '.join(m['notes'])}", file=sys.stderr)
-        return 2
-    problem, meta, _ = load_case(args.file)
+        raise CaseFileError(f"unknown flags {unknown}; known: {', '.join(m['notes'])}")
+    problem, meta, _ = load_case(file)
     try:
         problem.validate()
         expected_error = None
     except ProblemError as e:
         expected_error = type(e).__name__
     case_id = len(m["cases"])
-    name = args.name or Path(args.file).stem
+    name = name or Path(file).stem
     fname = _file_name(case_id, name)
-    splits = sorted(set(args.splits or meta.get("splits_list") or [meta.get("splits", 1)]))
+    if splits:
+        counts = sorted(set(splits))
+    else:
+        counts = _split_counts(launches(meta)) if "launches" in meta else [1]
     entry = {
-        "id": case_id, "name": name, "file": f"data/{fname}", "comment": args.comment,
-        "flags": list(args.flags), "splits": splits, "xcds": [0, 8], "source": "added",
-        "result": "invalid" if expected_error else "valid",
-        "params": {"builder": "added", "from": Path(args.file).name},
+        "id": case_id, "name": name, "file": f"data/{fname}", "comment": comment,
+        "flags": list(flags), "launches": [Launch(splits=s, xcds=x).to_json() for s in counts for x in (0, 8)],
+        "source": "added", "result": "invalid" if expected_error else "valid",
+        "params": {"builder": "added", "from": Path(file).name},
     }
     if expected_error:
         entry["expected_error"] = expected_error
-    extra = {} if expected_error else expectations(problem, splits)
+    extra = {} if expected_error else expectations(problem, counts)
     entry["sha256"] = save_case(DATA / fname, problem, meta=_meta(entry), extra=extra)
     m["cases"].append(entry)
-    MANIFEST.write_text(_dump(m))
-    print(f"added case {case_id} ({fname}), result {entry['result']}")
-    return 0
-
-
-def add_subcommands(sub) -> None:
-    """Register regen, list and add on the CLI's subparsers."""
-    r = sub.add_parser("regen", help="regenerate every golden case (with --check: compare, change nothing)")
-    r.add_argument("--check", action="store_true")
-    r.set_defaults(fn=cmd_regen)
-    ls = sub.add_parser("list", help="list the golden cases")
-    ls.add_argument("--flag", help="only cases with this flag")
-    ls.set_defaults(fn=cmd_list)
-    a = sub.add_parser("add", help="promote a saved case file (e.g. from .repro/) into the catalog")
-    a.add_argument("file")
-    a.add_argument("--comment", required=True)
-    a.add_argument("--flags", nargs="+", required=True)
-    a.add_argument("--name")
-    a.add_argument("--splits", type=int, nargs="+")
-    a.set_defaults(fn=cmd_add)
+    write_atomic(MANIFEST, dump(m))
+    return entry

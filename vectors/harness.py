@@ -1,9 +1,11 @@
-"""Running a backend on one problem the way the conformance checks do.
+"""Running a backend on one problem and one launch the way the conformance checks do.
 
-The output buffer (for backends that accept ``out=``) is pre-filled with NaN so
-that a row the backend never stores shows up; each problem runs twice and the
-two results must be bitwise equal (a split kernel that leaves its tickets
-dirty fails the second run).
+The backend receives what its ``Capabilities`` declare (``Launch.kwargs``);
+an ``out=`` buffer, where declared, is pre-filled with NaN so that a row the
+backend never stores shows up. Each launch runs twice (the second in the next
+declared workgroup order, where the backend has orders) and the two results
+must be bitwise equal (a split kernel that leaves its tickets dirty fails the
+second run).
 
 The backend never sees the caller's problem: each call gets a private copy of
 every input array, compared byte for byte with the original afterwards. The
@@ -12,31 +14,33 @@ cannot move them, and any byte it changed fails the case by name. The copies
 stay writable: torch warns on ``from_numpy`` of a read-only array (an error
 under ``-W error``), and the comparison catches every write that read-only
 flags would (``setflags(write=True)`` and writes through torch included).
+
+Who failed is kept apart: an exception raised inside the backend's call is a
+``BackendCrash`` (the backend is not conformant); an output of the wrong type,
+dtype or shape is a failed report naming what was returned; anything else
+raised here is the suite's own error and propagates as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 from pathlib import Path
 
 import numpy as np
 
+from kernels.protocol import Launch
 from reference import DecodeProblem
-from reference.compare import Report, compare_backend_output
+from reference.compare import Interval, Report, backend_interval, compare_with_interval
 
 
-def _params(backend):
-    try:
-        return inspect.signature(backend.__call__).parameters
-    except (TypeError, ValueError):
-        return {}
+class BackendCrash(Exception):
+    """The backend's own call raised ``error`` on ``launch``."""
 
-
-def takes_xcds(backend) -> bool:
-    """Whether ``backend.__call__`` takes ``xcds`` (FlyDSL's XCD placement)."""
-    return "xcds" in _params(backend)
+    def __init__(self, error: BaseException, launch: Launch):
+        super().__init__(f"backend raised {type(error).__name__}: {error}")
+        self.error = error
+        self.launch = launch
 
 
 def _arrays(problem: DecodeProblem) -> list[str]:
@@ -69,56 +73,109 @@ def modified_inputs(original: DecodeProblem, seen: DecodeProblem) -> dict[str, i
     return changed
 
 
-def _call(backend, problem: DecodeProblem, splits: int, xcds: int) -> tuple[np.ndarray, dict[str, int]]:
+class OutputTypeError(TypeError):
+    """A backend returned something that is not an output array (message names what)."""
+
+
+_NUMPY_OK = ("float32", "float16", "bfloat16")
+
+
+def to_output(x) -> np.ndarray:
+    """A backend's returned output as float32 (exact: every accepted dtype
+    converts without rounding). Accepts a numpy array of float32, float16 or
+    ml_dtypes bfloat16, or a torch tensor of float32, float16 or bfloat16 on
+    any device, with or without gradients. Raises ``OutputTypeError`` naming
+    the type or dtype of anything else (the shape is judged by the report)."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+
+        if not isinstance(x, torch.Tensor):
+            raise OutputTypeError(f"backend returned a {type(x).__name__}, expected a tensor or numpy array")
+        if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise OutputTypeError(f"backend returned a torch tensor of {x.dtype}; expected float32, float16 "
+                                  "or bfloat16")
+        return x.detach().to("cpu", torch.float32).numpy()
+    if isinstance(x, np.ndarray):
+        if x.dtype.name not in _NUMPY_OK:
+            raise OutputTypeError(f"backend returned a numpy array of {x.dtype}; expected one of "
+                                  f"{', '.join(_NUMPY_OK)} (bf16 values)")
+        return x.astype(np.float32)
+    raise OutputTypeError(f"backend returned a {type(x).__module__}.{type(x).__qualname__}; expected a numpy "
+                          "array or a torch tensor [rows, H, 128]")
+
+
+def _call(backend, problem: DecodeProblem, launch: Launch):
+    """(output as returned, or an OutputTypeError; input bytes changed) of one call."""
+    caps = backend.capabilities
     seen = private_copy(problem)
-    params = _params(backend)
-    kw = {"xcds": xcds} if "xcds" in params else {}
-    if "out" in params:
-        out = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
-        res = backend(seen, splits=splits, out=out, **kw)
-        got = out if res is None else np.asarray(res)
-    else:
-        got = np.asarray(backend(seen, splits=splits, **kw))
+    kw = launch.kwargs(caps)
+    out = None
+    if caps.out:
+        out = kw["out"] = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
+    try:
+        res = backend(seen, **kw)
+    except Exception as e:  # noqa: BLE001 - whatever the backend raises is its own failure
+        raise BackendCrash(e, launch) from e
+    try:
+        got = to_output(out if res is None and out is not None else res)
+    except OutputTypeError as e:
+        got = e
     return got, modified_inputs(problem, seen)
 
 
-def run_case(backend, problem: DecodeProblem, splits: int = 1, xcds: int = 0) -> tuple[np.ndarray, Report]:
-    """Run ``backend`` twice on ``problem`` and compare; returns (first output, report).
+def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
+             expected: tuple[Interval, str] | None = None) -> tuple[np.ndarray | None, Report]:
+    """Run ``backend`` twice on ``problem`` with ``launch`` and compare; returns
+    (first output as float32 ``[rows, H, 128]`` or None when it was not an
+    array, report).
 
-    ``xcds`` reaches only backends whose ``__call__`` takes it (FlyDSL's XCD
-    placement; it must not change the result). The report compares with the
-    exact oracle (geometry None) or the emulation of the backend's geometry
-    with the same ``splits``, both computed from ``problem`` itself, which the
-    backend never sees (each run gets a ``private_copy``); input bytes a run
-    changed are in ``report.modified_inputs``. The first output is as the
-    backend returned it (float32 ``[rows, H, 128]`` when it conforms).
+    The launch must be inside ``backend.capabilities`` (ValueError otherwise,
+    naming the refused value). The report compares with the exact oracle
+    (geometry None) or the emulation of the backend's geometry with the same
+    ``splits``, both computed from ``problem`` itself, which the backend never
+    sees (each run gets a ``private_copy``); input bytes a run changed are in
+    ``report.modified_inputs``. ``expected``: that ``(interval, against)``
+    (``reference.compare.backend_interval``) when the caller has it already.
+    Raises ``BackendCrash`` when the backend raised.
     """
-    first, changed = _call(backend, problem, splits, xcds)
-    second, changed_again = _call(backend, problem, splits, xcds)
-    report = compare_backend_output(problem, first, geometry=backend.geometry, splits=splits)
-    a = np.asarray(first, np.float32)
-    b = np.asarray(second, np.float32)
-    if a.shape == b.shape:
-        report.repeat_mismatch = int((a.view(np.uint32) != b.view(np.uint32)).sum())
+    launch = launch or Launch()
+    caps = backend.capabilities
+    why = caps.refuses(problem, launch)
+    if why:
+        raise ValueError(f"launch {launch.describe(problem)} is outside backend {backend.name}'s capabilities: {why}")
+    first, changed = _call(backend, problem, launch)
+    second, changed_again = _call(backend, problem, launch.then(caps))
+    if isinstance(first, OutputTypeError):
+        against = "oracle" if backend.geometry is None else "emulation"
+        report = Report(against, 0, 0, np.inf, [], [], [], 0, shape_error=str(first))
+        first = None
     else:
-        report.repeat_mismatch = int(a.size)
+        iv, against = expected or backend_interval(problem, geometry=backend.geometry, splits=launch.splits)
+        report = compare_with_interval(problem, first, iv, against)
+        if isinstance(second, OutputTypeError) or second.shape != first.shape:
+            report.repeat_mismatch = int(first.size)
+        else:
+            report.repeat_mismatch = int((first.view(np.uint32) != second.view(np.uint32)).sum())
     report.modified_inputs = {n: max(changed.get(n, 0), changed_again.get(n, 0))
                               for n in _arrays(problem) if n in changed or n in changed_again}
     return first, report
 
 
-def save_repro(backend_name: str, problem: DecodeProblem, splits: int, report_text: str, *, xcds: int) -> Path:
-    """Write a failing problem to ``$NVFP4_REPRO_DIR`` (default ``.repro/``) as a case
-    file named by its content hash; returns the path. Its meta holds the launch
-    (``splits``, ``xcds``) that failed, which ``python -m vectors replay PATH``
-    reruns; ``python -m vectors add PATH`` makes it a golden case."""
+def save_repro(spec: str, problem: DecodeProblem, launch: Launch, report_text: str) -> Path:
+    """Write a failing problem to ``$NVFP4_REPRO_DIR`` (default ``.repro/``) as a
+    case file named by its content hash; returns the path. Its meta holds the
+    backend ``spec`` (as given to ``--backend``) and the launch record that
+    failed, which ``python -m vectors replay PATH`` reruns with no other
+    argument; ``python -m vectors add PATH`` makes it a golden case."""
     from .io import save_case
 
     folder = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"incoming-{os.getpid()}.npz"
-    meta = {"backend": backend_name, "splits": splits, "xcds": xcds, "report": report_text}
+    meta = {"backend": spec, "launches": [launch.to_json()], "report": report_text}
     digest = save_case(tmp, problem, meta=meta)
-    path = folder / f"{backend_name.replace(':', '_')}-{digest[:12]}.npz"
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
+    path = folder / f"{safe}-{digest[:12]}.npz"
     tmp.replace(path)
     return path

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import sys
 import time
 
@@ -88,9 +87,9 @@ class Shape:
         return self.num_pages * page_bytes(self.num_kv_heads)
 
 
-def draw_shape(rng: np.random.Generator, *, big_pool: bool | None = None) -> Shape:
+def draw_shape(rng: np.random.Generator, *, big_pool: bool | None = None, layouts=LAYOUTS) -> Shape:
     """A serving shape from ``rng``. big_pool True: a pool above 4 GiB (Hkv >= 4);
-    None: drawn (one in two)."""
+    None: drawn (one in two). layouts: the page layouts to draw from."""
     if big_pool is None:
         big_pool = bool(rng.integers(0, 2))
     q_len = int(rng.integers(1, MAX_Q_LEN + 1))
@@ -105,7 +104,7 @@ def draw_shape(rng: np.random.Generator, *, big_pool: bool | None = None) -> Sha
         pages = int(rng.integers(PAGES[0], min(PAGES[1], cap) + 1))
     return Shape(
         reqs=reqs, q_len=q_len, num_kv_heads=hk, topk=topk, num_pages=pages,
-        max_blocks=int(rng.choice(MAX_BLOCKS)), layout=str(rng.choice(LAYOUTS)),
+        max_blocks=int(rng.choice(MAX_BLOCKS)), layout=str(rng.choice(list(layouts))),
         scale_regime=str(rng.choice(["plain", "wide"])), q_std=float(rng.choice([0.5, 2.0, 16.0])),
         k_global=float(rng.choice([0.05, 0.5])), v_global=float(rng.choice([0.01, 1.0])),
     )
@@ -149,18 +148,20 @@ def _top_pages(shape: Shape) -> list[int]:
     return sorted(p for p in out if 0 <= p < shape.num_pages)
 
 
-def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | None = None) -> DecodeProblem:
+def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | None = None,
+                    layouts=LAYOUTS) -> DecodeProblem:
     """A valid serving-size ``DecodeProblem``, the same bytes for the same arguments.
 
     seed: of the numpy PCG64 stream every byte comes from. shape: the structure
-    (default: ``draw_shape`` from the same stream, with ``big_pool``). The
+    (default: ``draw_shape`` from the same stream, with ``big_pool`` and
+    ``layouts``). The
     problem's arrays: q float32 ``[rows, 16*Hkv, 128]``, pool uint8
     ``[num_pages, page_bytes]``, topk int32 ``[Hkv, rows, TOPK]``, block_table
     int32 ``[reqs, max_blocks]``, seq_lens int32 ``[reqs]``.
     """
     rng = np.random.default_rng(seed)
     if shape is None:
-        shape = draw_shape(rng, big_pool=big_pool)
+        shape = draw_shape(rng, big_pool=big_pool, layouts=layouts)
     hk, topk, q_len, rows = shape.num_kv_heads, shape.topk, shape.q_len, shape.rows
     seq_lens = _seq_lens(rng, shape)
     # Every column holds a real page (future slots must not be read, and reading one
@@ -261,22 +262,29 @@ def _bytes_changed(host: np.ndarray, ref) -> int:
 _SMALL = ("q", "topk", "block_table", "seq_lens")
 
 
-def _run(backend, problem: DecodeProblem, splits: int, pool_ref) -> tuple[np.ndarray, dict[str, int], float]:
-    """One backend call on copies of the small arrays and the problem's own pool;
-    returns (output, input name -> bytes changed, seconds)."""
+def _run(backend, problem: DecodeProblem, launch, pool_ref) -> tuple[np.ndarray | None, str | None, dict, float]:
+    """One backend call on copies of the small arrays and the problem's own pool,
+    with what its capabilities declare (an ``out=`` buffer pre-filled with NaN);
+    returns (output as float32 or None, why it is not an output, input name ->
+    bytes changed, seconds). Raises ``vectors.harness.BackendCrash``."""
+    from .harness import BackendCrash, OutputTypeError, to_output
+
+    caps = backend.capabilities
     seen = dataclasses.replace(problem, **{n: getattr(problem, n).copy() for n in _SMALL})
-    try:
-        params = inspect.signature(backend.__call__).parameters
-    except (TypeError, ValueError):
-        params = {}
+    kw = launch.kwargs(caps)
+    out = None
+    if caps.out:
+        out = kw["out"] = np.full((problem.rows, problem.H, D), np.nan, np.float32)
     t0 = time.perf_counter()
-    if "out" in params:
-        out = np.full((problem.rows, problem.H, D), np.nan, np.float32)
-        res = backend(seen, splits=splits, out=out)
-        got = out if res is None else np.asarray(res)
-    else:
-        got = np.asarray(backend(seen, splits=splits))
+    try:
+        res = backend(seen, **kw)
+    except Exception as e:  # noqa: BLE001 - whatever the backend raises is its own failure
+        raise BackendCrash(e, launch) from e
     dt = time.perf_counter() - t0
+    try:
+        got, why = to_output(out if res is None and out is not None else res), None
+    except OutputTypeError as e:
+        got, why = None, str(e)
     changed = {}
     for n in _SMALL:
         a, b = getattr(problem, n), np.asarray(getattr(seen, n))
@@ -287,27 +295,24 @@ def _run(backend, problem: DecodeProblem, splits: int, pool_ref) -> tuple[np.nda
     k = _bytes_changed(problem.pool, pool_ref)
     if k:
         changed["pool"] = k
-    return got, changed, dt
+    return got, why, changed, dt
 
 
 def reference_interval(backend, problem: DecodeProblem, splits: int, *, device=None, pool=None):
-    """The acceptance interval of ``backend``'s output from the torch references:
-    the emulation of its geometry at ``splits``, or the exact oracle (geometry None).
-    Returns ``(Interval, against)``."""
+    """The acceptance interval of ``backend``'s output from the torch references
+    (``kernels.torch.reference.backend_interval``): the emulation of its geometry
+    at ``splits``, or the exact oracle (geometry None). Returns ``(Interval, against)``."""
     from kernels.torch import reference as TR
-    from reference.compare import _geom_name
 
-    g = backend.geometry
-    if g is None:
-        return TR.interval_vs_oracle(problem, p_bf16=False, device=device, pool=pool), "oracle"
-    iv = TR.interval_vs_emulation(problem, splits=splits, geometry=g, device=device, pool=pool)
-    return iv, f"emulation({_geom_name(g)}, splits={splits})"
+    return TR.backend_interval(problem, geometry=backend.geometry, splits=splits, device=device, pool=pool)
 
 
 def check_serving(backend, examples: int, seed: int, progress=None, *,
                   shape: Shape | None = None) -> tuple[bool, list[str]]:
     """Check ``backend`` on ``examples`` serving-size problems (seeds ``seed*1000 + i``;
-    the first with a pool above 4 GiB) at split counts drawn from ``backend.splits``.
+    the first with a pool above 4 GiB) in the page layouts and at the split counts
+    of ``backend.capabilities`` (its ``limits`` are for generated problems, not
+    these).
     shape: one fixed ``Shape`` for every problem instead (small ones for CPU tests).
 
     Each problem: the reference interval on the device (``reference_interval``),
@@ -317,48 +322,50 @@ def check_serving(backend, examples: int, seed: int, progress=None, *,
     """
     import torch
 
-    from reference.compare import _report
+    from kernels.protocol import Launch
+    from reference.compare import Report, compare_with_interval
+
+    from .harness import BackendCrash
 
     dev = _device()
+    caps = backend.capabilities
     rng = np.random.default_rng(seed)
     lines, ok = [], True
     t_all = time.perf_counter()
     for i in range(examples):
         t0 = time.perf_counter()
-        problem = serving_problem(seed * 1000 + i, shape, big_pool=True if i == 0 else None)
+        problem = serving_problem(seed * 1000 + i, shape, big_pool=True if i == 0 else None, layouts=caps.layouts)
         t_gen = time.perf_counter() - t0
-        splits = int(rng.choice(backend.splits))
+        launch = Launch(splits=int(rng.choice(caps.splits)), xcds=int(rng.choice(caps.xcds)))
         if progress:
-            progress(f"  serving {i + 1}/{examples}: {describe(problem)}, splits {splits}")
+            progress(f"  serving {i + 1}/{examples}: {describe(problem)}, {launch.describe(problem)}")
         t0 = time.perf_counter()
         pool_ref = torch.from_numpy(problem.pool).to(dev)
         if dev.type == "cpu":
             # On the CPU from_numpy shares the host memory: keep a real copy to compare with.
             pool_ref = pool_ref.clone()
-        iv, against = reference_interval(backend, problem, splits, device=dev, pool=pool_ref)
+        iv, against = reference_interval(backend, problem, launch.splits, device=dev, pool=pool_ref)
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t_ref = time.perf_counter() - t0
-        text = None
+        t_run = float("nan")
         try:
-            first, changed, t_run = _run(backend, problem, splits, pool_ref)
-            second, changed2, _ = _run(backend, problem, splits, pool_ref)
-        except Exception as e:  # a crashing backend is a non-conformant one
-            text = f"FAIL: backend raised {type(e).__name__}: {e}"
-        if text is None:
-            rep = _report(problem, first, iv, against)
-            a, b = np.asarray(first, np.float32), np.asarray(second, np.float32)
-            rep.repeat_mismatch = int((a.view(np.uint32) != b.view(np.uint32)).sum()) if a.shape == b.shape \
-                else int(a.size)
+            first, why, changed, t_run = _run(backend, problem, launch, pool_ref)
+            second, why2, changed2, _ = _run(backend, problem, launch.then(caps), pool_ref)
+            if why is not None:
+                rep = Report(against, 0, 0, np.inf, [], [], [], 0, shape_error=why)
+            else:
+                rep = compare_with_interval(problem, first, iv, against)
+                rep.repeat_mismatch = (int((first.view(np.uint32) != second.view(np.uint32)).sum())
+                                       if why2 is None and second.shape == first.shape else int(first.size))
             rep.modified_inputs = {n: max(changed.get(n, 0), changed2.get(n, 0))
                                    for n in ("q", "pool", "topk", "block_table", "seq_lens")
                                    if n in changed or n in changed2}
             text = rep.details() if not rep.passed else rep.summary()
             ok &= rep.passed
-        else:
-            ok = False
-            t_run = float("nan")
-        lines.append(f"serving {i + 1}/{examples}: {describe(problem)}; splits {splits}\n  {text}\n"
+        except BackendCrash as e:  # a crashing backend is a non-conformant one
+            text, ok = f"FAIL: {e}", False
+        lines.append(f"serving {i + 1}/{examples}: {describe(problem)}; {launch.describe()}\n  {text}\n"
                      f"  times: problem {t_gen:.1f} s, reference on {dev.type} {t_ref:.2f} s, backend call "
                      f"{t_run:.2f} s")
         del problem, pool_ref
@@ -415,6 +422,7 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
     drawn (problem 2 with a pool above 4 GiB). Returns the table's lines."""
     import torch
 
+    from kernels.protocol import Launch
     from reference import compare
 
     dev = _device()
@@ -424,24 +432,22 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
              f"{'#':>2} {'rows':>4} {'Hkv':>3} {'TOPK':>4} {'q_len':>5} {'GiB':>5} {'splits':>6} | "
              f"{'numpy ref s':>11} {'torch ref s':>11} {'backend s':>9} {'kernel ms':>9} | intervals"]
     for i in range(examples):
-        p = serving_problem(seed * 1000 + i, BENCH_SMALL if i == 0 else None, big_pool=True if i == 1 else None)
-        splits = int(rng.choice(backend.splits))
+        p = serving_problem(seed * 1000 + i, BENCH_SMALL if i == 0 else None, big_pool=True if i == 1 else None,
+                            layouts=backend.capabilities.layouts)
+        splits = int(rng.choice(backend.capabilities.splits))
         pool_ref = torch.from_numpy(p.pool).to(dev)
         reference_interval(backend, p, splits, device=dev, pool=pool_ref)  # warm-up (allocator, kernels)
         t0 = time.perf_counter()
         iv, _ = reference_interval(backend, p, splits, device=dev, pool=pool_ref)
         t_ref = time.perf_counter() - t0
         t0 = time.perf_counter()
-        backend(p, splits=splits)
+        backend(p, **Launch(splits=splits).kwargs(backend.capabilities))
         t_run = time.perf_counter() - t0
         t_k = _kernel_time(backend, p, splits)
         t_np, same = float("nan"), "-"
         if i < numpy_examples:
             t0 = time.perf_counter()
-            if backend.geometry is None:
-                iv_np = compare.interval_vs_oracle(p, p_bf16=False)
-            else:
-                iv_np = compare.interval_vs_emulation(p, splits=splits, geometry=backend.geometry)
+            iv_np, _ = compare.backend_interval(p, geometry=backend.geometry, splits=splits)
             t_np = time.perf_counter() - t0
             diff = sum(int((getattr(iv, f).view(np.uint32) != getattr(iv_np, f).view(np.uint32)).sum())
                        for f in ("lo", "hi", "nearest"))

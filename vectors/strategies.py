@@ -2,10 +2,17 @@
 
 The structure (layout, Hkv, requests, seq_lens, q_len, TOPK, the mode of each
 slot list, the scale-byte and query regimes) is drawn with hypothesis, so a
-failure shrinks towards few requests, small TOPK and simple slot lists; the
-bulk bytes (codes, scales, permutations, ids) come from a numpy generator
-seeded by one drawn integer. Each drawn problem records its case classes with
-``hypothesis.event`` so a run shows its coverage.
+failure shrinks towards few requests, small TOPK and simple slot lists. The
+pool's code bytes are either drawn by hypothesis as an array (a fill byte and
+a sparse set of drawn bytes, the way ``hypothesis.extra.numpy.arrays`` draws
+large arrays: this shrinks to a constant pool with few distinct bytes) or
+come from a numpy generator seeded by one drawn integer (dense random bytes);
+the byte source is drawn first and shrinks towards the hypothesis array, so a
+minimised repro holds readable bytes whenever the failure allows.
+Permutations, ids and scale bytes come from the seeded generator. Each drawn
+problem records its case classes with ``hypothesis.event`` so a run shows its
+coverage. ``problems_for`` and ``launches_for`` draw only inside a backend's
+``kernels.Capabilities``.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import event
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
+from kernels.protocol import Capabilities, Launch
 from reference import LAYOUTS, DecodeProblem, bf16_round
 from reference.examples import paged_block_table
 from reference.paged_cache import BLK, D, page_bytes, page_views
@@ -51,9 +60,10 @@ def _fill_slots(rng, mode: str, nvis: int, topk: int) -> np.ndarray:
 
 
 @st.composite
-def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64, max_q_len: int = 4) -> DecodeProblem:
-    """A valid ``DecodeProblem``; see the module docstring."""
-    layout = draw(st.sampled_from(LAYOUTS))
+def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64, max_q_len: int = 4,
+             layouts=LAYOUTS) -> DecodeProblem:
+    """A valid ``DecodeProblem`` in one of ``layouts``; see the module docstring."""
+    layout = draw(st.sampled_from(layouts))
     hk = draw(st.integers(1, max_kv_heads))
     reqs = draw(st.integers(1, max_reqs))
     q_len = draw(st.integers(1, max_q_len))
@@ -70,6 +80,7 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     v_global = draw(st.sampled_from([0.01, 1.0]))
     spare = draw(st.integers(0, 3))
     poison = draw(st.booleans())
+    drawn_bytes = draw(st.booleans().map(lambda b: not b))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
 
@@ -77,7 +88,11 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     block_table, num_pages = paged_block_table(seq_lens, rng, spare_pages=spare, extra_cols=extra_cols)
     rows = reqs * q_len
 
-    pool = rng.integers(0, 256, (num_pages, page_bytes(hk)), dtype=np.uint8)
+    shape = (num_pages, page_bytes(hk))
+    if drawn_bytes:
+        pool = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 255), fill=st.integers(0, 255)))
+    else:
+        pool = rng.integers(0, 256, shape, dtype=np.uint8)
     views = page_views(pool, layout, hk)
     for sc in (views.k_scale, views.v_scale):
         if scale_regime == "wide":
@@ -150,23 +165,22 @@ def _record_events(p: DecodeProblem, modes) -> None:
         event(f"slot mode {m}")
 
 
-splits = st.integers(1, 8)
-xcds = st.sampled_from([0, 8])
+def launches_for(caps: Capabilities, splits=None):
+    """Launch records inside ``caps`` (``splits``: only these split counts)."""
+    orders = st.sampled_from(caps.orders) if caps.orders else st.none()
+    return st.builds(Launch, splits=st.sampled_from(tuple(splits or caps.splits)),
+                     xcds=st.sampled_from(caps.xcds), order=orders)
 
 
-def record_launch(problem: DecodeProblem, splits_: int, xcds_: int) -> None:
+def record_launch(problem: DecodeProblem, launch: Launch) -> None:
     """Coverage events for a launch's parameters."""
-    event(f"splits={splits_}")
-    if xcds_ and problem.rows % (xcds_ * problem.q_len):
-        event("xcds=8, rows not a multiple of 8 * q_len")
+    event(f"splits={launch.splits}")
+    if launch.xcds and problem.rows % (launch.xcds * problem.q_len):
+        event(f"xcds={launch.xcds}, rows not a multiple of xcds * q_len")
 
 
-# Backends that execute in Python (the Triton interpreter, the FlyDSL
-# simulator) declare ``interpreted``: they are given small problems.
-SMALL = dict(max_reqs=2, max_kv_heads=2, max_topk=8, max_q_len=2)
-
-
-def problems_for(backend):
-    """The problem strategy for ``backend``: ``problems()``, or small ones
-    (``SMALL``) when the backend is ``interpreted``."""
-    return problems(**SMALL) if getattr(backend, "interpreted", False) else problems()
+def problems_for(caps: Capabilities):
+    """The problem strategy inside ``caps``: its layouts, at most its limits."""
+    lim = caps.limits
+    return problems(max_reqs=lim.requests, max_kv_heads=lim.kv_heads, max_topk=lim.topk, max_q_len=lim.q_len,
+                    layouts=caps.layouts)

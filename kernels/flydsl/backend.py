@@ -18,6 +18,7 @@ from reference import DecodeProblem
 from reference.emulate import LOG2E, SEED_GEOMETRY
 from reference.paged_cache import page_bytes
 
+from ..protocol import Capabilities
 from .lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
 from .seed_index import grid_x as _grid_x
 
@@ -25,6 +26,10 @@ try:
     import torch
 except ImportError:
     torch = None
+
+# XCD placements offered: none, and the 8 XCDs of MI300 (gfx942) and MI355 (gfx950).
+XCDS = (0, 8)
+
 
 def flydsl_missing() -> str | None:
     """None when FlyDSL imports, else the reason."""
@@ -208,7 +213,7 @@ class FlydslBackend:
 
     name = "flydsl"
     geometry = SEED_GEOMETRY
-    splits = SPLITS
+    capabilities = Capabilities(layouts=LAYOUTS, splits=SPLITS, xcds=XCDS, out=True, targets=ARCHS)
 
     def __init__(self):
         self.workspace = Workspace()

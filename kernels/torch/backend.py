@@ -17,6 +17,8 @@ from reference import DecodeProblem
 from reference.formats import E4M3FN_TABLE, e2m1_decode
 from reference.paged_cache import BLK, D, _UNSW_FLAT, unpack_e2m1
 
+from ..protocol import Capabilities
+
 try:
     import torch
 except ImportError:  # the backend reports itself unavailable
@@ -103,7 +105,7 @@ class TorchBackend:
 
     name = "torch"
     geometry = None
-    splits = tuple(range(1, 9))
+    capabilities = Capabilities(splits=tuple(range(1, 9)), targets=("cpu", "cuda", "rocm"))
 
     def __init__(self, device: str | None = None):
         self.device = device

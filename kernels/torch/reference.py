@@ -403,9 +403,11 @@ def interval_from_emulation(problem: DecodeProblem, e: Emulation, *, splits: int
     return compare._interval(e.pre_round.astype(np.float64), delta, shared=e.flip_risk)
 
 
-def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool, geometry: Geometry | None = None,
+def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
                        splits: int = 1, device=None, pool=None) -> compare.Interval:
-    """``reference.compare.interval_vs_oracle`` from the torch oracle."""
+    """``reference.compare.interval_vs_oracle`` from the torch oracle (p_bf16 None:
+    as ``geometry`` says, False for the exact class)."""
+    p_bf16 = compare._p_bf16(p_bf16, geometry)
     out, _, mag, sabs, vsum = oracle_details(problem, device=device, pool=pool)
     c = float(kernel_constant(problem))
     eta = (2 * np.log(2) * c * 128 * F32_EPS * sabs)[..., None]
@@ -419,12 +421,20 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool, geometry: Geomet
     return compare._interval(out, delta, shared=rel * mag if p_bf16 else 0.0)
 
 
+def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1, device=None,
+                     pool=None) -> tuple[compare.Interval, str]:
+    """``reference.compare.backend_interval`` with the torch references: ``(interval,
+    against)`` for a backend of ``geometry`` (the exact oracle's for None,
+    otherwise the emulation of that geometry at ``splits``)."""
+    if geometry is None:
+        return interval_vs_oracle(problem, p_bf16=False, device=device, pool=pool), "oracle"
+    iv = interval_vs_emulation(problem, splits=splits, geometry=geometry, device=device, pool=pool)
+    return iv, f"emulation({compare._geom_name(geometry)}, splits={splits})"
+
+
 def compare_backend_output(problem: DecodeProblem, got, *, geometry: Geometry | None, splits: int = 1,
                            device=None, pool=None) -> compare.Report:
     """``reference.compare.compare_backend_output`` with the torch references: the
     exact oracle for geometry None, otherwise the emulation of ``geometry``."""
-    if geometry is None:
-        iv = interval_vs_oracle(problem, p_bf16=False, device=device, pool=pool)
-        return compare._report(problem, got, iv, "oracle")
-    iv = interval_vs_emulation(problem, splits=splits, geometry=geometry, device=device, pool=pool)
-    return compare._report(problem, got, iv, f"emulation({compare._geom_name(geometry)}, splits={splits})")
+    iv, against = backend_interval(problem, geometry=geometry, splits=splits, device=device, pool=pool)
+    return compare.compare_with_interval(problem, got, iv, against)

@@ -36,6 +36,8 @@ from reference import DecodeProblem, Geometry
 from reference.emulate import softmax_constant
 from reference.paged_cache import page_bytes
 
+from ..protocol import INTERPRETED_LIMITS, Capabilities
+
 try:
     import torch
     import triton
@@ -404,7 +406,6 @@ class TritonBackend:
 
     name = "triton"
     geometry = GEOMETRY
-    splits = tuple(range(1, 9))
 
     def __init__(self, mutant: str | None = None):
         if mutant is not None and mutant not in MUTANTS:
@@ -414,9 +415,11 @@ class TritonBackend:
             self.name = f"triton-mutant:{mutant}"
 
     @property
-    def interpreted(self) -> bool:
-        """True when running on the CPU interpreter (slow: tests keep problems small)."""
-        return _interpret()
+    def capabilities(self) -> Capabilities:
+        """Every layout and split count 1..8; on the CPU interpreter (slow) small generated problems."""
+        if _interpret():
+            return Capabilities(splits=tuple(range(1, 9)), targets=("cpu-interpreter",), limits=INTERPRETED_LIMITS)
+        return Capabilities(splits=tuple(range(1, 9)), targets=("cuda", "rocm"))
 
     def available(self) -> str | None:
         """None with triton and a GPU (or TRITON_INTERPRET=1), else the reason."""

@@ -8,9 +8,10 @@ the simulator's ``Memory`` (the pool without a copy, so a sparse pool stays
 sparse), its arguments packed into the kernarg segment in the order the
 launcher passes them, and the workgroups run one after another.
 
-Each call takes the next workgroup order of ``ORDERS`` (forward, reverse,
-then seeded shuffles), so the harness's two runs of every problem, which
-must agree bitwise, see two arrival orders at the split ticket. The
+The workgroup arrival order is part of the launch (``WORKGROUP_ORDERS``:
+forward, reverse, seeded shuffles, declared in the backend's capabilities):
+the harness's two runs of every problem, which must agree bitwise, use two
+consecutive orders, so the split ticket sees two arrival orders. The
 tickets and partials persist across calls like the ROCm workspace's; a
 launch that leaves a ticket non-zero raises ``SimError``.
 """
@@ -18,7 +19,6 @@ launch that leaves a ticket non-zero raises ``SimError``.
 from __future__ import annotations
 
 import functools
-import itertools
 import struct
 
 import numpy as np
@@ -27,7 +27,8 @@ from reference import DecodeProblem
 from reference.emulate import SEED_GEOMETRY
 from reference.formats import bf16_bits, from_bf16_bits
 
-from ..backend import flydsl_missing, launch_plan
+from ...protocol import INTERPRETED_LIMITS, Capabilities
+from ..backend import XCDS, flydsl_missing, launch_plan
 from ..lanes import ARCHS, LAYOUTS, PART_F, SPLITS, k_table
 from .compile import CompileError, arg_order, assembly_path, cache_dir
 from .launch import Kernel, dispatch
@@ -36,7 +37,7 @@ from .program import parse_program
 from .wave import SimError
 
 BLOCK = 256
-ORDERS = ("forward", "reverse")
+WORKGROUP_ORDERS = ("forward", "reverse") + tuple(f"shuffle:{i}" for i in range(1, 6))
 # The kernel is compiled per TOPK; a problem's slot lists are padded with -1
 # (empty slots, which the kernel skips) up to the next of these widths, so a
 # sweep over many TOPK values needs few compiles. They are the widths the
@@ -168,10 +169,6 @@ class FlydslSimBackend:
     ``buckets``: the compiled TOPK widths (``TOPK_BUCKETS``; None: exact)."""
 
     geometry = SEED_GEOMETRY
-    splits = SPLITS
-    # Executing every instruction in Python is slow: the harness keeps its
-    # generated problems small for backends that say so.
-    interpreted = True
 
     def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None, buckets=TOPK_BUCKETS):
         if arch not in ARCHS:
@@ -182,18 +179,22 @@ class FlydslSimBackend:
         self.name = f"flydsl-sim-{arch}" + (f"-{mutant}" if mutant else "")
         self.options = options or {}
         self.workspace = SimWorkspace()
-        self._orders = itertools.cycle(ORDERS + tuple(f"shuffle:{i}" for i in range(1, 6)))
+        # Executing every instruction in Python is slow: small generated problems.
+        self.capabilities = Capabilities(layouts=LAYOUTS, splits=SPLITS, xcds=XCDS, orders=WORKGROUP_ORDERS,
+                                         out=True, targets=(arch,), limits=INTERPRETED_LIMITS)
         self.instructions = 0
 
     def available(self) -> str | None:
         """None when FlyDSL and ``ld.lld`` >= 19 are here to compile the kernel, else the reason."""
         return sim_missing()
 
-    def __call__(self, problem: DecodeProblem, *, splits: int = 1, xcds: int = 0, out=None) -> np.ndarray:
-        """float32 ``[rows, H, 128]`` holding the bf16 output; validates first."""
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1, xcds: int = 0, order: str = "forward",
+                 out=None) -> np.ndarray:
+        """float32 ``[rows, H, 128]`` holding the bf16 output; validates first.
+        order: the workgroups' arrival order (``WORKGROUP_ORDERS``)."""
         problem.validate()
         try:
-            res = run(problem, self.arch, splits=splits, xcds=xcds, out=out, order=next(self._orders),
+            res = run(problem, self.arch, splits=splits, xcds=xcds, out=out, order=order,
                       workspace=self.workspace, options=self.options, mutant=self.mutant, buckets=self.buckets)
         except CompileError as e:
             raise SimError(f"cannot compile the kernel for {self.arch}: {e}") from e

@@ -1,0 +1,248 @@
+"""The backend protocol: what an implementation under test declares and receives.
+
+This module is the one description of the contract between the suite and a
+backend. The README's "Writing a backend" section is generated from it
+(``python -m kernels.protocol`` prints that section; a test keeps the README
+equal to it).
+
+A backend declares what it supports in one ``Capabilities`` record; the
+strategies draw only launches and problems inside it, and the harness passes
+a ``Launch`` (one point of it) to every call. Nothing else about a backend is
+inspected: not its call signature, not any other attribute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from reference import LAYOUTS, DecodeProblem, Geometry
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The largest problem a backend is given by the generated checks (each
+    field a maximum; golden cases are run whatever their size). Backends that
+    execute in Python (an interpreter, a simulator) declare small limits."""
+
+    requests: int = 8
+    kv_heads: int = 4
+    topk: int = 64
+    q_len: int = 4
+
+
+# Backends that execute every instruction in Python (the Triton interpreter,
+# the FlyDSL simulator): a generated problem must take seconds, not minutes.
+INTERPRETED_LIMITS = Limits(requests=2, kv_heads=2, topk=8, q_len=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend supports, declared once.
+
+    layouts: page layouts it reads (subset of ``reference.LAYOUTS``).
+    splits: split counts it runs (positive ints). xcds: XCD placements it
+    accepts; ``(0,)`` means it has no placement parameter and never receives
+    ``xcds``. orders: workgroup arrival orders it can be asked for (a
+    simulator's scheduling); empty means it never receives ``order``.
+    out: whether it accepts ``out=`` (a float32 ``[rows, H, 128]`` buffer,
+    pre-filled with NaN by the harness, filled in place). targets: where it
+    runs, for reports (``"numpy"``, ``"cuda"``, ``"gfx942"``...). limits: the
+    largest generated problem it is given.
+    """
+
+    layouts: tuple[str, ...] = LAYOUTS
+    splits: tuple[int, ...] = (1,)
+    xcds: tuple[int, ...] = (0,)
+    orders: tuple[str, ...] = ()
+    out: bool = False
+    targets: tuple[str, ...] = ()
+    limits: Limits = Limits()
+
+    def __post_init__(self):
+        bad = [x for x in self.layouts if x not in LAYOUTS]
+        if bad or not self.layouts:
+            raise ValueError(f"Capabilities.layouts {self.layouts!r}: each must be one of {LAYOUTS}")
+        for field in ("splits", "xcds"):
+            vals = getattr(self, field)
+            bad = [(i, v) for i, v in enumerate(vals) if not isinstance(v, (int, np.integer)) or v < 0
+                   or (field == "splits" and v < 1)]
+            if bad or not vals:
+                i, v = bad[0] if bad else (0, None)
+                raise ValueError(f"Capabilities.{field} {vals!r}: must be a non-empty tuple of "
+                                 f"{'positive' if field == 'splits' else 'non-negative'} ints; "
+                                 f"index {i} is {v!r}")
+
+    def refuses(self, problem: DecodeProblem, launch: Launch) -> str | None:
+        """None when ``launch`` on ``problem`` is inside these capabilities,
+        otherwise why not (one phrase naming the offending value)."""
+        if problem.layout not in self.layouts:
+            return f"layout {problem.layout!r} not supported (supports {list(self.layouts)})"
+        if launch.splits not in self.splits:
+            return f"splits {launch.splits} not supported (supports {list(self.splits)})"
+        if launch.xcds not in self.xcds:
+            return f"xcds {launch.xcds} not supported (supports {list(self.xcds)})"
+        if launch.order is not None and launch.order not in self.orders:
+            return f"workgroup order {launch.order!r} not supported (supports {list(self.orders)})"
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How one problem is launched: the split count, the XCD placement (0: none)
+    and the workgroup arrival order (None: the backend's own). The page layout
+    is the problem's (``problem.layout``: the pool's bytes are laid out in it),
+    so it travels with the problem and is printed beside the launch."""
+
+    splits: int = 1
+    xcds: int = 0
+    order: str | None = None
+
+    def kwargs(self, caps: Capabilities) -> dict:
+        """The keyword arguments a backend with ``caps`` receives for this launch."""
+        kw = {"splits": self.splits}
+        if caps.xcds != (0,):
+            kw["xcds"] = self.xcds
+        if caps.orders:
+            kw["order"] = self.order if self.order is not None else caps.orders[0]
+        return kw
+
+    def as_seen_by(self, caps: Capabilities) -> Launch:
+        """This launch as a backend with ``caps`` receives it: the placement and
+        the order dropped where it declares none (they never reach it)."""
+        return dataclasses.replace(self, xcds=self.xcds if caps.xcds != (0,) else 0,
+                                   order=self.order if caps.orders else None)
+
+    def then(self, caps: Capabilities) -> Launch:
+        """The launch of the harness's second run: the same, in the next declared
+        workgroup order when the backend has orders (two arrival orders must
+        give the same bits)."""
+        if not caps.orders:
+            return self
+        cur = self.order if self.order is not None else caps.orders[0]
+        return dataclasses.replace(self, order=caps.orders[(caps.orders.index(cur) + 1) % len(caps.orders)])
+
+    def describe(self, problem: DecodeProblem | None = None) -> str:
+        """``splits=2 xcds=8 order=reverse layout=planar`` (fields at their
+        defaults left out, except splits)."""
+        parts = [f"splits={self.splits}"]
+        if self.xcds:
+            parts.append(f"xcds={self.xcds}")
+        if self.order is not None:
+            parts.append(f"order={self.order}")
+        if problem is not None:
+            parts.append(f"layout={problem.layout}")
+        return " ".join(parts)
+
+    def to_json(self) -> dict:
+        """The record as a JSON object (stored in repro files and the manifest)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Launch:
+        """The record stored by ``to_json``; raises ValueError naming an unknown or bad field."""
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"launch record has unknown fields {sorted(unknown)}")
+        for k in ("splits", "xcds"):
+            if k in d and not isinstance(d[k], int):
+                raise ValueError(f"launch record field {k!r} is {d[k]!r}, not an int")
+        return cls(**d)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The protocol every implementation under test follows.
+
+    name: str, how reports name it. geometry: the ``reference.Geometry`` of its
+    arithmetic, judged against the emulation of that geometry; or None for the
+    exact class (at least float32, P unrounded, output rounded once to bf16),
+    judged against the exact oracle. capabilities: its ``Capabilities``.
+    available(): None when usable on this machine, otherwise the reason.
+    __call__(problem, **launch): the output for one launch; it receives
+    ``splits`` always, ``xcds`` and ``order`` only when its capabilities
+    declare them, ``out`` only when they declare ``out``. It returns the output
+    (or None when it filled ``out``): bf16 values as float32, bfloat16,
+    float16 or float64, ``[rows, H, 128]``, a numpy array or a torch tensor
+    on any device. It must not modify ``problem``'s arrays (it gets private
+    copies; a change fails the case) and must raise the named
+    ``reference.ProblemError`` subclass for invalid input.
+    """
+
+    name: str
+    geometry: Geometry | None
+    capabilities: Capabilities
+
+    def available(self) -> str | None:
+        """None when usable here, otherwise the reason."""
+
+    def __call__(self, problem: DecodeProblem, *, splits: int = 1):
+        """The bf16 output ``[rows, H, 128]`` of one launch."""
+
+
+ATTRIBUTES = ("name", "geometry", "capabilities", "available")
+
+
+def protocol_errors(obj) -> list[str]:
+    """What ``obj`` lacks to be a Backend: missing attributes, a non-callable,
+    a ``capabilities`` that is not a ``Capabilities``. Empty when it conforms."""
+    errs = [f"missing attribute {a!r}" for a in ATTRIBUTES if not hasattr(obj, a)]
+    if not callable(obj):
+        errs.append("not callable (needs __call__(problem, *, splits=1, ...))")
+    if hasattr(obj, "capabilities") and not isinstance(obj.capabilities, Capabilities):
+        errs.append(f"capabilities is a {type(obj.capabilities).__name__}, not a kernels.Capabilities")
+    return errs
+
+
+README_SECTION = """\
+### Writing a backend
+
+```python
+import kernels, reference
+
+class Backend:
+    name = "mykernel"
+    geometry = reference.Geometry(keys_per_max=64, keys_per_lane=16, p_bf16=True)  # or None
+    capabilities = kernels.Capabilities(splits=(1, 2, 4, 8), targets=("gfx950",))
+    def available(self): return None            # or the reason it cannot run here
+    def __call__(self, problem, *, splits=1):    # -> [rows, H, 128] bf16 values
+        ...
+```
+
+A backend is any object with four attributes and a call (`kernels.Backend`,
+described once in `kernels/protocol.py`; this section is generated from it by
+`python -m kernels.protocol` and a test keeps the two equal). `problem` is a
+`reference.DecodeProblem` (numpy arrays named as in `reference/CONTRACT.md`).
+
+- `name`: how reports name it.
+- `geometry`: the `reference.Geometry` of its arithmetic (it is then judged
+  against the emulation of that geometry, to the last bf16 rounding), or
+  `None` for the exact class (at least float32, P unrounded, output rounded
+  once to bf16; judged against the exact oracle).
+- `capabilities`: a `kernels.Capabilities` record declaring what it supports:
+  `layouts` (page layouts it reads), `splits` (split counts), `xcds` (XCD
+  placements; `(0,)` for none), `orders` (workgroup arrival orders it can be
+  asked for; empty for none), `out` (whether it fills an `out=` buffer),
+  `targets` (where it runs, for reports) and `limits` (a `kernels.Limits`:
+  the largest generated problem it is given). The checks draw only what it
+  declares.
+- `available()`: `None` when usable on this machine, otherwise the reason.
+- `__call__(problem, *, splits, ...)`: the output of one launch. It always
+  receives `splits`; `xcds`, `order` and `out` only when its capabilities
+  declare them. It returns `[rows, H, 128]` bf16 values (a numpy array of
+  float32, float16 or ml_dtypes bfloat16, or a torch tensor of float32,
+  float16 or bfloat16 on any device), or `None` after filling `out`.
+
+The harness gives each call private copies of the problem's arrays and fails
+a backend that changes them; it runs every launch twice (in two workgroup
+orders where the backend has orders) and the results must be bitwise equal.
+Invalid input must raise the `reference.ProblemError` subclass the golden
+case names. A launch (`kernels.Launch`: splits, xcds, order, printed with
+the problem's layout) is stored in every saved failure and replayed as it was.
+"""
+
+
+if __name__ == "__main__":
+    print(README_SECTION, end="")

@@ -1,0 +1,183 @@
+"""vectors.check: verdicts are never vacuous, unreadable cases are reported by case
+while the others run, golden cases are judged by their stored expectations."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import kernels
+import reference as R
+from kernels.protocol import Capabilities, Launch
+from vectors import catalog
+from vectors.check import check_golden, replay_launches
+from vectors.cli import main
+
+
+@pytest.fixture
+def small_catalog(tmp_path, monkeypatch):
+    """A copy of the first four valid cases and one invalid case of the catalog
+    (``tmp_path/vectors``), which ``catalog`` then reads."""
+    m = catalog.load_manifest()
+    chosen = [c for c in m["cases"] if c["result"] == "valid"][:4] + [
+        next(c for c in m["cases"] if c["result"] == "invalid")]
+    here = tmp_path / "vectors"
+    (here / "data").mkdir(parents=True)
+    for c in chosen:
+        shutil.copy(catalog.HERE / c["file"], here / c["file"])
+    (here / "manifest.json").write_text(catalog.dump({**m, "cases": chosen}))
+    monkeypatch.setattr(catalog, "HERE", here)
+    monkeypatch.setattr(catalog, "DATA", here / "data")
+    monkeypatch.setattr(catalog, "MANIFEST", here / "manifest.json")
+    return here, chosen
+
+
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _rehash(here, idx):
+    """Make the manifest's sha256 of case ``idx`` match its (altered) file."""
+    import hashlib
+
+    m = json.loads((here / "manifest.json").read_text())
+    m["cases"][idx]["sha256"] = hashlib.sha256((here / m["cases"][idx]["file"]).read_bytes()).hexdigest()
+    (here / "manifest.json").write_text(json.dumps(m))
+
+
+def _pickle_npz(path):
+    np.savez(path.with_suffix(""), meta=np.array([{"x": 1}], dtype=object))
+    shutil.move(str(path.with_suffix("")) + ".npz", path)
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "wrong sha256", "pickled with matching sha", "deleted"])
+def test_each_corrupted_case_is_reported_by_case_with_exit_2_while_the_others_run(small_catalog, damage, capsys):
+    here, chosen = small_catalog
+    target = here / chosen[1]["file"]
+    if damage == "flipped byte":
+        _flip_byte(target)
+    elif damage == "wrong sha256":
+        m = json.loads((here / "manifest.json").read_text())
+        m["cases"][1]["sha256"] = "0" * 64
+        (here / "manifest.json").write_text(json.dumps(m))
+    elif damage == "pickled with matching sha":
+        _pickle_npz(target)
+        _rehash(here, 1)
+    else:
+        target.unlink()
+    assert main(["check", "--backend", "emulate", "--examples", "0"]) == 2
+    out = capsys.readouterr().out
+    assert f"{chosen[1]['id']:3d} {chosen[1]['name']:<28} ERROR: " in out, out
+    assert f"4 of {len(chosen)} cases passed, 0 failed, 0 skipped, 1 unreadable" in out, out
+    assert "NO VERDICT (the catalog has unreadable cases)" in out
+
+
+def test_a_manifest_that_is_not_json_exits_2_naming_it(small_catalog, capsys):
+    here, _ = small_catalog
+    (here / "manifest.json").write_text("{not json")
+    assert main(["check", "--backend", "emulate", "--examples", "0"]) == 2
+    assert "unreadable manifest" in capsys.readouterr().err
+
+
+def test_a_manifest_of_another_generator_version_exits_2(small_catalog, capsys):
+    here, _ = small_catalog
+    m = json.loads((here / "manifest.json").read_text())
+    m["generator_version"] = catalog.GENERATOR_VERSION + 1
+    (here / "manifest.json").write_text(json.dumps(m))
+    assert main(["check", "--backend", "emulate", "--examples", "0"]) == 2
+    assert "generator_version" in capsys.readouterr().err
+
+
+def test_stored_expectations_that_drifted_from_the_reference_are_an_error_not_a_verdict(small_catalog, capsys):
+    # A stored interval end moved by one bf16 step: the reference no longer
+    # reproduces it, so no backend is judged against it.
+    from vectors.io import load_case, save_case
+
+    here, chosen = small_catalog
+    path = here / chosen[0]["file"]
+    problem, meta, extra = load_case(path)
+    extra["expect_exact_hi"] = extra["expect_exact_hi"].copy()
+    extra["expect_exact_hi"].reshape(-1)[5] += 1
+    save_case(path, problem, meta=meta, extra=extra)
+    _rehash(here, 0)
+    assert catalog.verify() == [f"case {chosen[0]['id']} {chosen[0]['name']}: array 'expect_exact_hi' differs "
+                                "from the reference's"]
+    run = check_golden(kernels.get_backend("reference"))
+    assert run.cases[0].status == "ERROR" and "drifted" in run.cases[0].error
+    assert "[row " in run.cases[0].error and all(c.status == "PASS" for c in run.cases[1:])
+
+
+def test_missing_manifest_is_an_error_not_a_pass(small_catalog, capsys):
+    here, _ = small_catalog
+    (here / "manifest.json").unlink()
+    assert main(["check", "--backend", "emulate", "--examples", "0"]) == 2
+    assert "manifest.json is missing" in capsys.readouterr().err
+
+
+def test_nothing_to_check_exits_2(capsys):
+    assert main(["check", "--backend", "emulate", "--examples", "0", "--no-golden"]) == 2
+    assert "nothing to check" in capsys.readouterr().err
+
+
+class EvenSplits:
+    """The emulation, declaring split counts 4 and 6 only (most cases run 1, 2, 3, 8)."""
+
+    name, geometry = "even", R.SEED_GEOMETRY
+
+    def __init__(self, layouts=R.LAYOUTS):
+        self.capabilities = Capabilities(layouts=layouts, splits=(4, 6))
+
+    def available(self):
+        return None
+
+    def __call__(self, problem, *, splits=1):
+        return R.emulate(problem, splits=splits)
+
+
+def test_cases_whose_launches_are_all_outside_the_capabilities_are_skipped_not_passed(small_catalog):
+    run = check_golden(EvenSplits())
+    by_status = {c.status for c in run.cases}
+    assert "SKIP" in by_status, run.text()
+    for c in run.cases:
+        if c.status == "SKIP":
+            assert not c.ran and c.skipped and all("splits" in why for _, why in c.skipped)
+    assert "skipped" in run.text()
+
+
+def test_a_run_where_every_case_is_skipped_has_no_verdict(small_catalog, monkeypatch, capsys):
+    monkeypatch.setitem(kernels._REGISTRY, "planar-only", lambda: EvenSplits(layouts=("planar",)))
+    here, chosen = small_catalog
+    m = json.loads((here / "manifest.json").read_text())
+    m["cases"] = [c for c in m["cases"] if c["result"] == "valid" and c["params"]["layout"] == "token_rows"]
+    (here / "manifest.json").write_text(json.dumps(m))
+    assert m["cases"]
+    assert main(["check", "--backend", "planar-only", "--examples", "0"]) == 2
+    out = capsys.readouterr().out
+    assert "NO VERDICT (nothing was judged)" in out and "SKIPPED: layout 'token_rows' not supported" in out
+
+
+def test_replay_where_every_launch_is_skipped_has_no_verdict(capsys, monkeypatch):
+    monkeypatch.setitem(kernels._REGISTRY, "even", EvenSplits)
+    m = catalog.load_manifest()
+    case = next(c for c in m["cases"] if c["result"] == "valid"
+                and not {x["splits"] for x in c["launches"]} & {4, 6})
+    assert main(["replay", str(catalog.HERE / case["file"]), "--backend", "even"]) == 2
+    out = capsys.readouterr().out
+    assert "SKIPPED: splits" in out and "NO VERDICT" in out
+
+
+def test_replay_of_a_file_that_names_no_backend_needs_one(capsys):
+    m = catalog.load_manifest()
+    assert main(["replay", str(catalog.HERE / m["cases"][0]["file"])]) == 2
+    assert "records no backend: give --backend" in capsys.readouterr().err
+
+
+def test_replay_launches_follow_the_backends_capabilities():
+    meta = {"launches": [Launch(2, 8).to_json(), Launch(2, 0).to_json()]}
+    assert replay_launches(meta, Capabilities(splits=(2,))) == [Launch(2, 0)]
+    assert replay_launches(meta, Capabilities(splits=(2,), xcds=(0, 8))) == [Launch(2, 8), Launch(2, 0)]
+    assert replay_launches(meta, Capabilities(splits=(2,), xcds=(0, 8)), xcds=0) == [Launch(2, 0)]
+

@@ -1,0 +1,83 @@
+"""kernels.protocol: the declared capabilities, the launch record, and the README
+section generated from the protocol."""
+
+from pathlib import Path
+
+import pytest
+
+import kernels
+from kernels.protocol import README_SECTION, Capabilities, Launch, protocol_errors
+from reference.examples import random_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_writing_a_backend_section_is_the_generated_one():
+    assert README_SECTION in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"layouts": ("rows",)}, "layouts"), ({"layouts": ()}, "layouts"), ({"splits": ()}, "splits"),
+    ({"splits": (1, 0)}, "index 1 is 0"), ({"xcds": (-8,)}, "index 0 is -8"), ({"splits": (1.5,)}, "1.5"),
+])
+def test_bad_capabilities_are_refused_naming_the_value(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        Capabilities(**kw)
+
+
+def test_refuses_names_the_value_outside_the_capabilities():
+    p = random_problem(1, reqs=1, topk=2, layout="planar")
+    caps = Capabilities(layouts=("token_rows",), splits=(1, 2))
+    assert "layout 'planar'" in caps.refuses(p, Launch())
+    caps = Capabilities(splits=(1, 2), xcds=(0, 8), orders=("forward", "reverse"))
+    assert caps.refuses(p, Launch(2, 8, "reverse")) is None
+    assert "splits 3" in caps.refuses(p, Launch(3))
+    assert "xcds 4" in caps.refuses(p, Launch(1, 4))
+    assert "order 'sideways'" in caps.refuses(p, Launch(1, 0, "sideways"))
+
+
+def test_a_backend_receives_only_the_launch_fields_it_declares():
+    plain = Capabilities(splits=(1, 2))
+    full = Capabilities(splits=(1, 2), xcds=(0, 8), orders=("forward", "reverse"))
+    assert Launch(2, 8, "reverse").kwargs(plain) == {"splits": 2}
+    assert Launch(2, 8).kwargs(full) == {"splits": 2, "xcds": 8, "order": "forward"}
+    assert Launch(2, 8, "reverse").as_seen_by(plain) == Launch(2)
+
+
+def test_the_second_run_takes_the_next_declared_order():
+    caps = Capabilities(orders=("forward", "reverse", "shuffle:1"))
+    assert Launch().then(caps).order == "reverse"
+    assert Launch(order="shuffle:1").then(caps).order == "forward"
+    assert Launch().then(Capabilities()) == Launch()
+
+
+def test_launch_records_round_trip_through_json_and_refuse_unknown_fields():
+    x = Launch(4, 8, "reverse")
+    assert Launch.from_json(x.to_json()) == x
+    with pytest.raises(ValueError, match="unknown fields"):
+        Launch.from_json({"splits": 1, "warps": 4})
+    with pytest.raises(ValueError, match="'splits' is '2'"):
+        Launch.from_json({"splits": "2"})
+
+
+def test_describe_names_the_launch_and_the_problems_layout():
+    p = random_problem(1, reqs=1, topk=2, layout="planar")
+    assert Launch(2, 8, "reverse").describe(p) == "splits=2 xcds=8 order=reverse layout=planar"
+    assert Launch().describe() == "splits=1"
+
+
+def test_every_registered_backend_declares_capabilities():
+    for name in kernels.registered():
+        b = kernels.get_backend(name)
+        assert protocol_errors(b) == [] and isinstance(b.capabilities, Capabilities), name
+
+
+def test_protocol_errors_name_what_is_missing():
+    class Old:
+        name, geometry, splits = "old", None, (1,)
+
+        def available(self):
+            return None
+
+    errs = protocol_errors(Old())
+    assert "missing attribute 'capabilities'" in errs and any("not callable" in e for e in errs)

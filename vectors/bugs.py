@@ -1,0 +1,203 @@
+"""The bug classes: what the golden cases target and the mutants that prove they do.
+
+A bug class is one known way a sparse NVFP4 decode kernel goes wrong. Its name
+is the flag that golden cases carry (``vectors/manifest.json``), its
+description the manifest's ``notes`` entry (``vectors.cases`` takes both from
+here). Its golden cases are the catalog's cases carrying the flag
+(``golden_cases``). Its mutants are backends that each inject that one bug
+into a correct implementation; they are named by backend specs
+(``module:attr``, as ``kernels.get_backend`` and ``python -m vectors check
+--backend`` take them), so this module imports nothing to list them:
+
+- ``mutants:<attr>``: numpy kernels in ``tests/mutants.py`` (importable with
+  ``tests/`` on ``sys.path``, as under pytest, or with ``PYTHONPATH=tests``);
+- ``kernels.triton.decode:<name>``: the Triton kernel built with one of its ``MUTANTS``;
+- ``kernels.flydsl.sim.backend:<name>_<arch>``: the FlyDSL kernel compiled with
+  one of ``kernels.flydsl.decode.MUTANTS`` for ``arch``, run by the simulator.
+
+``tests/test_bugs.py`` holds the registry to account: every detectable mutant
+fails a golden case carrying its own class's flag, every class has a mutant
+or says why it has none, and every mutant defined anywhere is registered.
+
+    python -m vectors.bugs                    # each class: description, golden cases, mutants
+    python -m vectors.bugs --mutants triton   # the Triton mutants' specs, one a line
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+
+@dataclasses.dataclass(frozen=True)
+class BugClass:
+    """A bug class: its flag ``name``, what a case carrying the flag holds
+    (``description``), and, for a class no mutant can stand for, why (``no_mutant``)."""
+
+    name: str
+    description: str
+    no_mutant: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """A backend with one bug of class ``bug``, loadable as ``spec``;
+    ``undetectable``: why no conformance check can reject it, or None."""
+
+    spec: str
+    bug: str
+    undetectable: str | None = None
+
+    @property
+    def engine(self) -> str:
+        """``numpy``, ``triton`` or ``flydsl``: what the mutant runs on."""
+        return ENGINES[self.spec.split(":", 1)[0]]
+
+
+ENGINES = {"mutants": "numpy", "kernels.triton.decode": "triton", "kernels.flydsl.sim.backend": "flydsl"}
+
+CLASSES = (
+    BugClass("first-invalid-nan", "leading slots all invalid; an unguarded exp2(-inf - -inf) turns the row NaN"),
+    BugClass("empty-row", "rows that see no key (padding requests, no valid slot): exact zeros, never NaN"),
+    BugClass("split-merge", "split-KV partials merged, including splits that got no block"),
+    BugClass("split-rescale", "split maxima far apart: a merge without exp2(big - top) rescaling is wrong"),
+    BugClass("ticket-reset", "split tickets must be reset: the second launch of the same case must match"),
+    BugClass("minus-one", "-1 slots that a kernel must not dereference through the block table"),
+    BugClass("v-scale-swizzle", "V scales with a token-dependent pattern: a linear read gives other values"),
+    BugClass("v-scale-writer",
+             "every token of a 4-token group has its own V scale (a writer keeping one per 4 tokens is wrong)"),
+    BugClass("stale-tail", "bytes past seq_len in the last page are loud; attending them moves the output"),
+    BugClass("fnuz", "scale bytes whose E4M3FNUZ reading differs (every byte halves; 0x80 is NaN; 0x7F is 240)"),
+    BugClass("e4m3-special", "subnormal, zero and largest E4M3 scale bytes in pages that are read"),
+    BugClass("e4m3-nan", "an E4M3 NaN scale byte in a read page (invalid input)"),
+    BugClass("e2m1-ties", "cache written from values on E2M1 ties (a reciprocal-multiply writer rounds them otherwise)",
+             no_mutant="a fact of the cache writer, not of a decode kernel: a kernel reads the stored codes and "
+                       "rounds nothing to E2M1, so no decode bug is specific to codes that came from ties (the "
+                       "writer's ties-to-even is tested in tests/test_formats.py)"),
+    BugClass("nibble-order", "every E2M1 code in both nibbles, so a swapped nibble order shows"),
+    BugClass("scale-group", "scale groups with distinct values, so an off-by-one group index shows"),
+    BugClass("topk-major",
+             "Hkv > 1 and rows != Hkv with distinct per-head selections: token-major top-k reads other slots"),
+    BugClass("head-map", "KV heads with very different data: h % Hkv instead of h // 16 reads the wrong head"),
+    BugClass("position", "q_len > 1 across a block boundary: an off-by-one position moves the causal cut"),
+    BugClass("causal-earlier", "earlier blocks fully visible next to a cut diagonal block"),
+    BugClass("xcds", "rows not a multiple of xcds * q_len: FlyDSL's XCD padding must store nothing for pad rows"),
+    BugClass("stray-read", "slabs no valid slot reads are poisoned with NaN scale bytes"),
+    BugClass("layout", "the same values in the other page layout"),
+    BugClass("large-logits", "peaked softmax, P underflowing to subnormal"),
+    BugClass("topk-wide", "TOPK 33 or 64: slot lanes past 32 in use"),
+    BugClass("odd-blocks", "an odd number of valid blocks: the last loop trip's second block is masked"),
+    BugClass("rounding", "thousands of ordinary outputs judged to the bit: a bf16 rounding other than "
+                         "nearest-even (of P or of the output), or a stray ulp, shows"),
+    BugClass("invalid", "invalid input: the host side must reject it with the named ProblemError"),
+)
+
+_HALF_AWAY = (
+    "differs from nearest-even only where the float32 value is exactly a bf16 tie; delta > 0 "
+    "everywhere (term 4 alone is >= 2**-126), so both neighbours of a tie are in the interval: "
+    "a correct kernel whose value lies a hair to either side gives either one. Only the bias "
+    "verdict can see it, and only in a problem with >= 32 such ties; the golden catalog holds 9 "
+    "tie elements in all and the generator none in 1000 problems")
+_EXP2_LOW = (
+    "a common factor on every weight cancels between the numerator and l; what is left (the "
+    "factor varies by < 2**-23 across a binade, and bf16(p) flips only for keys within 4 u of a "
+    "bf16 midpoint, all inside the flip-risk window of term 3, whose own part is 8 u) keeps the "
+    "unrounded output within delta of the emulation's: every element is inside its interval "
+    "by construction, and the flips move outputs by the sign of v, not one way")
+
+MUTANTS = (
+    # tests/mutants.py: NumpyKernel(bug) as numpy_<bug> (exact class, judged against the oracle)
+    Mutant("mutants:numpy_unguarded_first_invalid", "first-invalid-nan"),
+    Mutant("mutants:numpy_split_empty_nan", "empty-row"),
+    Mutant("mutants:numpy_empty_split_unwritten", "split-merge"),
+    Mutant("mutants:numpy_split_no_rescale", "split-rescale"),
+    Mutant("mutants:numpy_ticket_not_reset", "ticket-reset"),
+    Mutant("mutants:numpy_minus_one_deref", "minus-one"),
+    Mutant("mutants:numpy_v_scale_linear", "v-scale-swizzle"),
+    Mutant("mutants:numpy_v_scale_per_group", "v-scale-writer"),
+    Mutant("mutants:numpy_stale_tail", "stale-tail"),
+    Mutant("mutants:numpy_fnuz_scales", "fnuz"),
+    Mutant("mutants:numpy_subnormal_scale_zero", "e4m3-special"),
+    Mutant("mutants:numpy_nan_scale_unchecked", "e4m3-nan"),
+    Mutant("mutants:numpy_nibble_swap", "nibble-order"),
+    Mutant("mutants:numpy_scale_group_shift", "scale-group"),
+    Mutant("mutants:numpy_token_major_topk", "topk-major"),
+    Mutant("mutants:numpy_head_mod", "head-map"),
+    Mutant("mutants:numpy_pos_off_by_one", "position"),
+    Mutant("mutants:numpy_causal_all_blocks", "causal-earlier"),
+    Mutant("mutants:numpy_masked_page_zero", "stray-read"),
+    Mutant("mutants:numpy_layout_token_rows", "layout"),
+    Mutant("mutants:numpy_softmax_no_max", "large-logits"),
+    Mutant("mutants:numpy_topk_first_32", "topk-wide"),
+    Mutant("mutants:numpy_odd_block_dropped", "odd-blocks"),
+    Mutant("mutants:numpy_exact_output_truncated", "rounding"),
+    Mutant("mutants:numpy_unvalidated", "invalid"),
+    # tests/mutants.py: SeedKernel(bug) as seed_<bug> (seed geometry, judged against the emulation)
+    Mutant("mutants:seed_output_truncated", "rounding"),
+    Mutant("mutants:seed_output_half_away", "rounding", undetectable=_HALF_AWAY),
+    Mutant("mutants:seed_p_truncated", "rounding"),
+    Mutant("mutants:seed_exp2_low_2ulp", "rounding", undetectable=_EXP2_LOW),
+    Mutant("mutants:seed_one_ulp_on_1pct", "rounding"),
+    # tests/mutants.py: launch-placement bugs (backends taking ``xcds``)
+    Mutant("mutants:PlacementBug", "xcds"),
+    Mutant("mutants:XcdRowMask", "xcds"),
+    # kernels.triton.decode.MUTANTS
+    Mutant("kernels.triton.decode:causal", "stale-tail"),
+    Mutant("kernels.triton.decode:v_scale_linear", "v-scale-swizzle"),
+    Mutant("kernels.triton.decode:minus_one", "minus-one"),
+    Mutant("kernels.triton.decode:merge_no_rescale", "split-rescale"),
+    # kernels.flydsl.decode.MUTANTS, each on the target where it is a bug (FNUZ only on gfx942)
+    Mutant("kernels.flydsl.sim.backend:causal_off_by_one_gfx950", "stale-tail"),
+    Mutant("kernels.flydsl.sim.backend:v_scale_linear_gfx950", "v-scale-swizzle"),
+    Mutant("kernels.flydsl.sim.backend:merge_no_rescale_gfx950", "split-rescale"),
+    Mutant("kernels.flydsl.sim.backend:ticket_not_reset_gfx950", "ticket-reset"),
+    Mutant("kernels.flydsl.sim.backend:fnuz_uncorrected_gfx942", "fnuz"),
+)
+
+
+def classes() -> dict[str, BugClass]:
+    """Class name (flag) -> ``BugClass``, in catalog order."""
+    return {c.name: c for c in CLASSES}
+
+
+def mutants(engine: str | None = None, bug: str | None = None) -> list[Mutant]:
+    """The registered mutants, optionally only those of ``engine`` and/or of class ``bug``."""
+    return [m for m in MUTANTS if engine in (None, m.engine) and bug in (None, m.bug)]
+
+
+def golden_cases(bug: str, manifest: dict | None = None) -> list[dict]:
+    """The manifest entries (default: the committed catalog's) of the cases carrying flag ``bug``."""
+    if manifest is None:
+        from .catalog import load_manifest
+
+        manifest = load_manifest()
+    return [c for c in manifest["cases"] if bug in c["flags"]]
+
+
+def main(argv=None) -> int:
+    """``python -m vectors.bugs [--mutants ENGINE]``; exit 2 on an unknown engine."""
+    ap = argparse.ArgumentParser(prog="python -m vectors.bugs", description=__doc__.split("\n")[0])
+    ap.add_argument("--mutants", metavar="ENGINE", choices=sorted(set(ENGINES.values())) + ["all"],
+                    help="print only the specs of this engine's mutants (or all), one a line")
+    args = ap.parse_args(argv)
+    if args.mutants:
+        for m in mutants(None if args.mutants == "all" else args.mutants):
+            print(m.spec)
+        return 0
+    from .catalog import load_manifest
+
+    manifest = load_manifest()
+    for c in CLASSES:
+        print(f"{c.name}: {c.description}")
+        cases = golden_cases(c.name, manifest)
+        print("  cases:   " + (", ".join(f"{g['id']} {g['name']}" for g in cases) or "none"))
+        for m in mutants(bug=c.name):
+            print(f"  mutant:  {m.spec}" + (f" (undetectable: {m.undetectable})" if m.undetectable else ""))
+        if c.no_mutant:
+            print(f"  no mutant: {c.no_mutant}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
