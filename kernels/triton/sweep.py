@@ -40,7 +40,8 @@ def main(argv=None) -> int:
         src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
         t_cp = _time(lambda: dst.copy_(src))
-        print(f"== {rows}x{hk} q_len {q_len} TOPK {args.topk}: {nbytes / 1e6:.1f} MB, copy {t_cp * 1e6:.1f} us", flush=True)
+        print(f"== {rows}x{hk} q_len {q_len} TOPK {args.topk}: {nbytes / 1e6:.1f} MB, copy {t_cp * 1e6:.1f} us",
+              flush=True)
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
         for dq, w, st, mr, sp in itertools.product(ints(args.deq), ints(args.warps), ints(args.stages),
                                                    ints(args.maxnreg), ints(args.splits)):
@@ -55,7 +56,8 @@ def main(argv=None) -> int:
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 t = _time(fn)
             except Exception as e:  # noqa: BLE001
-                print(f"deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: FAILED {type(e).__name__}: {str(e)[:200]}",
+                print(f"deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: "
+                      f"FAILED {type(e).__name__}: {str(e)[:200]}",
                       flush=True)
                 continue
             print(f"deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: {t * 1e6:8.1f} us "
