@@ -1,12 +1,16 @@
 """Backend ``triton``: a portable Triton kernel for the NVFP4 sparse decode step.
 
-One program per (row, KV head, split) walks the row's slots in order, reads
-each selected page straight from the NVFP4 pool (either layout), dequantises
-in registers and folds the block into an online softmax whose running max is
-shared by all 128 keys of a block (``GEOMETRY``: keys_per_max 128, P rounded
-to bf16 before the PV product). With splits > 1 each program stores its
-partial ``(acc, m, l)`` and a second kernel merges them in split order, so no
-ticket has to be reset between launches.
+One program per (row, KV head, split) ranks the row's valid slots once and loops
+over its own split's blocks only, reads each selected page straight from the
+NVFP4 pool (either layout; 8-byte loads), dequantises by bit arithmetic, no
+tables (on GPUs four bytes at a time in PTX, ``_DEQ_PTX``; under the
+interpreter element by element, ``_e2m1``, ``_e4m3``) and folds the block into
+an online softmax whose running max is shared by all 128 keys of a block
+(``GEOMETRY``: keys_per_max 128, P rounded to bf16 before the PV product).
+With splits > 1 each program stores its partial ``(acc, m, l)`` and a second
+kernel merges them in split order, so no ticket has to be reset between
+launches. ``splits=None``/``"auto"`` lets the host pick (``auto_splits``).
+kernels/triton/NOTES.md has the H200 measurements behind these choices.
 
 Under ``TRITON_INTERPRET=1`` (CPU) two things differ from GPUs (triton 3.6):
 bf16 ``tl.dot`` operands multiply raw bits (triton-lang/triton#11584), so
@@ -30,7 +34,6 @@ import numpy as np
 
 from reference import DecodeProblem, Geometry
 from reference.emulate import softmax_constant
-from reference.formats import E4M3FN_TABLE, e2m1_decode
 from reference.paged_cache import page_bytes
 
 from ..protocol import INTERPRETED_LIMITS, Capabilities
@@ -42,11 +45,61 @@ try:
 except ImportError:
     triton = None
 
+# Measured on the H200 (kernels/triton/NOTES.md): 4 warps beat 8 at every size tried, and
+# 2 (faster at 256 x 4, slower at 64 x 4).
+NUM_WARPS = int(os.environ.get("NVFP4_TRITON_WARPS", "4"))
+# Software-pipeline stages of the block loop: 3 for unsplit launches, 1 for split
+# ones (measured on the H200: 4-10 % faster each way, kernels/triton/NOTES.md);
+# NVFP4_TRITON_STAGES sets one value for both.
+NUM_STAGES = int(os.environ["NVFP4_TRITON_STAGES"]) if os.environ.get("NVFP4_TRITON_STAGES") else None
+
+
+def default_stages(splits: int) -> int:
+    """``num_stages`` of a launch with ``splits`` splits (``NUM_STAGES`` when set)."""
+    if NUM_STAGES is not None:
+        return NUM_STAGES
+    return 3 if splits == 1 else 1
+# One running max per 128-key block; l is a tree sum over its 128 keys; P is
+# rounded to bf16 before the PV product.
 GEOMETRY = Geometry(keys_per_max=128, keys_per_lane=128, p_bf16=True)
-# Measured on the H200: 8 warps are best up to ~64 programs per launch and within
-# 5-10% of 4 warps above (kernels.bench --warps 4,8 prints the sweep).
-NUM_WARPS = int(os.environ.get("NVFP4_TRITON_WARPS", "8"))
 MUTANTS = {"causal": 1, "v_scale_linear": 2, "minus_one": 3, "merge_no_rescale": 4}
+# Dequantisation on GPUs: 1 arithmetic per element (``_e2m1``, ``_e4m3``), 2 the
+# packed PTX of ``_DEQ_PTX``. The interpreter always takes 1.
+DEQ = int(os.environ.get("NVFP4_TRITON_DEQ", "2"))
+# DEQ 2 dequantises to value * 2**-7 (see _DEQ_PTX); the softmax constant and
+# v_global_scale are multiplied by 2**7 to match, which changes no rounding:
+# s * c and acc * (v_global / l) are the same real numbers.
+DEQ2_SHIFT = 128.0
+
+# Four data bytes (8 E2M1 codes, one 32-bit register) and their four scales (two
+# bf16x2 registers, value * 2**119) -> the low-nibble values of the four bytes
+# ($0, $1) and the high-nibble ones ($2, $3), bf16x2. For bytes b0, b1: prmt
+# spreads them to the two 16-bit lanes; a nibble c, masked, times 64 * 65 lands
+# its magnitude bits at bf16 bits 6-8 and its sign at bit 15 (the bits do not
+# overlap): the bf16 value of code * 2**-126 (code 1, 0.5, is the subnormal
+# 2**-127). One multiply by the scale gives value * 2**-7, exactly (at most 6
+# significant bits, normal: 2**-17 .. 21). High nibbles: mask 0xF0, times 4 * 65.
+_DEQ_PTX_TEXT = """{
+.reg .b32 t, u;
+prmt.b32 t, $4, 0, 0x4140;
+and.b32 u, t, 0x000F000F;
+mul.lo.u32 u, u, 4160;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $0, u, $5;
+and.b32 u, t, 0x00F000F0;
+mul.lo.u32 u, u, 260;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $2, u, $5;
+prmt.b32 t, $4, 0, 0x4342;
+and.b32 u, t, 0x000F000F;
+mul.lo.u32 u, u, 4160;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $1, u, $6;
+and.b32 u, t, 0x00F000F0;
+mul.lo.u32 u, u, 260;
+and.b32 u, u, 0x81C081C0;
+mul.rn.bf16x2 $3, u, $6;
+}"""
 
 
 def _interpret() -> bool:
@@ -54,6 +107,7 @@ def _interpret() -> bool:
 
 
 if triton is not None:
+    _DEQ_PTX = tl.constexpr(_DEQ_PTX_TEXT)
 
     @triton.jit
     def _bf16_rne(x):
@@ -63,13 +117,124 @@ if triton is not None:
         return r.to(tl.float32, bitcast=True)
 
     @triton.jit
+    def _e2m1(n):
+        """E2M1 codes (int32, 0..15) -> float32 value * 2**-14, exactly: the code's
+        magnitude bits become an fp16 exponent and mantissa (code 1 an fp16 subnormal)."""
+        h = ((n & 7) << 9) | ((n & 8) << 12)
+        return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _e4m3(b):
+        """E4M3FN bytes (int32) -> float32 value * 2**-8, exactly (0x7F/0xFF, NaN, come out
+        finite: the validator rejects them in every slab a valid slot reads)."""
+        h = ((b & 0x7F) << 7) | ((b & 0x80) << 8)
+        return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR: tl.constexpr, MUTANT: tl.constexpr):
+        """The raw bytes of the 128 keys of one page: K and V data [128, 64], scales
+        [128, 8] (V's unswizzled to linear order)."""
+        t = tl.arange(0, 128)
+        jb = tl.arange(0, 64)
+        sg = tl.arange(0, 8)
+        base = page * page_b
+        if PLANAR:
+            k_rows = base + (kvh * 128 + t) * 64
+            ks_rows = base + HKV * 128 * 64 + (kvh * 128 + t) * 8
+            v_rows = base + HKV * 128 * 72 + (kvh * 128 + t) * 64
+            vs_base = base + HKV * 128 * 136 + kvh * 128 * 8
+            vs_row_bytes = 8
+        else:
+            k_rows = base + (kvh * 128 + t) * 72
+            ks_rows = k_rows + 64
+            v_rows = base + ((HKV + kvh) * 128 + t) * 72
+            vs_base = base + (HKV + kvh) * 128 * 72 + 64
+            vs_row_bytes = 72
+        kb = tl.load(pool_ptr + k_rows[:, None] + jb[None, :])
+        ksb = tl.load(pool_ptr + ks_rows[:, None] + sg[None, :])
+        vb = tl.load(pool_ptr + v_rows[:, None] + jb[None, :])
+        if MUTANT == 2:
+            vs_off = t[:, None] * vs_row_bytes + sg[None, :]
+        else:
+            # Linear (t, s) is stored at row (t//4)*4 + s//2, column (s%2)*4 + t%4.
+            r = (t[:, None] // 4) * 4 + sg[None, :] // 2
+            cc = (sg[None, :] % 2) * 4 + t[:, None] % 4
+            vs_off = r * vs_row_bytes + cc
+        vsb = tl.load(pool_ptr + vs_base + vs_off)
+        return kb, ksb, vb, vsb
+
+    @triton.jit
+    def _dequant(b, sb, UPCAST: tl.constexpr, DEQ: tl.constexpr):
+        """Data bytes [128, 64] and scale bytes [128, 8] -> the exact values of the low
+        and high nibbles (dims 2j and 2j+1), two [128, 64] tiles: bf16 on GPUs, float32
+        under the interpreter. DEQ 1: arithmetic per element (``_e2m1``, ``_e4m3``);
+        DEQ 2 (GPUs only): ``_DEQ_PTX`` on four bytes at a time, values times 2**-7."""
+        if DEQ == 2:
+            # e4m3 * 2**119 (exact in bf16, below its largest value): with the codes'
+            # 2**-126 the products are the values * 2**-7, all normal bf16.
+            sc = (_e4m3(sb.to(tl.int32)) * 1.7014118346046923e38).to(tl.bfloat16)
+            sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [128, 8, 8]), [128, 64])
+            lo, hi = tl.inline_asm_elementwise(_DEQ_PTX, "=r,=r,=r,=r,r,r,r", [b, sc],
+                                               dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+            return lo, hi
+        b = b.to(tl.int32)
+        sc = _e4m3(sb.to(tl.int32)) * 4194304.0  # 2**22 undoes both offsets
+        sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [128, 8, 8]), [128, 64])
+        lo = _e2m1(b & 15)
+        hi = _e2m1(b >> 4)
+        if not UPCAST:
+            # e2m1 * e4m3 is exact in bf16: dequantise there, half the registers.
+            lo = lo.to(tl.bfloat16)
+            hi = hi.to(tl.bfloat16)
+            sc = sc.to(tl.bfloat16)
+        return lo * sc, hi * sc
+
+    @triton.jit
+    def _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
+                    PLANAR: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, DEQ: tl.constexpr):
+        """Fold one 128-key block into the online softmax (one running max for all 128
+        keys). The scores take even and odd head dims as two products (q_e, q_o [16, 64]
+        against K's low- and high-nibble tiles): interleaving K's tiles first cost a
+        shuffle per value. V is interleaved, into the [128, 128] tile of the PV product."""
+        t = tl.arange(0, 128)
+        kb, ksb, vb, vsb = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, MUTANT)
+        if MUTANT == 1:
+            vl = 1000
+        else:
+            vl = tl.where(blk != self_blk, 1000, lim)
+        # V is dequantised before the scores: held as bf16 pairs it takes fewer
+        # registers than its loaded bytes.
+        v_lo, v_hi = _dequant(vb, vsb, UPCAST, DEQ)
+        v = tl.reshape(tl.join(v_lo, v_hi), [128, 128])
+        k_lo, k_hi = _dequant(kb, ksb, UPCAST, DEQ)
+        if UPCAST:
+            s = tl.dot(q_o, tl.trans(k_hi), tl.dot(q_e, tl.trans(k_lo), input_precision="ieee"),
+                       input_precision="ieee")
+        else:
+            s = tl.dot(q_o, tl.trans(k_hi), tl.dot(q_e, tl.trans(k_lo)))
+        s = tl.where((t <= vl)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1) * c)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_use)
+        p = tl.exp2(tl.fma(s, c, -m_use[:, None]))
+        l = l * alpha + tl.sum(p, axis=1)
+        if UPCAST:
+            pb = _bf16_rne(p)
+            pv = tl.dot(pb, v, input_precision="ieee")
+        else:
+            pb = p.to(tl.bfloat16)
+            pv = tl.dot(pb, v)
+        acc = acc * alpha[:, None] + pv
+        return m_new, l, acc
+
+    @triton.jit
     def _decode_kernel(
-        q_ptr, pool_ptr, topk_ptr, bt_ptr, seq_ptr, out_ptr, part_ptr, ml_ptr, e2m1_ptr, e4m3_ptr,
-        rows, q_len, bt_stride, page_b, c, v_global, HKV, TOPK, SPLITS, PLANAR,
-        SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr,
+        q_ptr, pool_ptr, topk_ptr, bt_ptr, seq_ptr, out_ptr, part_ptr, ml_ptr,
+        rows, q_len, bt_stride, page_b, c, v_global, HKV, TOPK, SPLITS, PLANAR: tl.constexpr,
+        SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, DEQ: tl.constexpr,
     ):
-        # Shapes and the layout are runtime values; the slot loop's bound SLOTS
-        # (>= TOPK) is a constexpr bucket, so few kernels are compiled.
+        # Shapes are runtime values. Under the interpreter the slot loop runs to the
+        # constexpr SLOTS (>= TOPK); on GPUs over this split's blocks only.
         row = tl.program_id(0)
         kvh = tl.program_id(1)
         z = tl.program_id(2)
@@ -83,90 +248,40 @@ if triton is not None:
         ok_all = (ids >= 0) & (ids <= self_blk)
         if MUTANT == 3:
             ok_all = ok_all | ((ids == -1) & (pos >= 0))
-        n_valid = tl.sum(ok_all.to(tl.int32), axis=0)
+        oki = ok_all.to(tl.int32)
+        n_valid = tl.sum(oki, axis=0)
         chunk = (n_valid + SPLITS - 1) // SPLITS
         lo = z * chunk
+        n_mine = tl.maximum(tl.minimum(chunk, n_valid - lo), 0)
+        # Rank of each valid slot among the valid ones (slot order); block i of this
+        # split is the valid slot of rank lo + i.
+        sel = tl.where(ok_all, tl.cumsum(oki, axis=0) - oki, -1)
 
         h = tl.arange(0, 16)
         d = tl.arange(0, 128)
-        t = tl.arange(0, 128)
-        jb = tl.arange(0, 64)
-        sg = tl.arange(0, 8)
-        q_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
-        q = tl.load(q_ptr + q_off)
+        q_row = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + 2 * tl.arange(0, 64)[None, :]
+        q_e = tl.load(q_ptr + q_row)
+        q_o = tl.load(q_ptr + q_row + 1)
         if UPCAST:
-            q = q.to(tl.float32)
+            q_e = q_e.to(tl.float32)
+            q_o = q_o.to(tl.float32)
 
         m = tl.full([16], float("-inf"), tl.float32)
         l = tl.zeros([16], tl.float32)
         acc = tl.zeros([16, 128], tl.float32)
-        rank = 0
-        for i in range(SLOTS):
-            blk = tl.load(topk_ptr + slot_base + i, mask=i < TOPK, other=-1)
-            ok = (blk >= 0) & (blk <= self_blk)
-            if MUTANT == 3:
-                ok = ok | ((blk == -1) & (pos >= 0))
-            mine = ok & (rank >= lo) & (rank < lo + chunk)
-            rank += ok.to(tl.int32)
-            if mine:
+        if UPCAST:
+            for i in range(SLOTS):
+                if i < n_mine:
+                    blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
+                    page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
+                    m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
+                                                     lim, c, m, l, acc, PLANAR, UPCAST, MUTANT, DEQ)
+        else:
+            for i in range(n_mine):
+                blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                 page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
-                base = page * page_b
-                if PLANAR != 0:
-                    k_rows = base + (kvh * 128 + t) * 64
-                    ks_rows = base + HKV * 128 * 64 + (kvh * 128 + t) * 8
-                    v_rows = base + HKV * 128 * 72 + (kvh * 128 + t) * 64
-                    vs_base = base + HKV * 128 * 136 + kvh * 128 * 8
-                    vs_row_bytes = 8
-                else:
-                    k_rows = base + (kvh * 128 + t) * 72
-                    ks_rows = k_rows + 64
-                    v_rows = base + ((HKV + kvh) * 128 + t) * 72
-                    vs_base = base + (HKV + kvh) * 128 * 72 + 64
-                    vs_row_bytes = 72
-                kb = tl.load(pool_ptr + k_rows[:, None] + jb[None, :]).to(tl.int32)
-                ksb = tl.load(pool_ptr + ks_rows[:, None] + sg[None, :]).to(tl.int32)
-                vb = tl.load(pool_ptr + v_rows[:, None] + jb[None, :]).to(tl.int32)
-                if MUTANT == 2:
-                    vs_off = t[:, None] * vs_row_bytes + sg[None, :]
-                else:
-                    # Linear (t, s) is stored at row (t//4)*4 + s//2, column (s%2)*4 + t%4.
-                    r = (t[:, None] // 4) * 4 + sg[None, :] // 2
-                    cc = (sg[None, :] % 2) * 4 + t[:, None] % 4
-                    vs_off = r * vs_row_bytes + cc
-                vsb = tl.load(pool_ptr + vs_base + vs_off).to(tl.int32)
-                k = tl.reshape(tl.join(tl.load(e2m1_ptr + (kb & 15)), tl.load(e2m1_ptr + (kb >> 4))), [128, 8, 16])
-                v = tl.reshape(tl.join(tl.load(e2m1_ptr + (vb & 15)), tl.load(e2m1_ptr + (vb >> 4))), [128, 8, 16])
-                ksc = tl.load(e4m3_ptr + ksb)[:, :, None]
-                vsc = tl.load(e4m3_ptr + vsb)[:, :, None]
-                if not UPCAST:
-                    # e2m1 * e4m3 is exact in bf16: dequantise there, half the registers.
-                    k = k.to(tl.bfloat16)
-                    v = v.to(tl.bfloat16)
-                    ksc = ksc.to(tl.bfloat16)
-                    vsc = vsc.to(tl.bfloat16)
-                k = tl.reshape(k * ksc, [128, 128])
-                v = tl.reshape(v * vsc, [128, 128])
-                if UPCAST:
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
-                else:
-                    s = tl.dot(q, tl.trans(k.to(tl.bfloat16)))
-                if MUTANT == 1:
-                    vis = t >= 0
-                else:
-                    vis = (blk != self_blk) | (t <= lim)
-                s = tl.where(vis[None, :], s, float("-inf"))
-                mx = tl.max(s, axis=1)
-                m_new = tl.maximum(m, mx * c)
-                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = tl.exp2(m - m_use)
-                p = tl.exp2(tl.fma(s, c, -m_use[:, None]))
-                l = l * alpha + tl.sum(p, axis=1)
-                if UPCAST:
-                    pv = tl.dot(_bf16_rne(p), v, input_precision="ieee")
-                else:
-                    pv = tl.dot(p.to(tl.bfloat16), v.to(tl.bfloat16))
-                acc = acc * alpha[:, None] + pv
-                m = m_new
+                m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
+                                                 lim, c, m, l, acc, PLANAR, UPCAST, MUTANT, DEQ)
 
         out_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
         if SPLITS == 1:
@@ -213,31 +328,60 @@ if triton is not None:
 
 
 @functools.lru_cache(maxsize=None)
-def _tables(device):
-    """E2M1 code and E4M3 byte tables (float32) on ``device``; NaN bytes read as 0
-    (the validator rejects them in every page a valid slot reads)."""
-    e2m1 = e2m1_decode(np.arange(16, dtype=np.uint8))
-    e4m3 = np.nan_to_num(E4M3FN_TABLE, nan=0.0)
-    return torch.from_numpy(e2m1).to(device), torch.from_numpy(e4m3).to(device)
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def auto_splits(rows: int, num_kv_heads: int, topk: int, sms: int) -> int:
+    """The split count the host picks when the caller passes ``splits=None``/``"auto"``.
+
+    Enough programs to cover every SM once, ``ceil(sms / (rows * Hkv))``, rounded
+    up to a power of two, at most 8 and at most TOPK / 8 (each split keeps at
+    least eight blocks to spread its partial's write and read and the merge
+    launch over). From the H200 measurements (kernels/triton/NOTES.md): at 256
+    and 64 rows x Hkv 4 the unsplit launch (3 pipeline stages) was the fastest
+    or within 2.2 % of it at TOPK 16 and 64; a grid smaller than the SM count needs
+    splits to fill the machine. On the H200 (132 SMs): 256 x 4 and 64 x 4 -> 1;
+    16 x 1 -> 2 (TOPK 16) or 8 (TOPK 64).
+    """
+    want = -(-sms // max(1, rows * num_kv_heads))
+    s = 1
+    while s < want:
+        s *= 2
+    return max(1, min(s, 8, topk // 8))
 
 
 def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
-           sm_scale: float, k_global_scale: float, v_global_scale: float, splits: int = 1,
-           mutant: int = 0, out=None, num_warps: int = NUM_WARPS):
+           sm_scale: float, k_global_scale: float, v_global_scale: float, splits: int | str | None = 1,
+           mutant: int = 0, out=None, num_warps: int = NUM_WARPS, num_stages: int | None = None,
+           deq: int = DEQ, maxnreg: int | None = None):
     """Launch the Triton kernel on torch tensors of one device (no validation).
 
     q: bf16 ``[rows, H, 128]``; pool: uint8 ``[pages, page_bytes]``; topk: int32
     ``[Hkv, rows, TOPK]`` contiguous; block_table: int32 ``[reqs, max_blocks]``;
-    seq_lens: int32 ``[reqs]``. Returns bf16 ``[rows, H, 128]`` (``out`` if given).
+    seq_lens: int32 ``[reqs]``. ``splits``: an int >= 1, or None / ``"auto"`` for
+    ``auto_splits``. ``num_warps``, ``num_stages`` (None: ``default_stages``),
+    ``deq`` (``DEQ``) and ``maxnreg`` (a register cap, None for none) choose the
+    compiled variant.
+    Returns bf16 ``[rows, H, 128]`` (``out`` if given).
     """
     hk, rows, tk = topk.shape
     if not 1 <= tk <= 64:
         raise ValueError(f"TOPK = {tk}, the kernel supports 1..64")
     dev = q.device
+    if splits is None or splits == "auto":
+        splits = 1 if _interpret() else auto_splits(rows, hk, tk, _sm_count(dev))
+    if num_stages is None:
+        num_stages = default_stages(splits)
     if out is None:
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
-    e2m1, e4m3 = _tables(dev)
     c = float(softmax_constant(sm_scale, k_global_scale))
+    vg = float(np.float32(v_global_scale))
+    # DEQ 2 scales c and v_global by 2**7: far from float32's range (contract-valid
+    # extremes beyond 2**100 take the arithmetic path).
+    deq = 1 if _interpret() or max(c, vg) > 2.0**100 else deq
+    if deq == 2:
+        c, vg = c * DEQ2_SHIFT, vg * DEQ2_SHIFT
     if splits > 1:
         part = torch.empty((rows * hk * splits * 16, 128), dtype=torch.float32, device=dev)
         ml = torch.empty((rows * hk * splits * 16, 2), dtype=torch.float32, device=dev)
@@ -245,14 +389,14 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
         part = ml = out
     grid = (rows, hk, splits)
     _decode_kernel[grid](
-        q, pool, topk, block_table, seq_lens, out, part, ml, e2m1, e4m3,
-        rows, q_len, block_table.shape[1], page_bytes(hk), c, float(np.float32(v_global_scale)),
-        hk, tk, splits, int(layout == "planar"),
-        SLOTS=tk if _interpret() else max(16, 1 << (tk - 1).bit_length()), UPCAST=_interpret(), MUTANT=mutant,
-        num_warps=num_warps,
+        q, pool, topk, block_table, seq_lens, out, part, ml,
+        rows, q_len, block_table.shape[1], page_bytes(hk), c, vg,
+        hk, tk, splits, layout == "planar",
+        SLOTS=tk if _interpret() else 64, UPCAST=_interpret(), MUTANT=mutant, DEQ=deq,
+        num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     if splits > 1:
-        _merge_kernel[(rows, hk)](part, ml, out, float(np.float32(v_global_scale)), hk, SPLITS=splits,
+        _merge_kernel[(rows, hk)](part, ml, out, vg, hk, SPLITS=splits,
                                   UPCAST=_interpret(), MUTANT=mutant)
     return out
 
@@ -262,6 +406,7 @@ class TritonBackend:
 
     name = "triton"
     geometry = GEOMETRY
+
     def __init__(self, mutant: str | None = None):
         if mutant is not None and mutant not in MUTANTS:
             raise ValueError(f"unknown mutant {mutant!r}; known: {sorted(MUTANTS)}")
