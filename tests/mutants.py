@@ -18,7 +18,7 @@ import functools
 import numpy as np
 
 from kernels.protocol import Capabilities
-from kernels.flydsl.seed_index import grid_x, workgroup_row
+from kernels.flydsl.lanes import grid_x, workgroup_row
 from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
 from reference.emulate import _emulate, exp2_f32
 from reference.formats import e2m1_decode, e4m3fn_decode

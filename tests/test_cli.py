@@ -143,3 +143,10 @@ def test_a_backend_module_that_raises_on_import_is_a_setup_error(tmp_path):
     (tmp_path / "broken_kernel.py").write_text("raise RuntimeError('HIP runtime missing')\n")
     r = _run("check", "--backend", "broken_kernel:Backend", "--examples", "1", env_extra={"PYTHONPATH": str(tmp_path)})
     assert r.returncode == 2 and "HIP runtime missing" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serving_shape_needs_generated_problems(capsys):
+    from vectors.cli import main
+
+    assert main(["check", "--backend", "emulate", "--shape", "serving", "--examples", "0"]) == 2
+    assert "--shape serving checks generated problems" in capsys.readouterr().err

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install -e
 
 from kernels.torch import reference as TR  # noqa: E402
 from reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
-from reference.emulate import _split_schedule, emulate_details, exp2_f32, fma_f32  # noqa: E402
+from reference.emulate import emulate_details, split_schedule, exp2_f32, fma_f32  # noqa: E402
 from reference.formats import bf16_round, bf16_ulp  # noqa: E402
 from reference.oracle import oracle_details  # noqa: E402
 from vectors import catalog  # noqa: E402
@@ -156,7 +156,7 @@ def test_helpers_equal_their_numpy_counterparts_on_edge_values():
 @given(st.lists(st.lists(st.booleans(), min_size=7, max_size=7), min_size=1, max_size=6), st.integers(1, 9))
 def test_split_schedule_equals_numpy(valid, splits):
     v = np.array(valid)
-    a, ta = _split_schedule(v, splits)
+    a, ta = split_schedule(v, splits)
     b, tb = TR._split_schedule(torch.from_numpy(v), splits)
     assert ta == tb and np.array_equal(a, b.numpy())
 

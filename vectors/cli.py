@@ -67,6 +67,8 @@ def cmd_check(args) -> int:
     if args.no_golden and args.examples == 0:
         raise SetupError("nothing to check: --no-golden with --examples 0")
     spec, backend = pick_backend(args.backend)
+    if args.shape == "serving":
+        return _check_serving(spec, backend, args)
     caps = backend.capabilities
     if args.splits:
         bad = [s for s in args.splits if s not in caps.splits]
@@ -118,6 +120,21 @@ def cmd_check(args) -> int:
         print(f"This checked the suite's own {spec!r} backend. To check your kernel: "
               "python -m vectors check --backend yourpkg.module:YourBackend (README, 'Writing a backend').")
     return 0
+
+
+def _check_serving(spec: str, backend, args) -> int:
+    """``check --shape serving``: serving-size problems only (``vectors.serving``)."""
+    from .serving import check_serving
+
+    if args.examples == 0:
+        raise SetupError("--shape serving checks generated problems: give --examples > 0")
+    print(_describe_backend(spec, backend))
+    ok, lines = check_serving(backend, args.examples, args.seed, progress=_progress)
+    for line in lines:
+        print(line)
+    print(f"{'CONFORMANT' if ok else 'NOT CONFORMANT'}: backend {backend.name}; "
+          f"{args.examples} serving-size problems")
+    return 0 if ok else 1
 
 
 def cmd_replay(args) -> int:
@@ -217,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed of the generated problems")
     c.add_argument("--splits", type=int, action="append", help="only these split counts (repeatable)")
     c.add_argument("--no-golden", action="store_true", help="skip the golden vectors")
+    c.add_argument("--shape", choices=("small", "serving"), default="small",
+                   help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
+                        "references on the backend's GPU when it has one); default small")
     c.set_defaults(fn=cmd_check)
     r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend",
                        description="Rerun a saved failure or a golden case file and print its report.")
