@@ -301,7 +301,7 @@ class PlacementBug:
 
 
 class XcdRowMask:
-    """The seed emulation on FlyDSL's XCD grid (``kernels.flydsl.seed_index``) with
+    """The seed emulation on FlyDSL's XCD grid (``kernels.flydsl.lanes``) with
     the store masked by the workgroup id (``bx < rows``) instead of by the row the
     workgroup serves. When ``rows`` is not a multiple of ``xcds * q_len`` the grid
     is padded: pad rows served by workgroups below ``rows`` are stored (past the
@@ -310,7 +310,7 @@ class XcdRowMask:
 
     name = "xcd-row-mask"
     geometry = SEED_GEOMETRY
-    splits = tuple(range(1, 9))
+    capabilities = Capabilities(splits=tuple(range(1, 9)), xcds=(0, 8))
 
     def available(self) -> str | None:
         return None

@@ -79,7 +79,7 @@ def test_half_away_rounding_is_undetectable_elementwise_at_every_tie():
     assert "output_half_away" in UNDETECTABLE
     ties_total = 0
     for c, p in _golden_valid():
-        s = c["splits"][0]
+        s = c["launches"][0]["splits"]
         iv = interval_vs_emulation(p, splits=s)
         pre = _emulate(p, s, R.SEED_GEOMETRY, False).pre_round
         got = bf16_half_away(pre)
@@ -110,7 +110,7 @@ def test_exp2_two_ulp_low_stays_within_delta_of_the_emulation():
     assert "exp2_low_2ulp" in UNDETECTABLE
     from mutants import exp2_low_2ulp
 
-    problems = [(c["splits"][-1], p) for c, p in _golden_valid()]
+    problems = [(c["launches"][-1]["splits"], p) for c, p in _golden_valid()]
     problems += [(s, random_problem(seed, reqs=3, q_len=2, num_kv_heads=2, topk=16)) for seed, s in ((1, 1), (2, 3))]
     worst = 0.0
     for s, p in problems:
