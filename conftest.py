@@ -7,6 +7,7 @@ Select one with ``HYPOTHESIS_PROFILE=name``.
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Triton decides at import whether kernels are interpreted: on a machine with
@@ -54,3 +55,14 @@ def pytest_configure(config):
 
     # tests/mutants.py is a helper module, imported by name from the tests.
     sys.path.insert(0, str(Path(__file__).parent / "tests"))
+
+
+@pytest.fixture
+def one_cpu_thread():
+    """torch limited to one CPU thread: two test workers share two cores in CI."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)

@@ -23,13 +23,7 @@ SMALL = S.Shape(reqs=5, q_len=2, num_kv_heads=2, topk=9, num_pages=400, max_bloc
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_cpu_thread():
-    # Two test workers share two cores in CI: torch's own CPU threads would oversubscribe them.
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def test_drawn_shapes_stay_in_the_serving_ranges():

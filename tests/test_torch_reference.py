@@ -35,14 +35,7 @@ EXACT_FIELDS = ("out", "pre_round", "score_noise", "abs_v_sum")
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_cpu_thread():
-    # Two test workers share two cores in CI: torch's own CPU threads would
-    # oversubscribe them (a 30x slowdown was measured on small problems).
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")

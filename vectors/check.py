@@ -24,7 +24,8 @@ from . import catalog
 from .harness import BackendCrash, modified_inputs, private_copy, run_case
 from .io import CaseFileError, load_case
 
-def _indent(text: str, pad: str) -> str:
+def indent(text: str, pad: str) -> str:
+    """``text`` with ``pad`` before each of its lines."""
     return pad + text.replace("\n", "\n" + pad)
 
 
@@ -234,7 +235,7 @@ class GoldenRun:
                 if new:
                     shown.update(new)
                     out.append(f"      {first.launch.describe()}:")
-                    out.append(_indent(first.text, "        "))
+                    out.append(indent(first.text, "        "))
                 out.append(f"      replay: {replay_command(c.file, spec, first.launch)}")
         for c in errors:
             out.append(f"  {c.id:3d} {c.name:<28} ERROR: {c.error}")

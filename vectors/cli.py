@@ -16,7 +16,7 @@ import time
 import kernels
 
 from . import catalog
-from .check import (PREFERENCE, SetupError, check_golden, check_generated, check_invalid, pick_backend,
+from .check import (PREFERENCE, indent, SetupError, check_golden, check_generated, check_invalid, pick_backend,
                     replay_command, replay_launches, rounding_lines)
 from .harness import BackendCrash, run_case, save_repro
 from .io import CaseFileError, load_case
@@ -27,10 +27,6 @@ REFERENCE_BACKENDS = ("emulate", "reference")
 def _progress(msg: str) -> None:
     end = "\r" if sys.stderr.isatty() else "\n"
     print(msg, file=sys.stderr, end=end, flush=True)
-
-
-def _indent(text: str, pad: str) -> str:
-    return pad + text.replace("\n", "\n" + pad)
 
 
 def _describe_backend(spec: str, b) -> str:
@@ -104,7 +100,7 @@ def cmd_check(args) -> int:
             print("FIRST FAILING PROBLEM (minimised):")
             print(f"  rows {problem.rows}, Hkv {problem.num_kv_heads}, TOPK {problem.TOPK}, q_len {problem.q_len}, "
                   f"launch {launch.describe(problem)}")
-            print(_indent(text, "  "))
+            print(indent(text, "  "))
             print(f"saved: {path}")
             print(f"replay: {replay_command(path, spec)}")
     took = f"{time.time() - t0:.1f} s"

@@ -80,7 +80,7 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     v_global = draw(st.sampled_from([0.01, 1.0]))
     spare = draw(st.integers(0, 3))
     poison = draw(st.booleans())
-    drawn_bytes = draw(st.booleans().map(lambda b: not b))
+    seeded_bytes = draw(st.booleans())
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
 
@@ -89,10 +89,10 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     rows = reqs * q_len
 
     shape = (num_pages, page_bytes(hk))
-    if drawn_bytes:
-        pool = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 255), fill=st.integers(0, 255)))
-    else:
+    if seeded_bytes:
         pool = rng.integers(0, 256, shape, dtype=np.uint8)
+    else:
+        pool = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 255), fill=st.integers(0, 255)))
     views = page_views(pool, layout, hk)
     for sc in (views.k_scale, views.v_scale):
         if scale_regime == "wide":
