@@ -43,7 +43,7 @@ def pytest_addoption(parser):
 
 def pytest_generate_tests(metafunc):
     if "backend_spec" in metafunc.fixturenames:
-        import kernels
+        from nvfp4_suite import kernels
 
         specs = metafunc.config.getoption("backend") or kernels.registered()
         metafunc.parametrize("backend_spec", specs)

@@ -1,8 +1,8 @@
-"""Implementations under test, behind one protocol (``kernels.protocol``).
+"""Implementations under test, behind one protocol (``nvfp4_suite.kernels.protocol``).
 
 A backend declares ``name``, ``geometry``, ``capabilities`` (a
 ``Capabilities`` record) and ``available()``, and is called with a problem and
-one ``Launch``'s keyword arguments (see ``kernels.protocol``).
+one ``Launch``'s keyword arguments (see ``nvfp4_suite.kernels.protocol``).
 ``get_backend`` resolves a registered name (``reference``, ``emulate``,
 ``torch``, ``triton``, ``flydsl``, ``flydsl-sim-gfx942``,
 ``flydsl-sim-gfx950``) or ``package.module:attr`` naming any importable
@@ -37,7 +37,7 @@ def registered() -> list[str]:
 def _check(obj, what: str) -> Backend:
     errs = protocol_errors(obj)
     if errs:
-        raise BackendError(f"{what} does not follow kernels.Backend (see kernels/protocol.py): {'; '.join(errs)}")
+        raise BackendError(f"{what} does not follow nvfp4_suite.kernels.Backend (see kernels/protocol.py): {'; '.join(errs)}")
     return obj
 
 

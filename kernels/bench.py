@@ -1,11 +1,11 @@
-"""``python -m kernels.bench``: time the Triton kernel on a GPU against the roofline
+"""``python -m nvfp4_suite.kernels.bench``: time the Triton kernel on a GPU against the roofline
 and a device copy of the same bytes measured in the same run.
 
 For each configuration (TOPK 16 and 64; rows, Hkv, q_len; every row sees TOPK
 full blocks, the last one causally cut for q_len > 1) it reports the bytes the
 kernel must read (K and V slabs of every selected block, scales included, plus
 q and out), the time at the split count the host picks by itself
-(``splits="auto"``, ``kernels.triton.decode.auto_splits``) and at the best of
+(``splits="auto"``, ``nvfp4_suite.kernels.triton.decode.auto_splits``) and at the best of
 1, 2, 4, 8 splits, each as a fraction of the 4.3 TB/s roofline, the time of
 a device-to-device copy of the same bytes (the floor), and the time at every
 split count tried. Times are device
@@ -45,7 +45,7 @@ def _time(fn, reps: int = 5, calls: int = 10, warmup: int = 3) -> float:
 def _problem(rows: int, hk: int, q_len: int, topk: int, dev, seed: int = 0):
     import torch
 
-    from reference.paged_cache import page_bytes
+    from nvfp4_suite.reference.paged_cache import page_bytes
 
     g = torch.Generator(device=dev).manual_seed(seed)
     reqs = rows // q_len
@@ -64,7 +64,7 @@ def _problem(rows: int, hk: int, q_len: int, topk: int, dev, seed: int = 0):
 
 def main(argv=None) -> int:
     """Print the benchmark table; exit 2 without a GPU."""
-    ap = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--topk", default="16,64", help="comma-separated TOPK values")
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from kernels.triton import decode as triton_decode
+    from nvfp4_suite.kernels.triton import decode as triton_decode
 
     if not torch.cuda.is_available():
         print("error: no CUDA/ROCm device", flush=True)
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
                     f"{nbytes / times[best] / ROOFLINE:7.1%} | {t_cp * 1e6:8.1f} {t_cp / times[best]:8.1%} | "
                     + " ".join(f"{sp}:{t * 1e6:.0f}" for sp, t in sorted(times.items())))
             if args.torch:
-                from kernels.torch import backend as torch_backend
+                from nvfp4_suite.kernels.torch import backend as torch_backend
 
                 t_to = _time(lambda: torch_backend.decode(q, pool, ids, bt, seq, **kw), 3, 2)
                 line += f" {t_to * 1e6:9.1f}"

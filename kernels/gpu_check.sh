@@ -5,7 +5,7 @@
 #            serving-size problem each, the benchmark.
 #   full:    SHARDS x PER_SHARD generated problems for triton (default 16 x 125 = 2000,
 #            parallel shards, golden vectors in shard 1), 3 shards for torch, the
-#            Triton mutants (python -m vectors.bugs --mutants triton), the benchmark
+#            Triton mutants (python -m nvfp4_suite.vectors.bugs --mutants triton), the benchmark
 #            (BENCH=0 leaves it out; SHARD_TIMEOUT bounds each shard, default 420 s).
 #   serving: the serving-size check for triton and torch (SERVING problems each,
 #            default 4), the serving-size benchmark (numpy reference, torch reference
@@ -15,29 +15,36 @@ set -u
 mode=${1:-smoke}
 out=${OUT:-gpu-results}
 mkdir -p "$out"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+# The suite imports itself as nvfp4_suite; where it is not installed (a GPU
+# machine that only has this checkout), a folder of links gives that name.
+if ! python3 -c 'import nvfp4_suite.vectors' 2>/dev/null; then
+  mkdir -p .nvfp4-path/nvfp4_suite
+  for pkg in reference kernels vectors; do ln -sfn "$PWD/$pkg" ".nvfp4-path/nvfp4_suite/$pkg"; done
+  export PYTHONPATH=$PWD/.nvfp4-path
+fi
+export PYTHONUNBUFFERED=1
 # Many shards share the CPU (the references run there): one BLAS/OpenMP thread
 # each, or they oversubscribe the cores and stall.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 python3 -c 'import torch, triton, numpy, hypothesis; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__, "hypothesis", hypothesis.__version__, torch.cuda.get_device_name())' | tee "$out/env.txt"
 if [ "$mode" = smoke ]; then
-  python3 -m vectors check --backend triton --examples 20 --seed 1 > "$out/triton.txt" 2>&1; echo "triton rc=$?" | tee -a "$out/triton.txt"
-  python3 -m vectors check --backend torch --examples 20 --seed 1 > "$out/torch.txt" 2>&1; echo "torch rc=$?" | tee -a "$out/torch.txt"
+  python3 -m nvfp4_suite.vectors check --backend triton --examples 20 --seed 1 > "$out/triton.txt" 2>&1; echo "triton rc=$?" | tee -a "$out/triton.txt"
+  python3 -m nvfp4_suite.vectors check --backend torch --examples 20 --seed 1 > "$out/torch.txt" 2>&1; echo "torch rc=$?" | tee -a "$out/torch.txt"
   for b in triton torch; do
-    python3 -m vectors.serving --backend $b --examples 1 2>&1 | tee "$out/serving_$b.txt"
+    python3 -m nvfp4_suite.vectors.serving --backend $b --examples 1 2>&1 | tee "$out/serving_$b.txt"
   done
-  python3 -m kernels.bench 2>&1 | tee "$out/bench.txt"
+  python3 -m nvfp4_suite.kernels.bench 2>&1 | tee "$out/bench.txt"
   exit 0
 fi
 if [ "$mode" = serving ]; then
   n=${SERVING:-4}
   for b in triton torch; do
-    python3 -m vectors.serving --backend $b --examples "$n" > "$out/serving_$b.txt" 2>&1
+    python3 -m nvfp4_suite.vectors.serving --backend $b --examples "$n" > "$out/serving_$b.txt" 2>&1
     echo "serving $b rc=$?" >> "$out/serving_$b.txt"
     tail -n 1 "$out/serving_$b.txt"
   done
   for b in triton torch; do
-    python3 -m vectors.serving --bench --backend $b --examples 2 2>&1 | tee "$out/serving_bench_$b.txt"
+    python3 -m nvfp4_suite.vectors.serving --bench --backend $b --examples 2 2>&1 | tee "$out/serving_bench_$b.txt"
   done
   python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.txt" | tail -n 5
   exit 0
@@ -48,14 +55,14 @@ limit=${SHARD_TIMEOUT:-420}
 # Shard 1 of each backend also runs the golden vectors.
 golden() { if [ "$1" = 1 ]; then echo ""; else echo "--no-golden"; fi; }
 for s in $(seq 1 "$shards"); do
-  timeout "$limit" python3 -m vectors check --backend triton --examples "$per" --seed "$s" $(golden "$s") > "$out/tr_$s.log" 2>&1 &
+  timeout "$limit" python3 -m nvfp4_suite.vectors check --backend triton --examples "$per" --seed "$s" $(golden "$s") > "$out/tr_$s.log" 2>&1 &
 done
 for s in $(seq 1 3); do
-  timeout "$limit" python3 -m vectors check --backend torch --examples "$per" --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>&1 &
+  timeout "$limit" python3 -m nvfp4_suite.vectors check --backend torch --examples "$per" --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>&1 &
 done
 # The Triton mutants are the registry's (vectors/bugs.py).
-for spec in $(python3 -m vectors.bugs --mutants triton); do
-  timeout "$limit" python3 -m vectors check --backend "$spec" --examples 40 --seed 7 > "$out/mut_${spec##*:}.log" 2>&1 &
+for spec in $(python3 -m nvfp4_suite.vectors.bugs --mutants triton); do
+  timeout "$limit" python3 -m nvfp4_suite.vectors check --backend "$spec" --examples 40 --seed 7 > "$out/mut_${spec##*:}.log" 2>&1 &
 done
 wait
 { for f in "$out"/tr_*.log; do echo "== $f"; cat "$f"; done; } > "$out/triton_generated.txt"
@@ -65,5 +72,5 @@ rm -f "$out"/tr_*.log "$out"/to_*.log "$out"/mut_*.log
 grep -h "CONFORMANT\|problems, \|golden vectors:" "$out/triton_generated.txt" "$out/torch_generated.txt"
 grep -h " FAIL " "$out/triton_generated.txt" "$out/torch_generated.txt" | head -5
 cat "$out/mutants.txt"
-[ "${BENCH:-1}" = 1 ] && python3 -m kernels.bench --reps 30 2>&1 | tee "$out/bench.txt"
+[ "${BENCH:-1}" = 1 ] && python3 -m nvfp4_suite.kernels.bench --reps 30 2>&1 | tee "$out/bench.txt"
 exit 0

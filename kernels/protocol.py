@@ -2,7 +2,7 @@
 
 This module is the one description of the contract between the suite and a
 backend. The README's "Writing a backend" section is generated from it
-(``python -m kernels.protocol`` prints that section; a test keeps the README
+(``python -m nvfp4_suite.kernels.protocol`` prints that section; a test keeps the README
 equal to it).
 
 A backend declares what it supports in one ``Capabilities`` record; the
@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from reference import LAYOUTS, DecodeProblem, Geometry
+from nvfp4_suite.reference import LAYOUTS, DecodeProblem, Geometry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ INTERPRETED_LIMITS = Limits(requests=2, kv_heads=2, topk=8, q_len=2)
 class Capabilities:
     """What a backend supports, declared once.
 
-    layouts: page layouts it reads (subset of ``reference.LAYOUTS``).
+    layouts: page layouts it reads (subset of ``nvfp4_suite.reference.LAYOUTS``).
     splits: split counts it runs (positive ints). xcds: XCD placements it
     accepts; ``(0,)`` means it has no placement parameter and never receives
     ``xcds``. orders: workgroup arrival orders it can be asked for (a
@@ -156,7 +156,7 @@ class Launch:
 class Backend(Protocol):
     """The protocol every implementation under test follows.
 
-    name: str, how reports name it. geometry: the ``reference.Geometry`` of its
+    name: str, how reports name it. geometry: the ``nvfp4_suite.reference.Geometry`` of its
     arithmetic, judged against the emulation of that geometry; or None for the
     exact class (at least float32, P unrounded, output rounded once to bf16),
     judged against the exact oracle. capabilities: its ``Capabilities``.
@@ -168,7 +168,7 @@ class Backend(Protocol):
     float16 or float64, ``[rows, H, 128]``, a numpy array or a torch tensor
     on any device. It must not modify ``problem``'s arrays (it gets private
     copies; a change fails the case) and must raise the named
-    ``reference.ProblemError`` subclass for invalid input.
+    ``nvfp4_suite.reference.ProblemError`` subclass for invalid input.
     """
 
     name: str
@@ -192,7 +192,7 @@ def protocol_errors(obj) -> list[str]:
     if not callable(obj):
         errs.append("not callable (needs __call__(problem, *, splits=1, ...))")
     if hasattr(obj, "capabilities") and not isinstance(obj.capabilities, Capabilities):
-        errs.append(f"capabilities is a {type(obj.capabilities).__name__}, not a kernels.Capabilities")
+        errs.append(f"capabilities is a {type(obj.capabilities).__name__}, not a nvfp4_suite.kernels.Capabilities")
     return errs
 
 
@@ -200,7 +200,7 @@ README_SECTION = """\
 ### Writing a backend
 
 ```python
-import kernels, reference
+from nvfp4_suite import kernels, reference
 
 class Backend:
     name = "mykernel"
@@ -211,21 +211,21 @@ class Backend:
         ...
 ```
 
-A backend is any object with four attributes and a call (`kernels.Backend`,
+A backend is any object with four attributes and a call (`nvfp4_suite.kernels.Backend`,
 described once in `kernels/protocol.py`; this section is generated from it by
-`python -m kernels.protocol` and a test keeps the two equal). `problem` is a
-`reference.DecodeProblem` (numpy arrays named as in `reference/CONTRACT.md`).
+`python -m nvfp4_suite.kernels.protocol` and a test keeps the two equal). `problem` is a
+`nvfp4_suite.reference.DecodeProblem` (numpy arrays named as in `reference/CONTRACT.md`).
 
 - `name`: how reports name it.
-- `geometry`: the `reference.Geometry` of its arithmetic (it is then judged
+- `geometry`: the `nvfp4_suite.reference.Geometry` of its arithmetic (it is then judged
   against the emulation of that geometry, to the last bf16 rounding), or
   `None` for the exact class (at least float32, P unrounded, output rounded
   once to bf16; judged against the exact oracle).
-- `capabilities`: a `kernels.Capabilities` record declaring what it supports:
+- `capabilities`: a `nvfp4_suite.kernels.Capabilities` record declaring what it supports:
   `layouts` (page layouts it reads), `splits` (split counts), `xcds` (XCD
   placements; `(0,)` for none), `orders` (workgroup arrival orders it can be
   asked for; empty for none), `out` (whether it fills an `out=` buffer),
-  `targets` (where it runs, for reports) and `limits` (a `kernels.Limits`:
+  `targets` (where it runs, for reports) and `limits` (a `nvfp4_suite.kernels.Limits`:
   the largest generated problem it is given). The checks draw only what it
   declares.
 - `available()`: `None` when usable on this machine, otherwise the reason.
@@ -238,8 +238,8 @@ described once in `kernels/protocol.py`; this section is generated from it by
 The harness gives each call private copies of the problem's arrays and fails
 a backend that changes them; it runs every launch twice (in two workgroup
 orders where the backend has orders) and the results must be bitwise equal.
-Invalid input must raise the `reference.ProblemError` subclass the golden
-case names. A launch (`kernels.Launch`: splits, xcds, order, printed with
+Invalid input must raise the `nvfp4_suite.reference.ProblemError` subclass the golden
+case names. A launch (`nvfp4_suite.kernels.Launch`: splits, xcds, order, printed with
 the problem's layout) is stored in every saved failure and replayed as it was.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, emulate, sparse_decode
+from nvfp4_suite.reference import SEED_GEOMETRY, DecodeProblem, bf16_round, emulate, sparse_decode
 
 from .protocol import Capabilities
 
@@ -28,7 +28,7 @@ class ReferenceBackend:
 
 
 class EmulateBackend:
-    """The seed kernel's arithmetic (``reference.emulate``), seed geometry."""
+    """The seed kernel's arithmetic (``nvfp4_suite.reference.emulate``), seed geometry."""
 
     name = "emulate"
     geometry = SEED_GEOMETRY

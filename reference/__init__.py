@@ -2,7 +2,7 @@
 (its writer ``quantize_nvfp4``/``build_pool`` and its readers ``page_views``,
 ``read_pages``, ``dequantize_pages``), the decode problem and its validator,
 the exact oracle, and the emulation of the seed kernel's arithmetic. The
-tolerance model and the report are in ``reference.compare``."""
+tolerance model and the report are in ``nvfp4_suite.reference.compare``."""
 
 from .formats import (
     bf16_bits,

@@ -1,6 +1,6 @@
 """Benchmark of the reference implementations against a float32 floor.
 
-``python -m reference.bench [--reps N] [--what oracle,emulate]``
+``python -m nvfp4_suite.reference.bench [--reps N] [--what oracle,emulate]``
 
 Builds the production-size step (64 requests, q_len 1, Hkv 4, TOPK 16, every
 row sees 2048 keys, token_rows) and times each reference function against a
@@ -78,7 +78,7 @@ def _timed(fn, reps: int) -> tuple[float, int]:
 
 def main(argv=None) -> int:
     """Print the benchmark table of the reference functions against the float32 floor."""
-    ap = argparse.ArgumentParser(prog="python -m reference.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.reference.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions; the minimum is reported")
     ap.add_argument("--what", default="oracle,emulate", help="comma-separated: oracle, emulate")
     args = ap.parse_args(argv)

@@ -7,7 +7,7 @@ model:
 
 - ``q . k`` and ``bf16(p) . v`` (the MFMAs): products are exact; the sum is
   formed in float64 and rounded once to float32 (the hardware sums in its own
-  order; the difference is float32 noise, bounded in ``reference.compare``).
+  order; the difference is float32 noise, bounded in ``nvfp4_suite.reference.compare``).
 - ``fma(s, c, -m)``: one rounding to float32, emulated exactly (float64
   sum rounded to odd, then to float32).
 - ``exp2``: float64 ``exp2`` rounded to float32 (correctly rounded except

@@ -7,7 +7,7 @@ has one bug from ``BUGS``. ``SeedKernel(bug)`` is the seed's own arithmetic
 bug from ``ROUNDING_BUGS``. ``PlacementBug`` and ``XcdRowMask`` get XCD
 placement wrong. The suite must pass the correct ones and fail every mutant:
 that is what makes a green run mean something. Each mutant is registered,
-with its bug class, in ``vectors.bugs`` as ``mutants:numpy_<bug>``,
+with its bug class, in ``nvfp4_suite.vectors.bugs`` as ``mutants:numpy_<bug>``,
 ``mutants:seed_<bug>``, ``mutants:PlacementBug`` or ``mutants:XcdRowMask``.
 """
 
@@ -17,14 +17,14 @@ import functools
 
 import numpy as np
 
-from kernels.protocol import Capabilities
-from kernels.flydsl.lanes import grid_x, workgroup_row
-from reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
-from reference.emulate import _emulate, exp2_f32
-from reference.formats import e2m1_decode, e4m3fn_decode
-from reference.paged_cache import BLK, D, page_views, unpack_e2m1, unswizzle_v_scales
-from reference.problem import HG, NaNScaleByteError
-from vectors import bugs
+from nvfp4_suite.kernels.protocol import Capabilities
+from nvfp4_suite.kernels.flydsl.lanes import grid_x, workgroup_row
+from nvfp4_suite.reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
+from nvfp4_suite.reference.emulate import _emulate, exp2_f32
+from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
+from nvfp4_suite.reference.paged_cache import BLK, D, page_views, unpack_e2m1, unswizzle_v_scales
+from nvfp4_suite.reference.problem import HG, NaNScaleByteError
+from nvfp4_suite.vectors import bugs
 
 BUGS = {
     "unguarded_first_invalid": "slots walked in order incl. invalid ones, exp(-inf - -inf) unguarded",
@@ -64,7 +64,7 @@ ROUNDING_BUGS = {
 }
 
 # Rounding mutants no conformance check can reject from the outputs it is given:
-# the reasons are the registry's (vectors.bugs), the proofs in tests/test_mutants.py.
+# the reasons are the registry's (nvfp4_suite.vectors.bugs), the proofs in tests/test_mutants.py.
 UNDETECTABLE = {m.spec.removeprefix("mutants:seed_"): m.undetectable for m in bugs.mutants("numpy") if m.undetectable}
 
 
@@ -105,7 +105,7 @@ def bf16_step(x, steps) -> np.ndarray:
 
 
 class SeedKernel:
-    """The seed's arithmetic (``reference.emulate``, seed geometry), optionally with one
+    """The seed's arithmetic (``nvfp4_suite.reference.emulate``, seed geometry), optionally with one
     rounding bug from ``ROUNDING_BUGS``."""
 
     geometry = SEED_GEOMETRY
@@ -301,7 +301,7 @@ class PlacementBug:
 
 
 class XcdRowMask:
-    """The seed emulation on FlyDSL's XCD grid (``kernels.flydsl.lanes``) with
+    """The seed emulation on FlyDSL's XCD grid (``nvfp4_suite.kernels.flydsl.lanes``) with
     the store masked by the workgroup id (``bx < rows``) instead of by the row the
     workgroup serves. When ``rows`` is not a multiple of ``xcds * q_len`` the grid
     is padded: pad rows served by workgroups below ``rows`` are stored (past the
@@ -323,7 +323,7 @@ class XcdRowMask:
         return out
 
 
-# Every mutant as a ``mutants:<attr>`` backend, the specs ``vectors.bugs`` registers:
+# Every mutant as a ``mutants:<attr>`` backend, the specs ``nvfp4_suite.vectors.bugs`` registers:
 # ``numpy_<bug>`` is ``NumpyKernel(bug)``, ``seed_<bug>`` is ``SeedKernel(bug)``.
 for _bug in BUGS:
     globals()[f"numpy_{_bug}"] = functools.partial(NumpyKernel, _bug)

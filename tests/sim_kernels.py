@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kernels.flydsl.targets import ARCHS
+from nvfp4_suite.kernels.flydsl.targets import ARCHS
 
 # Split merge, XCD placement, the planar loader, the odd and extreme TOPK widths.
 CONFIGS = ((16, 2, 0, "token_rows"), (16, 8, 8, "planar"), (1, 1, 0, "token_rows"),
@@ -16,8 +16,8 @@ CONFIGS = ((16, 2, 0, "token_rows"), (16, 8, 8, "planar"), (1, 1, 0, "token_rows
 
 @functools.lru_cache(maxsize=None)
 def _paths():
-    from kernels.flydsl.sim.backend import sim_missing
-    from kernels.flydsl.sim.compile import CompileError, assembly_path
+    from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
+    from nvfp4_suite.kernels.flydsl.sim.compile import CompileError, assembly_path
 
     why = sim_missing()
     if why:

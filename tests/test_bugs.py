@@ -1,4 +1,4 @@
-"""vectors.bugs: the bug-class registry holds.
+"""nvfp4_suite.vectors.bugs: the bug-class registry holds.
 
 Every detectable mutant fails a golden case that carries its own class's
 flag, so the flags mean something: numpy mutants are searched over every
@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 import mutants
-from kernels import get_backend
-from vectors import bugs, cases, catalog
-from kernels.protocol import Capabilities, Launch
-from vectors.check import check_invalid
-from vectors.harness import BackendCrash, run_case
-from vectors.io import load_case
+from nvfp4_suite.kernels import get_backend
+from nvfp4_suite.vectors import bugs, cases, catalog
+from nvfp4_suite.kernels.protocol import Capabilities, Launch
+from nvfp4_suite.vectors.check import check_invalid
+from nvfp4_suite.vectors.harness import BackendCrash, run_case
+from nvfp4_suite.vectors.io import load_case
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,17 +107,17 @@ def test_every_numpy_mutant_in_tests_mutants_is_registered():
 
 
 def test_every_triton_mutant_is_registered():
-    from kernels.triton.decode import MUTANTS
+    from nvfp4_suite.kernels.triton.decode import MUTANTS
 
-    assert {f"kernels.triton.decode:{n}" for n in MUTANTS} == {m.spec for m in bugs.mutants("triton")}
+    assert {f"nvfp4_suite.kernels.triton.decode:{n}" for n in MUTANTS} == {m.spec for m in bugs.mutants("triton")}
 
 
 def test_every_flydsl_mutant_is_registered_once_and_the_simulator_builds_every_one():
-    from kernels.flydsl.sim import backend as SB
+    from nvfp4_suite.kernels.flydsl.sim import backend as SB
 
     names = [m.spec.split(":")[1].rsplit("_", 1)[0] for m in bugs.mutants("flydsl")]
     assert sorted(names) == sorted(SB.MUTANTS)
-    decode = pytest.importorskip("kernels.flydsl.decode", reason="FlyDSL is not installed")
+    decode = pytest.importorskip("nvfp4_suite.kernels.flydsl.decode", reason="FlyDSL is not installed")
     assert set(SB.MUTANTS) == set(decode.MUTANTS)
 
 
@@ -153,15 +153,15 @@ def test_undetectable_mutants_pass_every_golden_case_of_their_class(spec):
 # Triton and FlyDSL mutants -> (the correct backend, a golden case carrying the
 # mutant's flag, splits): the cheapest catching launch measured on a CPU.
 CATCHING = {
-    "kernels.triton.decode:causal": ("triton", "stale-tail-1", 1),
-    "kernels.triton.decode:v_scale_linear": ("triton", "v-scale-swizzle", 1),
-    "kernels.triton.decode:minus_one": ("triton", "minus-one-first-request", 1),
-    "kernels.triton.decode:merge_no_rescale": ("triton", "split-rescale", 2),
-    "kernels.flydsl.sim.backend:causal_off_by_one_gfx950": ("flydsl-sim-gfx950", "stale-tail-1", 1),
-    "kernels.flydsl.sim.backend:v_scale_linear_gfx950": ("flydsl-sim-gfx950", "v-scale-per-token", 1),
-    "kernels.flydsl.sim.backend:merge_no_rescale_gfx950": ("flydsl-sim-gfx950", "split-rescale", 2),
-    "kernels.flydsl.sim.backend:ticket_not_reset_gfx950": ("flydsl-sim-gfx950", "splits-5-blocks", 2),
-    "kernels.flydsl.sim.backend:fnuz_uncorrected_gfx942": ("flydsl-sim-gfx942", "e4m3-neg-zero", 1),
+    "nvfp4_suite.kernels.triton.decode:causal": ("triton", "stale-tail-1", 1),
+    "nvfp4_suite.kernels.triton.decode:v_scale_linear": ("triton", "v-scale-swizzle", 1),
+    "nvfp4_suite.kernels.triton.decode:minus_one": ("triton", "minus-one-first-request", 1),
+    "nvfp4_suite.kernels.triton.decode:merge_no_rescale": ("triton", "split-rescale", 2),
+    "nvfp4_suite.kernels.flydsl.sim.backend:causal_off_by_one_gfx950": ("flydsl-sim-gfx950", "stale-tail-1", 1),
+    "nvfp4_suite.kernels.flydsl.sim.backend:v_scale_linear_gfx950": ("flydsl-sim-gfx950", "v-scale-per-token", 1),
+    "nvfp4_suite.kernels.flydsl.sim.backend:merge_no_rescale_gfx950": ("flydsl-sim-gfx950", "split-rescale", 2),
+    "nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950": ("flydsl-sim-gfx950", "splits-5-blocks", 2),
+    "nvfp4_suite.kernels.flydsl.sim.backend:fnuz_uncorrected_gfx942": ("flydsl-sim-gfx942", "e4m3-neg-zero", 1),
 }
 
 
@@ -193,7 +193,7 @@ def _catches(spec, correct, name, splits):
 
 @pytest.mark.parametrize("spec", sorted(CATCHING))
 def test_each_triton_and_flydsl_mutant_fails_its_catching_launch(spec):
-    if spec == "kernels.triton.decode:minus_one" and os.environ.get("TRITON_INTERPRET") != "1":
+    if spec == "nvfp4_suite.kernels.triton.decode:minus_one" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("the -1 mutant reads out of bounds: on a GPU it may fault the context")
     _catches(spec, *CATCHING[spec])
 
@@ -241,7 +241,7 @@ def test_a_crash_of_the_kernel_counts_as_caught():
 
 
 def test_a_harness_error_is_not_counted_as_a_catch(monkeypatch):
-    import vectors.harness as H
+    import nvfp4_suite.vectors.harness as H
 
     def broken(*a, **kw):
         raise RuntimeError("harness comparison broke")
@@ -258,7 +258,7 @@ def test_a_harness_error_is_not_counted_as_a_catch(monkeypatch):
 
 def _bugs_cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "vectors.bugs", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.bugs", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, check=True).stdout
 
 
@@ -276,6 +276,6 @@ def test_the_command_lists_every_class_with_its_cases_and_mutants():
 
 def test_gpu_check_takes_the_triton_mutants_from_the_registry():
     script = (ROOT / "kernels" / "gpu_check.sh").read_text()
-    assert "python3 -m vectors.bugs --mutants triton" in script
+    assert "python3 -m nvfp4_suite.vectors.bugs --mutants triton" in script
     for m in bugs.mutants("triton"):
         assert m.spec.split(":")[1] not in script, f"gpu_check.sh names {m.spec} itself"

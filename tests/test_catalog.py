@@ -1,7 +1,8 @@
-"""vectors.catalog: the committed catalog regenerates byte for byte, covers
+"""nvfp4_suite.vectors.catalog: the committed catalog regenerates byte for byte, covers
 every bug class, and every case passes against the reference backends."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -10,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kernels
-from kernels.protocol import Capabilities
-import reference as R
-from reference.examples import random_problem
-from kernels.protocol import Launch
-from vectors import catalog, cases
-from vectors.check import check_golden
-from vectors.cli import main
-from vectors.io import load_case, save_case
+from nvfp4_suite import kernels
+from nvfp4_suite.kernels.protocol import Capabilities
+import nvfp4_suite.reference as R
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.kernels.protocol import Launch
+from nvfp4_suite.vectors import catalog, cases
+from nvfp4_suite.vectors.check import check_golden
+from nvfp4_suite.vectors.cli import main
+from nvfp4_suite.vectors.io import load_case, save_case
 
 
 def test_regen_check_reproduces_every_committed_byte(capsys):
@@ -41,7 +42,7 @@ def test_every_bug_class_has_a_case_and_every_validator_error_an_invalid_case():
     m = catalog.load_manifest()
     used = {f for c in m["cases"] for f in c["flags"]}
     assert used == set(cases.FLAGS)
-    import reference
+    from nvfp4_suite import reference
 
     errors = {n for n in dir(reference) if n.endswith("Error") and n != "ProblemError"}
     invalid = {c["expected_error"] for c in m["cases"] if c["result"] == "invalid"}
@@ -55,7 +56,7 @@ def test_every_case_passes_against_the_reference_backends(name):
 
 
 def test_valid_cases_store_expectations_the_reference_reproduces():
-    import reference as R
+    import nvfp4_suite.reference as R
 
     m = catalog.load_manifest()
     c = next(c for c in m["cases"] if c["name"] == "splits-5-blocks")
@@ -135,24 +136,30 @@ def test_add_promotes_a_saved_case_and_regen_check_passes(tmp_catalog, tmp_path)
 
 
 def test_add_then_regen_keeps_every_case_byte_identical(tmp_path):
-    # The commands as a user runs them, in a copy of the packages (the catalog
-    # lives beside the code that reads it).
+    # The commands as a user runs them, on a copy of the suite (the catalog
+    # lives beside the code that reads it), imported ahead of the installed one.
     root = Path(__file__).resolve().parents[1]
+    suite = tmp_path / "site" / "nvfp4_suite"
     for pkg in ("reference", "kernels", "vectors"):
-        shutil.copytree(root / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*"))
+        shutil.copytree(root / pkg, suite / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*"))
+    (suite / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3), meta={"launches": [Launch(2, 8).to_json()]})
 
     def run(*args):
-        r = subprocess.run([sys.executable, "-m", "vectors", *args], cwd=tmp_path, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, env=env,
                            timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
 
-    run("add", str(src), "--comment", "c", "--flags", "split-merge")
-    before = _snapshot(tmp_path / "vectors")
-    run("regen")
-    assert _snapshot(tmp_path / "vectors") == before
-    _assert_consistent(tmp_path / "vectors")
+    # Never let the commands below write to the checkout's own catalog.
+    assert run("-c", "from nvfp4_suite.vectors import catalog; print(catalog.HERE)").strip() == str(suite / "vectors")
+    run("-m", "nvfp4_suite.vectors", "add", str(src), "--comment", "c", "--flags", "split-merge")
+    before = _snapshot(suite / "vectors")
+    run("-m", "nvfp4_suite.vectors", "regen")
+    assert _snapshot(suite / "vectors") == before
+    _assert_consistent(suite / "vectors")
 
 
 def test_regen_numbers_added_cases_after_the_builtins(tmp_catalog, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""vectors.check: verdicts are never vacuous, unreadable cases are reported by case
+"""nvfp4_suite.vectors.check: verdicts are never vacuous, unreadable cases are reported by case
 while the others run, golden cases are judged by their stored expectations."""
 
 import json
@@ -7,12 +7,12 @@ import shutil
 import numpy as np
 import pytest
 
-import kernels
-import reference as R
-from kernels.protocol import Capabilities, Launch
-from vectors import catalog
-from vectors.check import check_golden, replay_launches
-from vectors.cli import main
+from nvfp4_suite import kernels
+import nvfp4_suite.reference as R
+from nvfp4_suite.kernels.protocol import Capabilities, Launch
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.check import check_golden, replay_launches
+from nvfp4_suite.vectors.cli import main
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_a_manifest_of_another_generator_version_exits_2(small_catalog, capsys):
 def test_stored_expectations_that_drifted_from_the_reference_are_an_error_not_a_verdict(small_catalog, capsys):
     # A stored interval end moved by one bf16 step: the reference no longer
     # reproduces it, so no backend is judged against it.
-    from vectors.io import load_case, save_case
+    from nvfp4_suite.vectors.io import load_case, save_case
 
     here, chosen = small_catalog
     path = here / chosen[0]["file"]

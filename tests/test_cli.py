@@ -11,7 +11,7 @@ def _run(*args, cwd=ROOT, env_extra=None):
     import os
 
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "vectors", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", *args], cwd=cwd, capture_output=True, text=True,
                           env=env, timeout=600)
 
 
@@ -55,8 +55,8 @@ def _replay_lines(text):
 
 
 def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monkeypatch, capsys):
-    from vectors.cli import main
-    from vectors.io import load_case
+    from nvfp4_suite.vectors.cli import main
+    from nvfp4_suite.vectors.io import load_case
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     spec = "mutants:PlacementBug"
@@ -68,7 +68,7 @@ def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monk
     (launch,) = meta["launches"]
     assert launch["xcds"] == 8 and meta["backend"] == spec
     (cmd,) = _replay_lines(out)
-    assert cmd == f"python -m vectors replay {saved[0]} --backend {spec}"
+    assert cmd == f"python -m nvfp4_suite.vectors replay {saved[0]} --backend {spec}"
     assert main(cmd.split()[3:]) == 1
     assert f"splits={launch['splits']} xcds=8 layout=" in capsys.readouterr().out
     # The file alone names the backend and the launch.
@@ -78,8 +78,8 @@ def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monk
 
 
 def test_golden_failure_replay_commands_run_as_printed(monkeypatch, capsys):
-    from vectors import catalog
-    from vectors.cli import main
+    from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.cli import main
 
     m = catalog.load_manifest()
     case = next(c for c in m["cases"] if c["result"] == "valid"
@@ -94,14 +94,14 @@ def test_golden_failure_replay_commands_run_as_printed(monkeypatch, capsys):
 
 
 def test_add_of_a_missing_file_exits_2(capsys):
-    from vectors.cli import main
+    from nvfp4_suite.vectors.cli import main
 
     assert main(["add", "/nonexistent/x.npz", "--comment", "c", "--flags", "split-merge"]) == 2
     assert "no such case file" in capsys.readouterr().err
 
 
 def test_list_with_an_unknown_flag_exits_2(capsys):
-    from vectors.cli import main
+    from nvfp4_suite.vectors.cli import main
 
     assert main(["list", "--flag", "nosuchflag"]) == 2
     assert "unknown flag 'nosuchflag'" in capsys.readouterr().err
@@ -117,11 +117,11 @@ def test_replay_help_describes_every_argument():
 
 def test_a_reference_backend_run_ends_by_saying_how_to_check_your_kernel():
     r = _run("check", "--backend", "emulate", "--examples", "2", "--no-golden")
-    assert r.returncode == 0 and "To check your kernel: python -m vectors check --backend" in r.stdout
+    assert r.returncode == 0 and "To check your kernel: python -m nvfp4_suite.vectors check --backend" in r.stdout
 
 
 def test_ctrl_c_is_a_message_and_exit_2(monkeypatch, capsys):
-    from vectors import cli
+    from nvfp4_suite.vectors import cli
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -133,7 +133,7 @@ def test_ctrl_c_is_a_message_and_exit_2(monkeypatch, capsys):
 
 def test_a_closed_pipe_ends_quietly_with_exit_2():
     # The reader closes its end before the command writes anything (``| head`` that exits early).
-    p = subprocess.Popen([sys.executable, "-m", "vectors", "list"], cwd=ROOT, stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "nvfp4_suite.vectors", "list"], cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     p.stdout.close()
     err = p.stderr.read()
@@ -147,7 +147,7 @@ def test_a_backend_module_that_raises_on_import_is_a_setup_error(tmp_path):
 
 
 def test_serving_shape_needs_generated_problems(capsys):
-    from vectors.cli import main
+    from nvfp4_suite.vectors.cli import main
 
     assert main(["check", "--backend", "emulate", "--shape", "serving", "--examples", "0"]) == 2
     assert "--shape serving checks generated problems" in capsys.readouterr().err

@@ -1,16 +1,16 @@
-"""reference.compare: ulp distance, bounds and the report."""
+"""nvfp4_suite.reference.compare: ulp distance, bounds and the report."""
 
 import numpy as np
 
-import reference as R
-from reference.formats import bf16_ulp
-from reference.compare import (
+import nvfp4_suite.reference as R
+from nvfp4_suite.reference.formats import bf16_ulp
+from nvfp4_suite.reference.compare import (
     bound_vs_emulation,
     compare_with_emulation,
     compare_with_oracle,
     ulp_distance,
 )
-from reference.examples import random_problem
+from nvfp4_suite.reference.examples import random_problem
 
 
 def test_ulp_distance_is_sign_aware_and_nan_aware():
@@ -107,7 +107,7 @@ def test_p_kept_in_float32_is_caught_against_the_seed_emulation():
 
 # --- the interval test and the rounding statistics ----------------------------------------
 
-from reference.compare import (  # noqa: E402
+from nvfp4_suite.reference.compare import (  # noqa: E402
     BIAS_ALPHA,
     bf16_interval,
     bias_false_alarm,
@@ -261,7 +261,7 @@ def test_a_flipped_p_moving_a_whole_head_one_way_is_not_a_rounding_bias():
 
 # --- what a failing report says -------------------------------------------------------------
 
-from reference.compare import MAX_LISTED, NAN, NOT_BF16, OUTSIDE, UNWRITTEN, diagnose  # noqa: E402
+from nvfp4_suite.reference.compare import MAX_LISTED, NAN, NOT_BF16, OUTSIDE, UNWRITTEN, diagnose  # noqa: E402
 
 
 def _garbage(shape, seed=0):

@@ -5,11 +5,11 @@ reference. A failure saves one repro file: the minimised problem's."""
 import pytest
 from hypothesis import given, settings
 
-import kernels
-from kernels.protocol import INTERPRETED_LIMITS
-from vectors.check import replay_command
-from vectors.harness import BackendCrash, run_case, save_repro
-from vectors.strategies import launches_for, problems_for, record_launch
+from nvfp4_suite import kernels
+from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS
+from nvfp4_suite.vectors.check import replay_command
+from nvfp4_suite.vectors.harness import BackendCrash, run_case, save_repro
+from nvfp4_suite.vectors.strategies import launches_for, problems_for, record_launch
 
 
 @pytest.fixture
@@ -66,4 +66,4 @@ def test_a_failure_saves_one_repro_however_many_shrink_steps_it_took(tmp_path, m
         check_backend(NumpyKernel("head_mod"), "mutants:HeadMod", 20)
     saved = list(tmp_path.glob("*.npz"))
     assert len(saved) == 1 and f"saved: {saved[0]}" in str(e.value)
-    assert f"replay: python -m vectors replay {saved[0]} --backend mutants:HeadMod" in str(e.value)
+    assert f"replay: python -m nvfp4_suite.vectors replay {saved[0]} --backend mutants:HeadMod" in str(e.value)

@@ -11,16 +11,17 @@ import ast
 import inspect
 import json
 import re
+import tomllib
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import reference
-from kernels.flydsl import lanes, seed_index
-from reference import formats, paged_cache, problem
-from vectors import catalog, io as vio
+from nvfp4_suite import reference
+from nvfp4_suite.kernels.flydsl import lanes, seed_index
+from nvfp4_suite.reference import formats, paged_cache, problem
+from nvfp4_suite.vectors import catalog, io as vio
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "reference" / "CONTRACT.md"
@@ -371,5 +372,5 @@ def test_format_section_names_every_meta_key_and_manifest_field():
 def test_readme_points_at_the_document_and_the_package_ships_it():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "reference/CONTRACT.md" in readme
-    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert re.search(r'^reference = \[[^\]]*"CONTRACT\.md"', pyproject, re.M)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "CONTRACT.md" in pyproject["tool"]["setuptools"]["package-data"]["nvfp4_suite.reference"]

@@ -1,4 +1,4 @@
-"""reference.emulate: properties of the seed-geometry emulation."""
+"""nvfp4_suite.reference.emulate: properties of the seed-geometry emulation."""
 
 import dataclasses
 
@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import reference as R
-from reference.compare import bound_vs_oracle, compare_with_oracle
-from reference.emulate import split_schedule, exp2_f32, fma_f32
-from reference.examples import random_problem
-from vectors.strategies import problems
+import nvfp4_suite.reference as R
+from nvfp4_suite.reference.compare import bound_vs_oracle, compare_with_oracle
+from nvfp4_suite.reference.emulate import split_schedule, exp2_f32, fma_f32
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.vectors.strategies import problems
 
 
 @given(problems(), st.integers(1, 8))
@@ -78,7 +78,7 @@ def test_exp2_f32_edges():
 
 def test_emulation_of_one_key_is_its_value():
     p = random_problem(1, reqs=1, q_len=1, topk=1, seq_lens=[1])
-    from reference.paged_cache import dequantize_pages
+    from nvfp4_suite.reference.paged_cache import dequantize_pages
 
     page = p.block_table[0, 0]
     _, v = dequantize_pages(p.pool, p.layout, 1, [page])

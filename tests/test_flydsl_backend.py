@@ -1,4 +1,4 @@
-"""kernels.flydsl.backend: the host side of the FlyDSL kernel.
+"""nvfp4_suite.kernels.flydsl.backend: the host side of the FlyDSL kernel.
 
 What runs everywhere: the reasons ``available()`` gives, argument checks of
 ``decode`` before any launch, the workspace.
@@ -12,9 +12,9 @@ import types
 import numpy as np
 import pytest
 
-from kernels.flydsl import backend as FB
-from reference.examples import random_problem
-from reference.paged_cache import LAYOUTS
+from nvfp4_suite.kernels.flydsl import backend as FB
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.paged_cache import LAYOUTS
 
 torch = pytest.importorskip("torch", reason="the FlyDSL host side takes torch tensors")
 
@@ -103,7 +103,7 @@ def rocm_backend():
 
 @pytest.mark.rocm
 def test_flydsl_passes_every_golden_vector_at_every_split_and_placement(rocm_backend):
-    from vectors.check import check_golden
+    from nvfp4_suite.vectors.check import check_golden
 
     run = check_golden(rocm_backend)
     assert run.ok and run.count("PASS") == len(run.cases), run.text()
@@ -111,7 +111,7 @@ def test_flydsl_passes_every_golden_vector_at_every_split_and_placement(rocm_bac
 
 @pytest.mark.rocm
 def test_flydsl_passes_generated_problems(rocm_backend):
-    from vectors.check import check_generated
+    from nvfp4_suite.vectors.check import check_generated
 
     gen = check_generated(rocm_backend, examples=300, seed=0)
     assert gen.ok, gen.failing[2] if gen.failing else gen.stats

@@ -1,9 +1,9 @@
-"""kernels.flydsl.decode: every configuration compiles for gfx942 and gfx950
+"""nvfp4_suite.kernels.flydsl.decode: every configuration compiles for gfx942 and gfx950
 within its resource budget (compile-only: no GPU runs the kernel here).
 
 Each test compiles one (target, topk) for every split count and XCD setting
 in a fresh process (``COMPILE_ONLY=1``, ``FLYDSL_GPU_ARCH``) and checks the
-assembly (see ``kernels.flydsl.resources``). Where FlyDSL or ``ld.lld`` >= 19
+assembly (see ``nvfp4_suite.kernels.flydsl.resources``). Where FlyDSL or ``ld.lld`` >= 19
 is missing they skip with the reason, unless ``NVFP4_REQUIRE_COMPILE=1``
 (set by ``.ci/run``) makes that a failure.
 """
@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from kernels.flydsl.backend import flydsl_missing
-from kernels.flydsl.resources import ARCHS, SPLITS, TOPKS, XCDS, compile_configs, format_table, problems, rocm_path
+from nvfp4_suite.kernels.flydsl.backend import flydsl_missing
+from nvfp4_suite.kernels.flydsl.resources import ARCHS, SPLITS, TOPKS, XCDS, compile_configs, format_table, problems, rocm_path
 
 pytestmark = pytest.mark.compile_only
 
@@ -46,7 +46,7 @@ def test_the_planar_loader_compiles_within_the_same_budget(toolchain, arch):
 
 
 def test_out_of_range_topk_splits_or_layout_is_refused_before_compiling(toolchain):
-    from kernels.flydsl.decode import compile_nvfp4_sparse_decode
+    from nvfp4_suite.kernels.flydsl.decode import compile_nvfp4_sparse_decode
 
     for kw in ({"topk": 0}, {"topk": 65}, {"splits": 0}):
         with pytest.raises(ValueError, match="topk must be in 1..64 and splits >= 1"):

@@ -1,4 +1,4 @@
-"""kernels.flydsl.lanes: the FlyDSL kernel's lane arithmetic, run on numpy.
+"""nvfp4_suite.kernels.flydsl.lanes: the FlyDSL kernel's lane arithmetic, run on numpy.
 
 The kernel traces these very functions, so what holds here holds for the
 index math, nibble transpose and dequantisation it is built from. The page
@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernels.flydsl import lanes as L
-from kernels.flydsl import targets
-from reference.examples import random_problem
-from reference.formats import e2m1_decode, e4m3fn_decode, e4m3fnuz_decode
-from reference.paged_cache import LAYOUTS, dequantize_pages, page_bytes
+from nvfp4_suite.kernels.flydsl import lanes as L
+from nvfp4_suite.kernels.flydsl import targets
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode, e4m3fnuz_decode
+from nvfp4_suite.reference.paged_cache import LAYOUTS, dequantize_pages, page_bytes
 
 TARGETS = {arch: L.NumpyOps(fnuz=targets.target(arch).fnuz) for arch in targets.ARCHS}
 LANE = np.arange(64)

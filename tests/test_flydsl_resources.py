@@ -1,9 +1,9 @@
-"""kernels.flydsl.resources: reading a code object's resources and judging them."""
+"""nvfp4_suite.kernels.flydsl.resources: reading a code object's resources and judging them."""
 
 import pytest
 
-from kernels.flydsl.lanes import NDT
-from kernels.flydsl.resources import format_table, parse_isa, problems, workgroups_per_cu
+from nvfp4_suite.kernels.flydsl.lanes import NDT
+from nvfp4_suite.kernels.flydsl.resources import format_table, parse_isa, problems, workgroups_per_cu
 
 ISA = """
 \tbuffer_store_dwordx4 v0, s[8:11], 0 offen{sc}

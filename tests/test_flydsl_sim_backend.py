@@ -1,4 +1,4 @@
-"""kernels.flydsl.sim.backend: the compiled FlyDSL kernel run by the simulator
+"""nvfp4_suite.kernels.flydsl.sim.backend: the compiled FlyDSL kernel run by the simulator
 (``flydsl-sim-gfx942``/``-gfx950``) against the emulation of its arithmetic.
 
 This is the check of the suite's main kernel that a CPU can make. The CI
@@ -6,7 +6,7 @@ subset (a few minutes): for both targets, small generated problems at every
 split count, both layouts, XCD placement 8, TOPK 1/33/64, q_len > 1 and Hkv
 > 1; a golden subset; selected pages beyond 4 GiB of pool; ``v_exp_f32``
 off by one ulp either way still inside the tolerance. The full catalog and hundreds of generated problems per target
-are run by hand (``python -m vectors check --backend flydsl-sim-gfx950``).
+are run by hand (``python -m nvfp4_suite.vectors check --backend flydsl-sim-gfx950``).
 The kernel mutants are caught by golden cases of their own class in
 ``tests/test_bugs.py``.
 Compiling needs FlyDSL and ``ld.lld`` >= 19: without them these tests skip
@@ -18,18 +18,18 @@ import os
 import numpy as np
 import pytest
 
-from kernels.flydsl.sim import backend as SB
-from kernels.flydsl.sim.program import parse_program
-from kernels.flydsl.sim.wave import SimError
-from kernels.flydsl.targets import ARCHS
-from reference import DecodeProblem
-from reference.examples import random_problem
-from reference.paged_cache import page_bytes
-from vectors.catalog import load_manifest
-from kernels.protocol import Launch
-from vectors.harness import BackendCrash, run_case
-from vectors.io import load_case
-from vectors.catalog import HERE as VECTORS
+from nvfp4_suite.kernels.flydsl.sim import backend as SB
+from nvfp4_suite.kernels.flydsl.sim.program import parse_program
+from nvfp4_suite.kernels.flydsl.sim.wave import SimError
+from nvfp4_suite.kernels.flydsl.targets import ARCHS
+from nvfp4_suite.reference import DecodeProblem
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.paged_cache import page_bytes
+from nvfp4_suite.vectors.catalog import load_manifest
+from nvfp4_suite.kernels.protocol import Launch
+from nvfp4_suite.vectors.harness import BackendCrash, run_case
+from nvfp4_suite.vectors.io import load_case
+from nvfp4_suite.vectors.catalog import HERE as VECTORS
 
 
 @pytest.fixture(scope="module")

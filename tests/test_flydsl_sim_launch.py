@@ -1,14 +1,14 @@
-"""kernels.flydsl.sim.launch: workgroup orders, waves meeting at barriers, the
+"""nvfp4_suite.kernels.flydsl.sim.launch: workgroup orders, waves meeting at barriers, the
 initial registers the kernel descriptor declares, on small hand-written kernels."""
 
 import numpy as np
 import pytest
 
-from kernels.flydsl.sim.launch import Group, Kernel, dispatch, workgroup_order
-from kernels.flydsl.sim.memory import Lds, Memory
-from kernels.flydsl.sim.program import parse_program
-from kernels.flydsl.sim.wave import MemoryFault, SimError
-from kernels.flydsl.targets import target
+from nvfp4_suite.kernels.flydsl.sim.launch import Group, Kernel, dispatch, workgroup_order
+from nvfp4_suite.kernels.flydsl.sim.memory import Lds, Memory
+from nvfp4_suite.kernels.flydsl.sim.program import parse_program
+from nvfp4_suite.kernels.flydsl.sim.wave import MemoryFault, SimError
+from nvfp4_suite.kernels.flydsl.targets import target
 
 
 def _kernel(body: str, lds: int = 0, kernarg: int = 16) -> Kernel:

@@ -9,10 +9,10 @@ import zlib
 import numpy as np
 import pytest
 
-from kernels.flydsl.sim.launch import execute, make_test_wave
-from kernels.flydsl.sim.memory import Memory
-from kernels.flydsl.sim.program import parse_program
-from kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, mask_to_int
+from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
+from nvfp4_suite.kernels.flydsl.sim.memory import Memory
+from nvfp4_suite.kernels.flydsl.sim.program import parse_program
+from nvfp4_suite.kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, mask_to_int
 from sim_kernels import compiled_kernels
 
 LANES = 64

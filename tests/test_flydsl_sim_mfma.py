@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.flydsl.sim.launch import execute, make_test_wave
-from kernels.flydsl.sim.ops.mfma import float64_sum_is_exact
-from kernels.flydsl.sim.wave import SimError
+from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
+from nvfp4_suite.kernels.flydsl.sim.ops.mfma import float64_sum_is_exact
+from nvfp4_suite.kernels.flydsl.sim.wave import SimError
 
 LANES = 64
 BF16 = ml_dtypes.bfloat16

@@ -1,8 +1,8 @@
-"""kernels.flydsl.sim.program: reading LLVM's AMDGPU assembly text."""
+"""nvfp4_suite.kernels.flydsl.sim.program: reading LLVM's AMDGPU assembly text."""
 
 import pytest
 
-from kernels.flydsl.sim.program import AGPR_BASE, ParseError, parse_instruction, parse_operand, parse_program
+from nvfp4_suite.kernels.flydsl.sim.program import AGPR_BASE, ParseError, parse_instruction, parse_operand, parse_program
 
 TINY = """\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
 \t.text

@@ -7,11 +7,11 @@ import random
 import numpy as np
 import pytest
 
-import kernels.flydsl.sim.ops.scalar  # noqa: F401  (registers the family)
-from kernels.flydsl.sim.launch import execute, make_test_wave
-from kernels.flydsl.sim.memory import Memory
-from kernels.flydsl.sim.program import parse_instruction, parse_program
-from kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, handler_for
+import nvfp4_suite.kernels.flydsl.sim.ops.scalar  # noqa: F401  (registers the family)
+from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
+from nvfp4_suite.kernels.flydsl.sim.memory import Memory
+from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction, parse_program
+from nvfp4_suite.kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, handler_for
 from sim_kernels import compiled_kernels
 
 M32 = 0xFFFFFFFF

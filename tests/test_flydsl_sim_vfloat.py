@@ -16,10 +16,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.flydsl.sim.launch import execute, make_test_wave
-from kernels.flydsl.sim.ops import vfloat
-from kernels.flydsl.sim.program import parse_instruction
-from kernels.flydsl.sim.wave import OPS, SimError, UnknownInstruction, handler_for
+from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
+from nvfp4_suite.kernels.flydsl.sim.ops import vfloat
+from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+from nvfp4_suite.kernels.flydsl.sim.wave import OPS, SimError, UnknownInstruction, handler_for
 from sim_kernels import compiled_kernels
 
 # The models compute with NaNs and infinities on purpose.

@@ -11,10 +11,10 @@ import re
 import numpy as np
 import pytest
 
-import kernels.flydsl.sim.ops.vint  # noqa: F401  (registers the family)
-from kernels.flydsl.sim.launch import execute, make_test_wave
-from kernels.flydsl.sim.program import parse_instruction
-from kernels.flydsl.sim.wave import OPS, SimError
+import nvfp4_suite.kernels.flydsl.sim.ops.vint  # noqa: F401  (registers the family)
+from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
+from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+from nvfp4_suite.kernels.flydsl.sim.wave import OPS, SimError
 from sim_kernels import compiled_kernels
 
 M32 = 0xFFFFFFFF

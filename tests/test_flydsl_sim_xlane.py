@@ -11,10 +11,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from kernels.flydsl.sim.launch import execute, make_test_wave
-from kernels.flydsl.sim.ops.xlane import swizzle_pattern
-from kernels.flydsl.sim.program import parse_instruction
-from kernels.flydsl.sim.wave import SimError, mask_to_int
+from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
+from nvfp4_suite.kernels.flydsl.sim.ops.xlane import swizzle_pattern
+from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+from nvfp4_suite.kernels.flydsl.sim.wave import SimError, mask_to_int
 
 LANES = 64
 SENTINEL = 0xDEADBEEF

@@ -1,4 +1,4 @@
-"""kernels.flydsl.targets: one record of hardware facts per target, and a loud
+"""nvfp4_suite.kernels.flydsl.targets: one record of hardware facts per target, and a loud
 failure for a target without one, in every place that reads them."""
 
 import dataclasses
@@ -7,12 +7,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.flydsl import targets as T
-from kernels.flydsl.resources import workgroups_per_cu
-from kernels.flydsl.sim.launch import Group, dispatch, make_test_wave
-from kernels.flydsl.sim.memory import Lds, Memory
-from kernels.flydsl.sim.wave import SimError
-from reference.formats import e4m3fn_decode, e4m3fnuz_decode
+from nvfp4_suite.kernels.flydsl import targets as T
+from nvfp4_suite.kernels.flydsl.resources import workgroups_per_cu
+from nvfp4_suite.kernels.flydsl.sim.launch import Group, dispatch, make_test_wave
+from nvfp4_suite.kernels.flydsl.sim.memory import Lds, Memory
+from nvfp4_suite.kernels.flydsl.sim.wave import SimError
+from nvfp4_suite.reference.formats import e4m3fn_decode, e4m3fnuz_decode
 
 
 def test_the_kernels_two_targets_have_records():
@@ -68,8 +68,8 @@ def test_the_simulator_refuses_a_target_without_a_record_or_with_other_waves():
 
 
 def test_a_kernel_assembled_for_another_target_is_refused_at_dispatch():
-    from kernels.flydsl.sim.launch import Kernel
-    from kernels.flydsl.sim.program import parse_program
+    from nvfp4_suite.kernels.flydsl.sim.launch import Kernel
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_program
 
     text = """\t.amdgcn_target "amdgcn-amd-amdhsa--gfx90a"
 \t.text
@@ -88,7 +88,7 @@ k:
 
 
 def test_instruction_availability_follows_the_record_not_the_name():
-    from kernels.flydsl.sim.launch import execute
+    from nvfp4_suite.kernels.flydsl.sim.launch import execute
 
     # A made-up target with gfx950's name but gfx942's facts lacks gfx950's instructions.
     w = make_test_wave("gfx950")
@@ -101,7 +101,7 @@ def test_instruction_availability_follows_the_record_not_the_name():
 
 def test_the_kernel_refuses_to_compile_for_a_target_without_a_record(monkeypatch):
     pytest.importorskip("flydsl", reason="building the kernel needs FlyDSL")
-    from kernels.flydsl import decode
+    from nvfp4_suite.kernels.flydsl import decode
 
     monkeypatch.setattr(decode, "get_rocm_arch", lambda: "gfx1201")
     with pytest.raises(ValueError, match="no target record for arch 'gfx1201'"):

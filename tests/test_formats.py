@@ -1,12 +1,12 @@
-"""reference.formats against ml_dtypes: exhaustive on small domains, ties and
+"""nvfp4_suite.reference.formats against ml_dtypes: exhaustive on small domains, ties and
 their neighbours, random values, and (``-m thorough``) every float32 pattern."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from reference import formats as F
-from reference.paged_cache import quantize_nvfp4, unpack_e2m1
+from nvfp4_suite.reference import formats as F
+from nvfp4_suite.reference.paged_cache import quantize_nvfp4, unpack_e2m1
 
 RNG_SEED = 20261202
 

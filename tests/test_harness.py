@@ -1,4 +1,4 @@
-"""vectors.harness: NaN pre-filled buffers, xcds passing, repeat runs, inputs
+"""nvfp4_suite.vectors.harness: NaN pre-filled buffers, xcds passing, repeat runs, inputs
 a backend must not change, a backend's own crash told apart from the harness's."""
 
 import warnings
@@ -6,12 +6,12 @@ import warnings
 import numpy as np
 import pytest
 
-import kernels
-import reference as R
-from reference.examples import random_problem
-from kernels.protocol import Capabilities, Launch
-from vectors import harness
-from vectors.harness import BackendCrash, run_case
+from nvfp4_suite import kernels
+import nvfp4_suite.reference as R
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.kernels.protocol import Capabilities, Launch
+from nvfp4_suite.vectors import harness
+from nvfp4_suite.vectors.harness import BackendCrash, run_case
 
 INPUTS = ("q", "pool", "topk", "block_table", "seq_lens")
 
@@ -91,8 +91,8 @@ def test_an_exception_of_the_harness_propagates_unchanged(monkeypatch):
 
 
 def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
-    from vectors.harness import save_repro
-    from vectors.io import load_case
+    from nvfp4_suite.vectors.harness import save_repro
+    from nvfp4_suite.vectors.io import load_case
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     p = random_problem(4, reqs=2, topk=3)

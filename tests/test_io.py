@@ -1,4 +1,4 @@
-"""vectors.io: case files round-trip, are deterministic, and refuse bad input."""
+"""nvfp4_suite.vectors.io: case files round-trip, are deterministic, and refuse bad input."""
 
 import io
 import json
@@ -7,8 +7,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from reference.examples import random_problem
-from vectors.io import CaseFileError, load_case, save_case
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.vectors.io import CaseFileError, load_case, save_case
 
 
 def test_roundtrip_and_byte_identical_rewrite(tmp_path):

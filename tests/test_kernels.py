@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-import kernels
-from reference.examples import random_problem
+from nvfp4_suite import kernels
+from nvfp4_suite.reference.examples import random_problem
 
 
 def test_registry_has_the_reference_backends():
@@ -15,7 +15,7 @@ def test_registry_has_the_reference_backends():
 
 
 def test_module_attr_resolves_classes_and_instances():
-    b = kernels.get_backend("kernels.reference_backends:EmulateBackend")
+    b = kernels.get_backend("nvfp4_suite.kernels.reference_backends:EmulateBackend")
     assert b.name == "emulate"
     p = random_problem(0, reqs=2, num_kv_heads=1, topk=4)
     out = b(p, splits=2)
@@ -27,7 +27,7 @@ def test_unknown_and_malformed_backends_raise_clear_errors():
         kernels.get_backend("nope")
     with pytest.raises(kernels.BackendError, match="cannot load backend"):
         kernels.get_backend("no.such.module:thing")
-    with pytest.raises(kernels.BackendError, match="does not follow kernels.Backend"):
+    with pytest.raises(kernels.BackendError, match="does not follow nvfp4_suite.kernels.Backend"):
         kernels.get_backend("numpy:float32")
 
 

@@ -6,16 +6,16 @@ proved so here."""
 import numpy as np
 import pytest
 
-import reference as R
+import nvfp4_suite.reference as R
 from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
-from reference.compare import compare_with_emulation, interval_vs_emulation
-from reference.emulate import _emulate
-from reference.examples import random_problem
-from reference.formats import e4m3fn_encode
-from reference.paged_cache import page_views, swizzle_v_scales, unswizzle_v_scales
-from vectors import bugs, catalog
-from vectors.check import check_generated, check_golden
-from vectors.io import load_case
+from nvfp4_suite.reference.compare import compare_with_emulation, interval_vs_emulation
+from nvfp4_suite.reference.emulate import _emulate
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.formats import e4m3fn_encode
+from nvfp4_suite.reference.paged_cache import page_views, swizzle_v_scales, unswizzle_v_scales
+from nvfp4_suite.vectors import bugs, catalog
+from nvfp4_suite.vectors.check import check_generated, check_golden
+from nvfp4_suite.vectors.io import load_case
 
 DETECTABLE = sorted(set(ROUNDING_BUGS) - set(UNDETECTABLE))
 # Bugs that only invalid input shows (every golden case of their class is invalid):

@@ -1,4 +1,4 @@
-"""reference.sparse_decode on hand-computed cases, invariances, and layouts.
+"""nvfp4_suite.reference.sparse_decode on hand-computed cases, invariances, and layouts.
 
 Hand cases write E2M1 codes with scale byte 0x38 (= 1.0) so every K/V value is
 exact and the expected outputs follow from the softmax formula alone.
@@ -9,9 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-import reference as R
-from reference.examples import random_problem
-from reference.paged_cache import pool_from_codes
+import nvfp4_suite.reference as R
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.paged_cache import pool_from_codes
 
 ONE = 0x38  # E4M3 byte of 1.0
 CODE = {0.0: 0, 0.5: 1, 1.0: 2, 1.5: 3, 2.0: 4, 3.0: 5, 4.0: 6, 6.0: 7}

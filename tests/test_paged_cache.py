@@ -1,10 +1,10 @@
-"""reference.paged_cache: layouts, the V-scale swizzle, quantisation, readers."""
+"""nvfp4_suite.reference.paged_cache: layouts, the V-scale swizzle, quantisation, readers."""
 
 import numpy as np
 import pytest
 
-from reference import formats as F
-from reference import paged_cache as PC
+from nvfp4_suite.reference import formats as F
+from nvfp4_suite.reference import paged_cache as PC
 
 RNG_SEED = 7
 
@@ -234,7 +234,7 @@ def test_page_layout_object():
 
 
 def test_the_cache_writer_and_page_decoder_are_exported_and_agree():
-    import reference as R
+    import nvfp4_suite.reference as R
 
     for name in ("quantize_nvfp4", "dequantize", "dequantize_pages", "read_pages", "page_views", "PageViews",
                  "pool_from_codes", "swizzle_v_scales", "unswizzle_v_scales"):

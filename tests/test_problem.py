@@ -1,12 +1,12 @@
-"""reference.problem: derived facts and every validator error path."""
+"""nvfp4_suite.reference.problem: derived facts and every validator error path."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-import reference as R
-from reference.examples import random_problem
+import nvfp4_suite.reference as R
+from nvfp4_suite.reference.examples import random_problem
 
 
 def _base(**kw):
@@ -185,7 +185,7 @@ def test_validator_ignores_bad_pages_of_invalid_slots():
 @pytest.mark.parametrize("byte", [0x7F, 0xFF])
 @pytest.mark.parametrize("kind", ["k_scale", "v_scale"])
 def test_validator_rejects_nan_scale_byte_in_read_page(kind, byte):
-    from reference.paged_cache import page_views
+    from nvfp4_suite.reference.paged_cache import page_views
 
     p = _base()
     topk = p.topk.copy()
@@ -198,7 +198,7 @@ def test_validator_rejects_nan_scale_byte_in_read_page(kind, byte):
 
 
 def test_validator_accepts_nan_scale_byte_in_unread_page_and_other_head():
-    from reference.paged_cache import page_views
+    from nvfp4_suite.reference.paged_cache import page_views
 
     p = _base()
     pool = p.pool.copy()

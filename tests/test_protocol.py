@@ -1,13 +1,13 @@
-"""kernels.protocol: the declared capabilities, the launch record, and the README
+"""nvfp4_suite.kernels.protocol: the declared capabilities, the launch record, and the README
 section generated from the protocol."""
 
 from pathlib import Path
 
 import pytest
 
-import kernels
-from kernels.protocol import README_SECTION, Capabilities, Launch, protocol_errors
-from reference.examples import random_problem
+from nvfp4_suite import kernels
+from nvfp4_suite.kernels.protocol import README_SECTION, Capabilities, Launch, protocol_errors
+from nvfp4_suite.reference.examples import random_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 

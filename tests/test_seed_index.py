@@ -1,11 +1,11 @@
-"""kernels.flydsl.seed_index: the seed's integer logic against the reference's semantics."""
+"""nvfp4_suite.kernels.flydsl.seed_index: the seed's integer logic against the reference's semantics."""
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernels.flydsl import seed_index as S
-from reference.emulate import split_schedule
+from nvfp4_suite.kernels.flydsl import seed_index as S
+from nvfp4_suite.reference.emulate import split_schedule
 
 
 @given(st.lists(st.integers(-1, 12), min_size=1, max_size=64), st.integers(-1, 10), st.integers(1, 8))

@@ -1,14 +1,14 @@
-"""kernels.torch.backend: golden vectors, the tensor entry point, TF32 left alone."""
+"""nvfp4_suite.kernels.torch.backend: golden vectors, the tensor entry point, TF32 left alone."""
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
-from kernels import get_backend  # noqa: E402
-from kernels.torch.backend import decode  # noqa: E402
-from reference.examples import random_problem  # noqa: E402
-from vectors.check import check_golden  # noqa: E402
+from nvfp4_suite.kernels import get_backend  # noqa: E402
+from nvfp4_suite.kernels.torch.backend import decode  # noqa: E402
+from nvfp4_suite.reference.examples import random_problem  # noqa: E402
+from nvfp4_suite.vectors.check import check_golden  # noqa: E402
 
 
 def test_torch_backend_passes_every_golden_vector():

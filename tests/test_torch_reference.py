@@ -1,11 +1,11 @@
-"""kernels.torch.reference against the numpy references it mirrors.
+"""nvfp4_suite.kernels.torch.reference against the numpy references it mirrors.
 
 Bit for bit: the emulation's float32 results (out, pre_round, score_noise),
 abs_v_sum, and the acceptance intervals (lo, hi, nearest) that decide every
 verdict. The float64 sums (the emulation's magnitude and flip risk, the
 oracle's outputs) are order-dependent in their last bits between BLAS builds
 (see the module docstring): they are held to twice the oracle's own float64
-noise bound, ``reference.compare`` term 5. CPU torch in CI (a golden subset
+noise bound, ``nvfp4_suite.reference.compare`` term 5. CPU torch in CI (a golden subset
 and a few generated problems; the whole catalog under ``thorough``), the
 same on CUDA under ``gpu``.
 """
@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
-from kernels.torch import reference as TR  # noqa: E402
-from reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
-from reference.emulate import emulate_details, split_schedule, exp2_f32, fma_f32  # noqa: E402
-from reference.formats import bf16_round, bf16_ulp  # noqa: E402
-from reference.oracle import oracle_details  # noqa: E402
-from vectors import catalog  # noqa: E402
-from vectors.io import load_case  # noqa: E402
-from vectors.strategies import problems  # noqa: E402
+from nvfp4_suite.kernels.torch import reference as TR  # noqa: E402
+from nvfp4_suite.reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
+from nvfp4_suite.reference.emulate import emulate_details, split_schedule, exp2_f32, fma_f32  # noqa: E402
+from nvfp4_suite.reference.formats import bf16_round, bf16_ulp  # noqa: E402
+from nvfp4_suite.reference.oracle import oracle_details  # noqa: E402
+from nvfp4_suite.vectors import catalog  # noqa: E402
+from nvfp4_suite.vectors.io import load_case  # noqa: E402
+from nvfp4_suite.vectors.strategies import problems  # noqa: E402
 
 TRITON_GEOMETRY = Geometry(128, 128, True)
 GEOMETRIES = [SEED_GEOMETRY, TRITON_GEOMETRY, Geometry(64, 16, False)]
@@ -58,7 +58,7 @@ def _bits_equal(a, b) -> bool:
 
 
 def _noise(p, magnitude):
-    """Twice ``reference.compare``'s term 5: two float64 evaluations of one sum, each
+    """Twice ``nvfp4_suite.reference.compare``'s term 5: two float64 evaluations of one sum, each
     within that bound of the real value."""
     return 2 * compare._gamma_exact(p, compare.F64_EPS) * magnitude
 

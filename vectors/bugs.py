@@ -2,25 +2,25 @@
 
 A bug class is one known way a sparse NVFP4 decode kernel goes wrong. Its name
 is the flag that golden cases carry (``vectors/manifest.json``), its
-description the manifest's ``notes`` entry (``vectors.cases`` takes both from
+description the manifest's ``notes`` entry (``nvfp4_suite.vectors.cases`` takes both from
 here). Its golden cases are the catalog's cases carrying the flag
 (``golden_cases``). Its mutants are backends that each inject that one bug
 into a correct implementation; they are named by backend specs
-(``module:attr``, as ``kernels.get_backend`` and ``python -m vectors check
+(``module:attr``, as ``nvfp4_suite.kernels.get_backend`` and ``python -m nvfp4_suite.vectors check
 --backend`` take them), so this module imports nothing to list them:
 
 - ``mutants:<attr>``: numpy kernels in ``tests/mutants.py`` (importable with
   ``tests/`` on ``sys.path``, as under pytest, or with ``PYTHONPATH=tests``);
-- ``kernels.triton.decode:<name>``: the Triton kernel built with one of its ``MUTANTS``;
-- ``kernels.flydsl.sim.backend:<name>_<arch>``: the FlyDSL kernel compiled with
-  one of ``kernels.flydsl.decode.MUTANTS`` for ``arch``, run by the simulator.
+- ``nvfp4_suite.kernels.triton.decode:<name>``: the Triton kernel built with one of its ``MUTANTS``;
+- ``nvfp4_suite.kernels.flydsl.sim.backend:<name>_<arch>``: the FlyDSL kernel compiled with
+  one of ``nvfp4_suite.kernels.flydsl.decode.MUTANTS`` for ``arch``, run by the simulator.
 
 ``tests/test_bugs.py`` holds the registry to account: every detectable mutant
 fails a golden case carrying its own class's flag, every class has a mutant
 or says why it has none, and every mutant defined anywhere is registered.
 
-    python -m vectors.bugs                    # each class: description, golden cases, mutants
-    python -m vectors.bugs --mutants triton   # the Triton mutants' specs, one a line
+    python -m nvfp4_suite.vectors.bugs                    # each class: description, golden cases, mutants
+    python -m nvfp4_suite.vectors.bugs --mutants triton   # the Triton mutants' specs, one a line
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Mutant:
         return ENGINES[self.spec.split(":", 1)[0]]
 
 
-ENGINES = {"mutants": "numpy", "kernels.triton.decode": "triton", "kernels.flydsl.sim.backend": "flydsl"}
+ENGINES = {"mutants": "numpy", "nvfp4_suite.kernels.triton.decode": "triton", "nvfp4_suite.kernels.flydsl.sim.backend": "flydsl"}
 
 CLASSES = (
     BugClass("first-invalid-nan", "leading slots all invalid; an unguarded exp2(-inf - -inf) turns the row NaN"),
@@ -142,17 +142,17 @@ MUTANTS = (
     # tests/mutants.py: launch-placement bugs (backends taking ``xcds``)
     Mutant("mutants:PlacementBug", "xcds"),
     Mutant("mutants:XcdRowMask", "xcds"),
-    # kernels.triton.decode.MUTANTS
-    Mutant("kernels.triton.decode:causal", "stale-tail"),
-    Mutant("kernels.triton.decode:v_scale_linear", "v-scale-swizzle"),
-    Mutant("kernels.triton.decode:minus_one", "minus-one"),
-    Mutant("kernels.triton.decode:merge_no_rescale", "split-rescale"),
-    # kernels.flydsl.decode.MUTANTS, each on the target where it is a bug (FNUZ only on gfx942)
-    Mutant("kernels.flydsl.sim.backend:causal_off_by_one_gfx950", "stale-tail"),
-    Mutant("kernels.flydsl.sim.backend:v_scale_linear_gfx950", "v-scale-swizzle"),
-    Mutant("kernels.flydsl.sim.backend:merge_no_rescale_gfx950", "split-rescale"),
-    Mutant("kernels.flydsl.sim.backend:ticket_not_reset_gfx950", "ticket-reset"),
-    Mutant("kernels.flydsl.sim.backend:fnuz_uncorrected_gfx942", "fnuz"),
+    # nvfp4_suite.kernels.triton.decode.MUTANTS
+    Mutant("nvfp4_suite.kernels.triton.decode:causal", "stale-tail"),
+    Mutant("nvfp4_suite.kernels.triton.decode:v_scale_linear", "v-scale-swizzle"),
+    Mutant("nvfp4_suite.kernels.triton.decode:minus_one", "minus-one"),
+    Mutant("nvfp4_suite.kernels.triton.decode:merge_no_rescale", "split-rescale"),
+    # nvfp4_suite.kernels.flydsl.decode.MUTANTS, each on the target where it is a bug (FNUZ only on gfx942)
+    Mutant("nvfp4_suite.kernels.flydsl.sim.backend:causal_off_by_one_gfx950", "stale-tail"),
+    Mutant("nvfp4_suite.kernels.flydsl.sim.backend:v_scale_linear_gfx950", "v-scale-swizzle"),
+    Mutant("nvfp4_suite.kernels.flydsl.sim.backend:merge_no_rescale_gfx950", "split-rescale"),
+    Mutant("nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950", "ticket-reset"),
+    Mutant("nvfp4_suite.kernels.flydsl.sim.backend:fnuz_uncorrected_gfx942", "fnuz"),
 )
 
 
@@ -176,8 +176,8 @@ def golden_cases(bug: str, manifest: dict | None = None) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    """``python -m vectors.bugs [--mutants ENGINE]``; exit 2 on an unknown engine."""
-    ap = argparse.ArgumentParser(prog="python -m vectors.bugs", description=__doc__.split("\n")[0])
+    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE]``; exit 2 on an unknown engine."""
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.bugs", description=__doc__.split("\n")[0])
     ap.add_argument("--mutants", metavar="ENGINE", choices=sorted(set(ENGINES.values())) + ["all"],
                     help="print only the specs of this engine's mutants (or all), one a line")
     args = ap.parse_args(argv)

@@ -11,9 +11,9 @@ import dataclasses
 
 import numpy as np
 
-from reference import DecodeProblem, bf16_round
-from reference.examples import random_problem
-from reference.paged_cache import BLK, D, GROUP, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
+from nvfp4_suite.reference import DecodeProblem, bf16_round
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.paged_cache import BLK, D, GROUP, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
 
 from .bugs import CLASSES
 

@@ -1,5 +1,5 @@
 """The golden-vector catalog: ``vectors/manifest.json`` and ``vectors/data/*.npz`` (library
-side; the commands are in ``vectors.cli``). The file format is documented for
+side; the commands are in ``nvfp4_suite.vectors.cli``). The file format is documented for
 checkers in other languages in ``reference/CONTRACT.md`` section 10.
 
 Each valid case file stores, beside the problem, the expectations a checker
@@ -20,7 +20,7 @@ expectations come from float64 computations rounded to float32 or bf16; the
 only platform-dependent steps before that rounding are BLAS summation order
 and the last bit of float64 exp/exp2, which move a stored value only if a
 float64 result lies within a few float64 ulps of a rounding boundary.
-``python -m vectors regen --check`` in CI turns any such event into a failure
+``python -m nvfp4_suite.vectors regen --check`` in CI turns any such event into a failure
 rather than a silent change.
 """
 
@@ -34,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.protocol import Launch
-from reference import SEED_GEOMETRY
-from reference.compare import Interval, interval_vs_emulation, interval_vs_oracle
-from reference.formats import bf16_bits, from_bf16_bits
-from reference.oracle import oracle_details
-from reference.problem import DecodeProblem
+from nvfp4_suite.kernels.protocol import Launch
+from nvfp4_suite.reference import SEED_GEOMETRY
+from nvfp4_suite.reference.compare import Interval, interval_vs_emulation, interval_vs_oracle
+from nvfp4_suite.reference.formats import bf16_bits, from_bf16_bits
+from nvfp4_suite.reference.oracle import oracle_details
+from nvfp4_suite.reference.problem import DecodeProblem
 
 from . import cases as C
 from .io import CaseFileError, load_case, save_case
@@ -82,7 +82,7 @@ def load_manifest(path: Path | None = None, *, versions: bool = True) -> dict:
                         ("contract_version", CONTRACT_VERSION)):
         if versions and m[field] != mine:
             raise CaseFileError(f"{path}: {field} {m[field]!r}, this code reads {mine} "
-                                "(regenerate with `python -m vectors regen`, or use the matching suite)")
+                                "(regenerate with `python -m nvfp4_suite.vectors regen`, or use the matching suite)")
     for i, c in enumerate(m["cases"]):
         for field in ("id", "file", "sha256", "comment", "flags", "result", "params", "launches"):
             if field not in c:
@@ -346,7 +346,7 @@ def add_case(file, *, comment: str, flags, name: str | None = None, splits=None)
     invalid-input case naming the ``ProblemError`` subclass. Raises
     CaseFileError for an unreadable file or unknown flags. The manifest is
     replaced atomically after the data file is written."""
-    from reference import ProblemError
+    from nvfp4_suite.reference import ProblemError
 
     m = load_manifest()
     unknown = [f for f in flags if f not in m["notes"]]

@@ -1,5 +1,5 @@
 """The check engine: golden vectors, generated problems and replays against one
-backend, as results (``vectors.cli`` prints them; tests and other tools call
+backend, as results (``nvfp4_suite.vectors.cli`` prints them; tests and other tools call
 these directly).
 
 Verdict rules, shared by every entry point: a launch a backend's capabilities
@@ -15,10 +15,10 @@ import collections
 import dataclasses
 from pathlib import Path
 
-import kernels
-from kernels.protocol import Launch
-from reference import ProblemError
-from reference.compare import backend_interval, describe_modified_inputs
+from nvfp4_suite import kernels
+from nvfp4_suite.kernels.protocol import Launch
+from nvfp4_suite.reference import ProblemError
+from nvfp4_suite.reference.compare import backend_interval, describe_modified_inputs
 
 from . import catalog
 from .harness import BackendCrash, modified_inputs, private_copy, run_case
@@ -269,7 +269,7 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
 def replay_command(file, spec: str, launch: Launch | None = None) -> str:
     """The command that replays ``file`` against the backend loaded by ``spec``
     (``launch``: the one failing launch, else the file's own)."""
-    cmd = f"python -m vectors replay {file} --backend {spec}"
+    cmd = f"python -m nvfp4_suite.vectors replay {file} --backend {spec}"
     if launch is not None:
         cmd += f" --splits {launch.splits} --xcds {launch.xcds}"
         if launch.order is not None:
@@ -368,7 +368,7 @@ def rounding_lines(acc) -> list[str]:
     """The run's rounding statistics (totals of ``Report`` fields) as printed lines:
     the share checked to one bf16 value, off nearest-even counts, the mean signed
     error, and the bias verdict the totals would give as one report."""
-    from reference.compare import BIAS_ALPHA, Report, bias_false_alarm
+    from nvfp4_suite.reference.compare import BIAS_ALPHA, Report, bias_false_alarm
 
     if not acc or not acc["n_elements"]:
         return []

@@ -1,8 +1,8 @@
-"""``python -m vectors``: check a backend, replay a case, manage the catalog.
+"""``python -m nvfp4_suite.vectors``: check a backend, replay a case, manage the catalog.
 
 Exit codes: 0 conformant, 1 not conformant, 2 usage or setup error (also:
 nothing was judged, an unreadable catalog or case file, an interrupted run).
-The engine is ``vectors.check``; this module parses arguments and prints.
+The engine is ``nvfp4_suite.vectors.check``; this module parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-import kernels
+from nvfp4_suite import kernels
 
 from . import catalog
 from .check import (PREFERENCE, indent, SetupError, check_golden, check_generated, check_invalid, pick_backend,
@@ -114,12 +114,12 @@ def cmd_check(args) -> int:
     print(f"CONFORMANT: backend {backend.name}; {', '.join(summary)}; {took}")
     if spec in REFERENCE_BACKENDS:
         print(f"This checked the suite's own {spec!r} backend. To check your kernel: "
-              "python -m vectors check --backend yourpkg.module:YourBackend (README, 'Writing a backend').")
+              "python -m nvfp4_suite.vectors check --backend yourpkg.module:YourBackend (README, 'Writing a backend').")
     return 0
 
 
 def _check_serving(spec: str, backend, args) -> int:
-    """``check --shape serving``: serving-size problems only (``vectors.serving``)."""
+    """``check --shape serving``: serving-size problems only (``nvfp4_suite.vectors.serving``)."""
     from .serving import check_serving
 
     if args.examples == 0:
@@ -220,7 +220,7 @@ def cmd_add(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    ap = argparse.ArgumentParser(prog="python -m vectors", description="NVFP4 sparse decode conformance")
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors", description="NVFP4 sparse decode conformance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     backend_help = (f"registered name ({', '.join(kernels.registered())}) or module.path:attr")
     c = sub.add_parser("check", help="golden vectors + generated problems against a backend",
@@ -260,8 +260,18 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def console_main() -> int:
+    """Entry point of the ``nvfp4-vectors`` script, the same as ``python -m
+    nvfp4_suite.vectors``: the working directory is importable first, as
+    ``python -m`` makes it, so ``--backend mypkg.mykernel:Backend`` finds the
+    user's own package."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return main()
+
+
 def main(argv=None) -> int:
-    """Entry point of ``python -m vectors``; returns the exit status."""
+    """Entry point of ``python -m nvfp4_suite.vectors``; returns the exit status."""
     args = build_parser().parse_args(argv)
     if getattr(args, "examples", 0) < 0:
         print("error: --examples must be >= 0", file=sys.stderr)

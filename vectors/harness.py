@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.protocol import Launch
-from reference import DecodeProblem
-from reference.compare import Interval, Report, backend_interval, compare_with_interval
+from nvfp4_suite.kernels.protocol import Launch
+from nvfp4_suite.reference import DecodeProblem
+from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
 
 
 class BackendCrash(Exception):
@@ -136,7 +136,7 @@ def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
     ``splits``, both computed from ``problem`` itself, which the backend never
     sees (each run gets a ``private_copy``); input bytes a run changed are in
     ``report.modified_inputs``. ``expected``: that ``(interval, against)``
-    (``reference.compare.backend_interval``) when the caller has it already.
+    (``nvfp4_suite.reference.compare.backend_interval``) when the caller has it already.
     Raises ``BackendCrash`` when the backend raised.
     """
     launch = launch or Launch()
@@ -166,8 +166,8 @@ def save_repro(spec: str, problem: DecodeProblem, launch: Launch, report_text: s
     """Write a failing problem to ``$NVFP4_REPRO_DIR`` (default ``.repro/``) as a
     case file named by its content hash; returns the path. Its meta holds the
     backend ``spec`` (as given to ``--backend``) and the launch record that
-    failed, which ``python -m vectors replay PATH`` reruns with no other
-    argument; ``python -m vectors add PATH`` makes it a golden case."""
+    failed, which ``python -m nvfp4_suite.vectors replay PATH`` reruns with no other
+    argument; ``python -m nvfp4_suite.vectors add PATH`` makes it a golden case."""
     from .io import save_case
 
     folder = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reference import DecodeProblem
+from nvfp4_suite.reference import DecodeProblem
 
 ARRAY_FIELDS = {"q": np.float32, "pool": np.uint8, "topk": np.int32, "block_table": np.int32, "seq_lens": np.int32}
 SCALAR_FIELDS = ("layout", "num_kv_heads", "q_len", "sm_scale", "k_global_scale", "v_global_scale")

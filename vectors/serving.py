@@ -1,14 +1,14 @@
-"""Serving-size problems and their check on a GPU: ``python -m vectors.serving``.
+"""Serving-size problems and their check on a GPU: ``python -m nvfp4_suite.vectors.serving``.
 
-The generated problems of ``vectors.strategies`` are small because the numpy
+The generated problems of ``nvfp4_suite.vectors.strategies`` are small because the numpy
 reference runs on the host. The bugs of a kernel at the shapes it serves live
 elsewhere: grid and offset overflows, pools of many gigabytes, long block
 tables, full TOPK 64, large Hkv. ``serving_problem`` builds such a step
 (64-256 rows, Hkv up to 8, TOPK up to 64, q_len up to 4, pools of 10**4-10**5
 pages, up to 8192 blocks a request), and ``check_serving`` judges a backend
-on them with the torch references of ``kernels.torch.reference`` (the
+on them with the torch references of ``nvfp4_suite.kernels.torch.reference`` (the
 emulation of the backend's geometry, or the exact oracle for the exact
-class) and ``reference.compare``'s acceptance intervals, on the GPU when
+class) and ``nvfp4_suite.reference.compare``'s acceptance intervals, on the GPU when
 torch sees one: seconds per problem where numpy takes minutes.
 
 Every problem holds every slot state (valid, ``-1``, future ids whose block
@@ -35,9 +35,9 @@ import time
 import numpy as np
 from hypothesis import strategies as st
 
-from reference import LAYOUTS, DecodeProblem, bf16_round
-from reference.paged_cache import BLK, D, page_bytes, page_views, swizzle_v_scales, unswizzle_v_scales
-from reference.problem import HG
+from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
+from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views, swizzle_v_scales, unswizzle_v_scales
+from nvfp4_suite.reference.problem import HG
 
 ROWS = (64, 256)
 MAX_KV_HEADS = 8
@@ -266,7 +266,7 @@ def _run(backend, problem: DecodeProblem, launch, pool_ref) -> tuple[np.ndarray 
     """One backend call on copies of the small arrays and the problem's own pool,
     with what its capabilities declare (an ``out=`` buffer pre-filled with NaN);
     returns (output as float32 or None, why it is not an output, input name ->
-    bytes changed, seconds). Raises ``vectors.harness.BackendCrash``."""
+    bytes changed, seconds). Raises ``nvfp4_suite.vectors.harness.BackendCrash``."""
     from .harness import BackendCrash, OutputTypeError, to_output
 
     caps = backend.capabilities
@@ -300,9 +300,9 @@ def _run(backend, problem: DecodeProblem, launch, pool_ref) -> tuple[np.ndarray 
 
 def reference_interval(backend, problem: DecodeProblem, splits: int, *, device=None, pool=None):
     """The acceptance interval of ``backend``'s output from the torch references
-    (``kernels.torch.reference.backend_interval``): the emulation of its geometry
+    (``nvfp4_suite.kernels.torch.reference.backend_interval``): the emulation of its geometry
     at ``splits``, or the exact oracle (geometry None). Returns ``(Interval, against)``."""
-    from kernels.torch import reference as TR
+    from nvfp4_suite.kernels.torch import reference as TR
 
     return TR.backend_interval(problem, geometry=backend.geometry, splits=splits, device=device, pool=pool)
 
@@ -317,13 +317,13 @@ def check_serving(backend, examples: int, seed: int, progress=None, *,
 
     Each problem: the reference interval on the device (``reference_interval``),
     then the backend twice (outputs must be bitwise equal, inputs unchanged),
-    judged by ``reference.compare``'s report. Returns ``(ok, lines)``: a line per
+    judged by ``nvfp4_suite.reference.compare``'s report. Returns ``(ok, lines)``: a line per
     problem with its facts, verdict and timings, and a total.
     """
     import torch
 
-    from kernels.protocol import Launch
-    from reference.compare import Report, compare_with_interval
+    from nvfp4_suite.kernels.protocol import Launch
+    from nvfp4_suite.reference.compare import Report, compare_with_interval
 
     from .harness import BackendCrash
 
@@ -382,10 +382,10 @@ def _kernel_time(backend, problem: DecodeProblem, splits: int) -> float | None:
     if not torch.cuda.is_available():
         return None
     if backend.name == "triton":
-        from kernels.triton.decode import decode
+        from nvfp4_suite.kernels.triton.decode import decode
         kw = {"splits": splits}
     elif backend.name == "torch":
-        from kernels.torch.backend import decode
+        from nvfp4_suite.kernels.torch.backend import decode
         kw = {}
     else:
         return None
@@ -422,8 +422,8 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
     drawn (problem 2 with a pool above 4 GiB). Returns the table's lines."""
     import torch
 
-    from kernels.protocol import Launch
-    from reference import compare
+    from nvfp4_suite.kernels.protocol import Launch
+    from nvfp4_suite.reference import compare
 
     dev = _device()
     rng = np.random.default_rng(seed)
@@ -460,10 +460,10 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
 
 
 def main(argv=None) -> int:
-    """``python -m vectors.serving``: the serving-size check (default) or ``--bench``."""
-    import kernels
+    """``python -m nvfp4_suite.vectors.serving``: the serving-size check (default) or ``--bench``."""
+    from nvfp4_suite import kernels
 
-    ap = argparse.ArgumentParser(prog="python -m vectors.serving", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.serving", description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="triton", help="registered name or module.path:attr (default triton)")
     ap.add_argument("--examples", type=int, default=4, help="serving-size problems (default 4)")
     ap.add_argument("--seed", type=int, default=0)

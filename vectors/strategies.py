@@ -12,7 +12,7 @@ minimised repro holds readable bytes whenever the failure allows.
 Permutations, ids and scale bytes come from the seeded generator. Each drawn
 problem records its case classes with ``hypothesis.event`` so a run shows its
 coverage. ``problems_for`` and ``launches_for`` draw only inside a backend's
-``kernels.Capabilities``.
+``nvfp4_suite.kernels.Capabilities``.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from kernels.protocol import Capabilities, Launch
-from reference import LAYOUTS, DecodeProblem, bf16_round
-from reference.examples import paged_block_table
-from reference.paged_cache import BLK, D, page_bytes, page_views
-from reference.problem import HG
+from nvfp4_suite.kernels.protocol import Capabilities, Launch
+from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
+from nvfp4_suite.reference.examples import paged_block_table
+from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
+from nvfp4_suite.reference.problem import HG
 
 from .cases import loud_tail, poison_unread
 

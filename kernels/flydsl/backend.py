@@ -4,7 +4,7 @@
 moves it to the ROCm GPU and calls ``decode``, the entry point for serving
 code, which takes torch tensors already on the GPU. Nothing here runs without
 a ROCm GPU (gfx942 or gfx950) and FlyDSL; ``available()`` says which is
-missing. The kernel itself is ``kernels.flydsl.decode``.
+missing. The kernel itself is ``nvfp4_suite.kernels.flydsl.decode``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import functools
 
 import numpy as np
 
-from reference import DecodeProblem
-from reference.emulate import LOG2E, SEED_GEOMETRY
-from reference.paged_cache import D, LAYOUTS, page_bytes
-from reference.problem import HG
+from nvfp4_suite.reference import DecodeProblem
+from nvfp4_suite.reference.emulate import LOG2E, SEED_GEOMETRY
+from nvfp4_suite.reference.paged_cache import D, LAYOUTS, page_bytes
+from nvfp4_suite.reference.problem import HG
 
 from ..protocol import Capabilities
 from .lanes import PART_F, SPLITS, grid_x, k_table

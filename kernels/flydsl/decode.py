@@ -3,7 +3,7 @@
 ``compile_nvfp4_sparse_decode`` below is the seed (``../shared/seed``) with
 its structure and arithmetic kept. The seed called helpers and constants it
 did not define; they are written here, and the lane arithmetic they share
-with the CPU tests lives in ``kernels.flydsl.lanes`` (one source, traced here
+with the CPU tests lives in ``nvfp4_suite.kernels.flydsl.lanes`` (one source, traced here
 and run on numpy there).
 
 Where the seed could not work as written, and what changed:
@@ -235,7 +235,7 @@ MUTANTS = {
 
 
 def compile_helpers(tgt: Target, layout: str, mutant: str | None = None):
-    """The helpers for target ``tgt`` (``kernels.flydsl.targets``) and page ``layout``
+    """The helpers for target ``tgt`` (``nvfp4_suite.kernels.flydsl.targets``) and page ``layout``
     (``token_rows`` or ``planar``); ``mutant`` one of ``MUTANTS`` or None."""
     ops = _GpuOps(tgt)
     if mutant == "fnuz_uncorrected":
@@ -323,7 +323,7 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
     arg_bt, arg_seq, arg_out, arg_ks, arg_vs, arg_lut, arg_part, arg_cnt,
     i64_part_bytes, i32_rows, i32_ql, i32_H, i32_hkv, i32_topk_hs, i32_bt_s,
     i32_page_b, f32_c, i32_grid_x, stream)``: device addresses (Int64) of the
-    tensors ``kernels.flydsl.backend.decode`` documents, their sizes and
+    tensors ``nvfp4_suite.kernels.flydsl.backend.decode`` documents, their sizes and
     strides, ``f32_c = fp32(sm_scale * log2(e))``; with ``kernel_name``,
     ``compile_hints`` and ``shared`` (the LDS struct) attached.
     """

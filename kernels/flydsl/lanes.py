@@ -1,6 +1,6 @@
 """The FlyDSL kernel's lane arithmetic, one source for numpy and for the GPU.
 
-Every function here is traced into the kernel by ``kernels.flydsl.decode``
+Every function here is traced into the kernel by ``nvfp4_suite.kernels.flydsl.decode``
 and run on numpy integers by the tests, so what the tests check is the text
 the kernel is built from. The rules that make one text give the same bits in
 both places: integers are combined only with ``+ * // % & | << >>`` on
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.formats import e4m3fn_decode, e4m3fnuz_decode
-from reference.paged_cache import BLK, D, LAYOUTS, row_byte
-from reference.problem import HG  # query heads per KV head: the MFMA N dimension
+from nvfp4_suite.reference.formats import e4m3fn_decode, e4m3fnuz_decode
+from nvfp4_suite.reference.paged_cache import BLK, D, LAYOUTS, row_byte
+from nvfp4_suite.reference.problem import HG  # query heads per KV head: the MFMA N dimension
 
 NW = 4          # waves per workgroup
 KPW = 32        # keys per wave and block
@@ -129,7 +129,7 @@ def out_word(n, g, e):
 
 def page_byte(layout, hkv, part, kvh, t, col):
     """Byte of a page holding column ``col`` of token ``t``'s row of ``part`` of head ``kvh``:
-    ``reference.paged_cache.row_byte`` (part: ``k_data``, ``k_scale``, ``v_data``,
+    ``nvfp4_suite.reference.paged_cache.row_byte`` (part: ``k_data``, ``k_scale``, ``v_data``,
     ``v_scale``, V scales as stored, swizzled) plus ``col``."""
     return row_byte(layout, hkv, part, kvh, t) + col
 
@@ -255,7 +255,7 @@ def dequant_v(raw, fp8x2_f16_, v_bf16x8_):
 def k_table() -> np.ndarray:
     """The K table: uint32 ``[256]``, entry ``b`` = E4M3FN byte ``b`` as an fp16 pair.
 
-    Built from ``reference.formats`` (exact: every E4M3FN value is an fp16),
+    Built from ``nvfp4_suite.reference.formats`` (exact: every E4M3FN value is an fp16),
     so the kernel's K scales need no fp8 conversion and no gfx942 correction."""
     half = e4m3fn_decode(np.arange(256)).astype(np.float16).view(np.uint16).astype(np.uint32)
     return half | (half << 16)
@@ -264,7 +264,7 @@ def k_table() -> np.ndarray:
 class NumpyOps:
     """The kernel's floating-point instructions on numpy uint32 words, bit-exact.
 
-    fnuz: the modelled target's ``Target.fnuz`` (``kernels.flydsl.targets``): whether
+    fnuz: the modelled target's ``Target.fnuz`` (``nvfp4_suite.kernels.flydsl.targets``): whether
     its fp8 converter reads E4M3FNUZ (gfx942) rather than E4M3FN (gfx950).
     Packed fp16 products and their widening are IEEE with subnormals, as the
     kernel runs them (it asserts fp16 denormals are enabled in its code object)."""

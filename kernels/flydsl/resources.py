@@ -1,6 +1,6 @@
 """Compile the FlyDSL kernel without a GPU and check its resources.
 
-    python -m kernels.flydsl.resources [--arch gfx942 --arch gfx950]
+    python -m nvfp4_suite.kernels.flydsl.resources [--arch gfx942 --arch gfx950]
         [--topk 1 16 33 64] [--splits 1 2 4 8] [--xcds 0 8] [--layout token_rows]
         [--jobs 2] [--json PATH]
 
@@ -9,11 +9,11 @@ set, its final assembly read back, and a table printed, one row per
 configuration. A configuration fails when its code object has scratch or
 spills, uses more than 256 VGPR+AGPR per lane, fits fewer than two
 workgroups on a CU (registers or LDS, per the target's record in
-``kernels.flydsl.targets``: 64 KiB of LDS on gfx942, 160 KiB on gfx950), lacks
+``nvfp4_suite.kernels.flydsl.targets``: 64 KiB of LDS on gfx942, 160 KiB on gfx950), lacks
 fp16 denormals (the K/V decode relies on them), has LDS other than the
 ``Shared`` fields it uses, or has ``sc1`` anywhere but on the split partials
 of an ``xcds == 0`` launch. Every compile is also kept in the simulator's
-compile cache (``kernels.flydsl.sim.compile``). Exit status: 0 all pass, 1 a check failed, 2 no
+compile cache (``nvfp4_suite.kernels.flydsl.sim.compile``). Exit status: 0 all pass, 1 a check failed, 2 no
 usable linker or FlyDSL.
 
 Linking needs ``ld.lld`` 19 or newer at ``$ROCM_PATH/llvm/bin/ld.lld``. When
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reference.paged_cache import LAYOUTS
+from nvfp4_suite.reference.paged_cache import LAYOUTS
 
 from .backend import flydsl_missing
 from .lanes import NDT, SPLITS
@@ -183,7 +183,7 @@ def compile_configs(arch: str, configs: list[tuple], rocm: str) -> list[dict]:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm, ARCH=arch)
         spec = ",".join(":".join(map(str, c)) for c in configs)
-        proc = subprocess.run([sys.executable, "-m", "kernels.flydsl.resources", "--worker", arch, spec],
+        proc = subprocess.run([sys.executable, "-m", "nvfp4_suite.kernels.flydsl.resources", "--worker", arch, spec],
                               capture_output=True, text=True, env=env,
                               cwd=str(Path(__file__).resolve().parents[2]))
         rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -210,7 +210,7 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    p = argparse.ArgumentParser(prog="python -m kernels.flydsl.resources", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.resources", description=__doc__.split("\n")[0])
     p.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     p.add_argument("--topk", type=int, nargs="+", default=list(TOPKS))
     p.add_argument("--splits", type=int, nargs="+", default=list(SPLITS))

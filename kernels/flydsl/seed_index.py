@@ -6,7 +6,7 @@ reference: the ballot/popcount selection of a split's slots and the
 two-blocks-per-trip walk with its masked odd block. None of this runs the
 kernel; it pins down what the kernel's integer logic must do. (The launch
 mapping of workgroups to rows, the fp8 conversion and the lane arithmetic
-the kernel is traced from are in ``kernels.flydsl.lanes``.)
+the kernel is traced from are in ``nvfp4_suite.kernels.flydsl.lanes``.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The seed-geometry emulation and the exact oracle in torch, for GPUs.
 
-``reference.emulate`` and ``reference.oracle`` (numpy, the source of truth)
+``nvfp4_suite.reference.emulate`` and ``nvfp4_suite.reference.oracle`` (numpy, the source of truth)
 take minutes on a serving-size step; these run the same arithmetic on any
 torch device, in the same order and the same precision (float64 where numpy
 uses it, float32 elsewhere), so a check at serving size takes seconds.
@@ -24,7 +24,7 @@ What equals the numpy versions, and why:
   widened by one float64 ulp, equal unless an end lies within a few float64
   ulps of a bf16 rounding midpoint. tests/test_torch_reference.py checks the
   exact parts bit for bit and the float64 parts against the oracle's own
-  noise bound (``reference.compare`` term 5).
+  noise bound (``nvfp4_suite.reference.compare`` term 5).
 
 Every function takes a ``DecodeProblem`` (numpy), validates it, and returns
 numpy arrays; ``device`` names the torch device (default: CUDA when torch sees
@@ -39,10 +39,10 @@ import math
 
 import numpy as np
 
-from reference import compare
-from reference.emulate import F32_EPS, SEED_GEOMETRY, Emulation, Geometry, kernel_constant
-from reference.paged_cache import BLK, D
-from reference.problem import HG, DecodeProblem
+from nvfp4_suite.reference import compare
+from nvfp4_suite.reference.emulate import F32_EPS, SEED_GEOMETRY, Emulation, Geometry, kernel_constant
+from nvfp4_suite.reference.paged_cache import BLK, D
+from nvfp4_suite.reference.problem import HG, DecodeProblem
 
 from .backend import _tables, _views
 
@@ -122,12 +122,12 @@ class _OnDevice:
 
 
 def _exp2(x):
-    """float32 ``2**x`` via float64, as ``reference.emulate.exp2_f32``."""
+    """float32 ``2**x`` via float64, as ``nvfp4_suite.reference.emulate.exp2_f32``."""
     return torch.exp2(x.double()).float()
 
 
 def _fma(a, c: float, b):
-    """float32 ``a * c + b`` with one rounding, as ``reference.emulate.fma_f32``."""
+    """float32 ``a * c + b`` with one rounding, as ``nvfp4_suite.reference.emulate.fma_f32``."""
     x = a.double() * c
     y = b.double().expand_as(x)
     s = x + y
@@ -153,14 +153,14 @@ def _u32(x):
 
 
 def bf16_round(x):
-    """float32 tensor -> nearest-even bf16 values, still float32 (``reference.formats.bf16_round``)."""
+    """float32 tensor -> nearest-even bf16 values, still float32 (``nvfp4_suite.reference.formats.bf16_round``)."""
     u = _u32(x)
     r = _as_f32((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000)
     return torch.where(torch.isnan(x), x, r)
 
 
 def _bf16_ulp(x):
-    """float64 one bf16 ulp at ``|x|`` (``reference.formats.bf16_ulp``)."""
+    """float64 one bf16 ulp at ``|x|`` (``nvfp4_suite.reference.formats.bf16_ulp``)."""
     a = x.double().abs()
     _, e = torch.frexp(a)
     return torch.where(a < 2.0**-126, 2.0**-133, torch.ldexp(torch.ones_like(a), e - 8))
@@ -179,7 +179,7 @@ def _midpoint_distance(p):
 
 def _split_schedule(valid, splits: int):
     """Slot order of each (pair, split), ``[P, S, T]`` (-1 past the end), and T;
-    as ``reference.emulate``: valid slots ranked in slot order, split z takes
+    as ``nvfp4_suite.reference.emulate``: valid slots ranked in slot order, split z takes
     ranks ``[z*chunk, (z+1)*chunk)`` with ``chunk = ceil(n_valid / S)``."""
     P, K = valid.shape
     order = torch.sort((~valid).to(torch.uint8), dim=1, stable=True).indices
@@ -203,7 +203,7 @@ def _pairwise_sum(x):
 
 def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY,
                     device=None, pool=None) -> Emulation:
-    """``reference.emulate.emulate_details`` on a torch device: the same
+    """``nvfp4_suite.reference.emulate.emulate_details`` on a torch device: the same
     ``Emulation`` (numpy arrays, ``[rows, H, 128]``; score_noise ``[rows, H]``)."""
     if not isinstance(splits, (int, np.integer)) or splits < 1:
         raise ValueError(f"splits = {splits!r}, must be an integer >= 1")
@@ -329,12 +329,12 @@ def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geomet
 
 def emulate(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY,
             device=None, pool=None) -> np.ndarray:
-    """``reference.emulate.emulate`` on a torch device: float32 ``[rows, H, 128]`` of bf16 values."""
+    """``nvfp4_suite.reference.emulate.emulate`` on a torch device: float32 ``[rows, H, 128]`` of bf16 values."""
     return emulate_details(problem, splits=splits, geometry=geometry, device=device, pool=pool).out
 
 
 def oracle_details(problem: DecodeProblem, *, device=None, pool=None) -> tuple[np.ndarray, ...]:
-    """``reference.oracle.oracle_details`` on a torch device: ``(out, lse, magnitude,
+    """``nvfp4_suite.reference.oracle.oracle_details`` on a torch device: ``(out, lse, magnitude,
     score_abs, abs_v_sum)``, float64 numpy arrays ``[rows, H, 128]`` (lse and
     score_abs ``[rows, H]``)."""
     d = _OnDevice(problem, device, pool)
@@ -381,21 +381,21 @@ def oracle_details(problem: DecodeProblem, *, device=None, pool=None) -> tuple[n
 
 
 def sparse_decode(problem: DecodeProblem, *, device=None, pool=None) -> tuple[np.ndarray, np.ndarray]:
-    """``reference.oracle.sparse_decode`` on a torch device: ``(out, lse)`` float64."""
+    """``nvfp4_suite.reference.oracle.sparse_decode`` on a torch device: ``(out, lse)`` float64."""
     r = oracle_details(problem, device=device, pool=pool)
     return r[0], r[1]
 
 
 def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY,
                           device=None, pool=None) -> compare.Interval:
-    """``reference.compare.interval_vs_emulation`` from the torch emulation."""
+    """``nvfp4_suite.reference.compare.interval_vs_emulation`` from the torch emulation."""
     e = emulate_details(problem, splits=splits, geometry=geometry, device=device, pool=pool)
     return interval_from_emulation(problem, e, splits=splits, geometry=geometry)
 
 
 def interval_from_emulation(problem: DecodeProblem, e: Emulation, *, splits: int, geometry: Geometry
                             ) -> compare.Interval:
-    """The acceptance interval (``reference.compare`` module note) from an emulation
+    """The acceptance interval (``nvfp4_suite.reference.compare`` module note) from an emulation
     ``e`` of ``problem`` at ``splits`` and ``geometry``."""
     gamma = compare._gamma_emulated(problem, geometry, splits)
     eta = e.score_noise.astype(np.float64)[..., None]
@@ -405,7 +405,7 @@ def interval_from_emulation(problem: DecodeProblem, e: Emulation, *, splits: int
 
 def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
                        splits: int = 1, device=None, pool=None) -> compare.Interval:
-    """``reference.compare.interval_vs_oracle`` from the torch oracle (p_bf16 None:
+    """``nvfp4_suite.reference.compare.interval_vs_oracle`` from the torch oracle (p_bf16 None:
     as ``geometry`` says, False for the exact class)."""
     p_bf16 = compare._p_bf16(p_bf16, geometry)
     out, _, mag, sabs, vsum = oracle_details(problem, device=device, pool=pool)
@@ -423,7 +423,7 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, ge
 
 def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1, device=None,
                      pool=None) -> tuple[compare.Interval, str]:
-    """``reference.compare.backend_interval`` with the torch references: ``(interval,
+    """``nvfp4_suite.reference.compare.backend_interval`` with the torch references: ``(interval,
     against)`` for a backend of ``geometry`` (the exact oracle's for None,
     otherwise the emulation of that geometry at ``splits``)."""
     if geometry is None:
@@ -434,7 +434,7 @@ def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, split
 
 def compare_backend_output(problem: DecodeProblem, got, *, geometry: Geometry | None, splits: int = 1,
                            device=None, pool=None) -> compare.Report:
-    """``reference.compare.compare_backend_output`` with the torch references: the
+    """``nvfp4_suite.reference.compare.compare_backend_output`` with the torch references: the
     exact oracle for geometry None, otherwise the emulation of ``geometry``."""
     iv, against = backend_interval(problem, geometry=geometry, splits=splits, device=device, pool=pool)
     return compare.compare_with_interval(problem, got, iv, against)

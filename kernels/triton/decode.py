@@ -32,9 +32,9 @@ import os
 
 import numpy as np
 
-from reference import DecodeProblem, Geometry
-from reference.emulate import softmax_constant
-from reference.paged_cache import page_bytes
+from nvfp4_suite.reference import DecodeProblem, Geometry
+from nvfp4_suite.reference.emulate import softmax_constant
+from nvfp4_suite.reference.paged_cache import page_bytes
 
 from ..protocol import INTERPRETED_LIMITS, Capabilities
 
@@ -447,7 +447,7 @@ class TritonBackend:
 
 
 def triton_mutant(name: str):
-    """A factory for ``module:attr`` specs: ``kernels.triton.decode:causal`` etc."""
+    """A factory for ``module:attr`` specs: ``nvfp4_suite.kernels.triton.decode:causal`` etc."""
     return lambda: TritonBackend(name)
 
 

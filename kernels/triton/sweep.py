@@ -1,4 +1,4 @@
-"""``python -m kernels.triton.sweep``: time Triton kernel variants (dequantisation path,
+"""``python -m nvfp4_suite.kernels.triton.sweep``: time Triton kernel variants (dequantisation path,
 warps, pipeline stages, register cap, splits; 0 splits = the host's own pick) in one GPU run;
 each variant's output is checked against the torch backend first (relative L2
 error). Prints one line per variant; kernels/triton/NOTES.md logs the results."""
@@ -9,23 +9,23 @@ import argparse
 import importlib
 import itertools
 
-from kernels.bench import _problem, _time, ROOFLINE
+from nvfp4_suite.kernels.bench import _problem, _time, ROOFLINE
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.triton.sweep")
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.triton.sweep")
     ap.add_argument("--sizes", default="256x4x1,64x4x1")
     ap.add_argument("--topk", type=int, default=16)
-    ap.add_argument("--deq", default="1,2", help="dequantisation paths (kernels.triton.decode.DEQ)")
+    ap.add_argument("--deq", default="1,2", help="dequantisation paths (nvfp4_suite.kernels.triton.decode.DEQ)")
     ap.add_argument("--warps", default="4,8")
     ap.add_argument("--stages", default="1")
     ap.add_argument("--splits", default="0,1,2,4")
     ap.add_argument("--maxnreg", default="0", help="register caps (0: none)")
-    ap.add_argument("--module", default="kernels.triton.decode")
+    ap.add_argument("--module", default="nvfp4_suite.kernels.triton.decode")
     args = ap.parse_args(argv)
     import torch
 
-    from kernels.torch import backend as torch_backend
+    from nvfp4_suite.kernels.torch import backend as torch_backend
 
     mod = importlib.import_module(args.module)
     dev = torch.device("cuda")

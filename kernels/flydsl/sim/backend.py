@@ -23,9 +23,9 @@ import struct
 
 import numpy as np
 
-from reference import DecodeProblem
-from reference.emulate import SEED_GEOMETRY
-from reference.formats import bf16_bits, from_bf16_bits
+from nvfp4_suite.reference import DecodeProblem
+from nvfp4_suite.reference.emulate import SEED_GEOMETRY
+from nvfp4_suite.reference.formats import bf16_bits, from_bf16_bits
 
 from ...protocol import INTERPRETED_LIMITS, Capabilities
 from ..backend import XCDS, flydsl_missing, launch_plan
@@ -113,7 +113,7 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     buffer's prior contents, so rows the kernel never stores keep them.
     ``order`` is the workgroup order (``launch.workgroup_order``); ``options``
     reach the instruction handlers (``exp_ulps``); ``mutant`` builds the kernel
-    with one of ``kernels.flydsl.decode.MUTANTS``; ``buckets`` the compiled TOPK
+    with one of ``nvfp4_suite.kernels.flydsl.decode.MUTANTS``; ``buckets`` the compiled TOPK
     widths (``TOPK_BUCKETS``; None compiles the problem's own)."""
     if splits not in SPLITS:
         raise ValueError(f"splits={splits}: the kernel is built and checked for {SPLITS}")
@@ -216,8 +216,8 @@ def gfx950() -> FlydslSimBackend:
 
 
 # The kernel mutants as ``module:attr`` backends, e.g.
-# ``kernels.flydsl.sim.backend:ticket_not_reset_gfx950`` (names as in
-# ``kernels.flydsl.decode.MUTANTS``, which needs FlyDSL to import; kept in
+# ``nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950`` (names as in
+# ``nvfp4_suite.kernels.flydsl.decode.MUTANTS``, which needs FlyDSL to import; kept in
 # step by a test).
 MUTANTS = ("causal_off_by_one", "v_scale_linear", "merge_no_rescale", "ticket_not_reset", "fnuz_uncorrected")
 for _m in MUTANTS:

@@ -1,10 +1,10 @@
-"""``python -m kernels.flydsl.sim.bench``: how fast the simulator runs the kernel.
+"""``python -m nvfp4_suite.kernels.flydsl.sim.bench``: how fast the simulator runs the kernel.
 
 For each target it times one launch of a one-row, one-KV-head, 16-block
 problem (TOPK 16, every slot valid; the issue's yardstick, goal under 2 s)
 after a warm-up launch that parses the program, and prints the simulated
 instructions per second. The floor, measured in the same run, is the same
-problem through ``reference.emulate`` (numpy, the seed's arithmetic): the
+problem through ``nvfp4_suite.reference.emulate`` (numpy, the seed's arithmetic): the
 ratio says how many times slower executing the compiled kernel is than
 emulating its arithmetic. ``--golden`` adds the time to check the whole
 golden catalog per target (slow: minutes).
@@ -16,8 +16,8 @@ import argparse
 import sys
 import time
 
-from reference import emulate
-from reference.examples import random_problem
+from nvfp4_suite.reference import emulate
+from nvfp4_suite.reference.examples import random_problem
 
 from ..targets import ARCHS
 from .backend import FlydslSimBackend, sim_missing
@@ -31,7 +31,7 @@ def _timed(fn) -> float:
 
 def main(argv=None) -> int:
     """Print the benchmark table; exit 2 when the kernel cannot be compiled here."""
-    ap = argparse.ArgumentParser(prog="python -m kernels.flydsl.sim.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--splits", type=int, default=1)
     ap.add_argument("--golden", action="store_true", help="also time the golden catalog per target")
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     problem = random_problem(0, reqs=1, topk=16, seq_lens=[16 * 128], invalid_fraction=0.0)
     floor = min(_timed(lambda: emulate(problem, splits=args.splits)) for _ in range(3))
     print(f"problem: 1 row, Hkv 1, TOPK 16, 16 blocks, splits {args.splits}; "
-          f"floor (reference.emulate) {floor * 1e3:.1f} ms")
+          f"floor (nvfp4_suite.reference.emulate) {floor * 1e3:.1f} ms")
     print(f"{'target':8} {'launch s':>9} {'instructions':>13} {'instr/s':>10} {'x floor':>8}")
     for arch in args.arch or ARCHS:
         b = FlydslSimBackend(arch)
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         n = (b.instructions - before) // 2
         print(f"{arch:8} {t:9.3f} {n:13d} {n / t:10.0f} {t / floor:8.1f}")
         if args.golden:
-            from vectors.catalog import check_all
+            from nvfp4_suite.vectors.catalog import check_all
 
             t0 = time.perf_counter()
             ok, _ = check_all(b)

@@ -11,9 +11,9 @@ FlyDSL version, so a changed kernel is recompiled.
 Beside it, ``<same name>.json`` records the order in which the launcher
 passes its arguments to the kernel (FlyDSL reorders them; read off the
 ``gpu.launch_func`` of the first IR stage), as indices into the launcher's
-argument list (``kernels.flydsl.decode.compile_nvfp4_sparse_decode``).
+argument list (``nvfp4_suite.kernels.flydsl.decode.compile_nvfp4_sparse_decode``).
 
-    python -m kernels.flydsl.sim.compile --arch gfx950 --topk 16 --splits 2 [--xcds 0] [--layout token_rows]
+    python -m nvfp4_suite.kernels.flydsl.sim.compile --arch gfx950 --topk 16 --splits 2 [--xcds 0] [--layout token_rows]
 
 prints the path of the cached assembly.
 """
@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from reference import paged_cache
+from nvfp4_suite.reference import paged_cache
 
 from .. import lanes
 from ..backend import flydsl_missing
@@ -149,7 +149,7 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     with tempfile.TemporaryDirectory(prefix=f"nvfp4-sim-{arch}-") as dump:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm)
-        proc = subprocess.run([sys.executable, "-m", "kernels.flydsl.sim.compile", "--worker",
+        proc = subprocess.run([sys.executable, "-m", "nvfp4_suite.kernels.flydsl.sim.compile", "--worker",
                                str(topk), str(splits), str(xcds), layout, mutant or "-"],
                               capture_output=True, text=True, env=env, cwd=str(_ROOT))
         name = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
@@ -160,13 +160,13 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    p = argparse.ArgumentParser(prog="python -m kernels.flydsl.sim.compile", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.compile", description=__doc__.split("\n")[0])
     p.add_argument("--arch", choices=ARCHS, default="gfx950")
     p.add_argument("--topk", type=int, default=16)
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--xcds", type=int, default=0)
     p.add_argument("--layout", choices=paged_cache.LAYOUTS, default="token_rows")
-    p.add_argument("--mutant", default=None, help="build a mutant (kernels.flydsl.decode.MUTANTS)")
+    p.add_argument("--mutant", default=None, help="build a mutant (nvfp4_suite.kernels.flydsl.decode.MUTANTS)")
     p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

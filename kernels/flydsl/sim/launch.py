@@ -38,7 +38,7 @@ _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_
 @dataclass
 class Group:
     """One workgroup in flight: its ids, LDS, the device memory and target (the
-    ``kernels.flydsl.targets`` record the instruction handlers read), and options
+    ``nvfp4_suite.kernels.flydsl.targets`` record the instruction handlers read), and options
     (``exp_ulps``: a perturbation of ``v_exp_f32`` in ulps, see the float family)."""
 
     memory: Memory

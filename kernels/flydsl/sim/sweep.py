@@ -1,7 +1,7 @@
-"""``python -m kernels.flydsl.sim.sweep``: the full conformance check of the
+"""``python -m nvfp4_suite.kernels.flydsl.sim.sweep``: the full conformance check of the
 simulated FlyDSL kernel, spread over worker processes (the by-hand run).
 
-    python -m kernels.flydsl.sim.sweep [--arch gfx950 --arch gfx942] [--golden [--case ID]]
+    python -m nvfp4_suite.kernels.flydsl.sim.sweep [--arch gfx950 --arch gfx942] [--golden [--case ID]]
         [--examples 200] [--seed 1] [--jobs N] [--shard-size 10]
 
 For each target: every golden case (``--golden``) at every split count and
@@ -9,7 +9,7 @@ XCD placement its manifest lists (a task per case and split count), and ``--exam
 shards of ``--shard-size`` (each shard its own hypothesis seed, derived from
 ``--seed``, without shrinking: a failure is printed with its replay file).
 Workers are processes (``--jobs``, default the CPU count); the compiled
-kernels are shared through the compile cache (``kernels.flydsl.sim.compile``),
+kernels are shared through the compile cache (``nvfp4_suite.kernels.flydsl.sim.compile``),
 so a machine without FlyDSL runs from a copied cache folder
 (``NVFP4_SIM_CACHE``). Prints a line per finished task and a summary;
 exit 0 when everything conforms, 1 otherwise, 2 when the kernel cannot be
@@ -29,7 +29,7 @@ from ..targets import ARCHS
 
 
 def _golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, list[str], int]:
-    from vectors.catalog import check_all
+    from nvfp4_suite.vectors.catalog import check_all
 
     from .backend import FlydslSimBackend
 
@@ -41,8 +41,8 @@ def _golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, lis
 
 
 def _generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str], int]:
-    from vectors.cli import check_generated
-    from vectors.harness import save_repro
+    from nvfp4_suite.vectors.cli import check_generated
+    from nvfp4_suite.vectors.harness import save_repro
 
     from .backend import FlydslSimBackend
 
@@ -53,13 +53,13 @@ def _generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str
     if failure is not None:
         problem, splits, text, xcds = failure
         path = save_repro(b.name, problem, splits, text, xcds=xcds)
-        lines += [text, f"saved: {path}; replay: python -m vectors replay {path} --backend {b.name}"]
+        lines += [text, f"saved: {path}; replay: python -m nvfp4_suite.vectors replay {path} --backend {b.name}"]
     return ok, lines, b.instructions
 
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    ap = argparse.ArgumentParser(prog="python -m kernels.flydsl.sim.sweep", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--golden", action="store_true", help="check every golden case")
     ap.add_argument("--case", type=int, action="append", help="only this golden case id (repeatable)")
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shard-size", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
-    from vectors.catalog import load_manifest
+    from nvfp4_suite.vectors.catalog import load_manifest
 
     from .backend import sim_missing
 

@@ -18,7 +18,7 @@ authority on syntax. Decisions, and where hardware might differ:
 - ``v_fma_f32``, ``v_fmac_f32`` and ``v_div_fmas_f32`` round once: the
   product of two float32 is exact in float64, the float64 sum is rounded to
   odd (TwoSum gives its exact error), and rounding that to float32 is
-  correct (53 >= 24 + 2 bits). ``reference.emulate.fma_f32`` is also exact
+  correct (53 >= 24 + 2 bits). ``nvfp4_suite.reference.emulate.fma_f32`` is also exact
   for float32 inputs but cannot take the post-scale of ``v_div_fmas``.
 - ``v_exp_f32`` is float64 ``exp2`` rounded to float32 (correctly rounded
   unless the float64 value lies within about 2**-52 relative of a float32
