@@ -274,6 +274,14 @@ def test_the_command_lists_every_class_with_its_cases_and_mutants():
         assert f"mutant:  {m.spec}" in out
 
 
+def test_the_contract_table_has_a_row_per_class_naming_each_of_its_mutants():
+    text = bugs.contract_section()
+    assert _bugs_cli("--contract") == text
+    rows = {line.split(" | ")[0].strip("| `"): line for line in text.splitlines() if line.startswith("| `")}
+    assert list(rows) == [c.name for c in bugs.CLASSES]
+    for m in bugs.MUTANTS:
+        assert f"{m.engine} `{m.spec.split(':', 1)[1]}`" in rows[m.bug]
+
 def test_gpu_check_takes_the_triton_mutants_from_the_registry():
     script = (ROOT / "kernels" / "gpu_check.sh").read_text()
     assert "python3 -m nvfp4_suite.vectors.bugs --mutants triton" in script

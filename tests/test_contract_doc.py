@@ -374,3 +374,9 @@ def test_readme_points_at_the_document_and_the_package_ships_it():
     assert "reference/CONTRACT.md" in readme
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "CONTRACT.md" in pyproject["tool"]["setuptools"]["package-data"]["nvfp4_suite.reference"]
+
+
+def test_section_9_is_the_bug_registrys_table():
+    from nvfp4_suite.vectors.bugs import contract_section
+
+    assert contract_section() in DOC.read_text(encoding="utf-8")

@@ -21,6 +21,7 @@ or says why it has none, and every mutant defined anywhere is registered.
 
     python -m nvfp4_suite.vectors.bugs                    # each class: description, golden cases, mutants
     python -m nvfp4_suite.vectors.bugs --mutants triton   # the Triton mutants' specs, one a line
+    python -m nvfp4_suite.vectors.bugs --contract         # section 9 of reference/CONTRACT.md
 """
 
 from __future__ import annotations
@@ -175,12 +176,47 @@ def golden_cases(bug: str, manifest: dict | None = None) -> list[dict]:
     return [c for c in manifest["cases"] if bug in c["flags"]]
 
 
+def contract_section() -> str:
+    """Section 9 of ``reference/CONTRACT.md`` (a markdown string): one table
+    row per class with its flag, what its golden cases hold and its mutants,
+    generated here so that the document cannot fall behind the registry
+    (``tests/test_contract_doc.py`` keeps the two equal)."""
+    rows = []
+    for c in CLASSES:
+        names = []
+        for m in mutants(bug=c.name):
+            attr = m.spec.split(":", 1)[1]
+            names.append(f"{m.engine} `{attr}`" + (" (undetectable)" if m.undetectable else ""))
+        rows.append(f"| `{c.name}` | {c.description} | {', '.join(names) or 'none (a writer fact)'} |")
+    return "\n".join([
+        "## 9. Known bug classes",
+        "",
+        "A bug class is one known way a kernel goes wrong. Golden cases carry its",
+        "name as a manifest flag; its mutants are backends that inject that one",
+        "bug, and the suite must reject each detectable one on a case of its own",
+        "class. The table is generated from `nvfp4_suite.vectors.bugs` (`python -m",
+        "nvfp4_suite.vectors.bugs --contract` prints it; the full mutant specs, the",
+        "cases of each class and why an undetectable mutant cannot be caught:",
+        "`python -m nvfp4_suite.vectors.bugs`).",
+        "",
+        "| flag | what its golden cases hold | mutants |",
+        "| --- | --- | --- |",
+        *rows,
+        "",
+    ])
+
+
 def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE]``; exit 2 on an unknown engine."""
+    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE | --contract]``; exit 2 on an unknown engine."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.bugs", description=__doc__.split("\n")[0])
     ap.add_argument("--mutants", metavar="ENGINE", choices=sorted(set(ENGINES.values())) + ["all"],
                     help="print only the specs of this engine's mutants (or all), one a line")
+    ap.add_argument("--contract", action="store_true",
+                    help="print section 9 of reference/CONTRACT.md (the table of bug classes)")
     args = ap.parse_args(argv)
+    if args.contract:
+        print(contract_section(), end="")
+        return 0
     if args.mutants:
         for m in mutants(None if args.mutants == "all" else args.mutants):
             print(m.spec)
