@@ -84,8 +84,10 @@ except at binade edges.
 
 Rounding bias. A kernel may stay inside every interval and still round one
 way: where an interval holds two values (``pre`` within ``delta`` of a
-midpoint), it may always take the one toward zero. ``Report`` counts the
-elements whose output differs from ``rne(pre)`` (``n_off_nearest``), how
+midpoint), it may always take the one toward zero. ``Report`` counts, among
+the outputs inside their interval or within one ulp of ``rne(pre)`` (an
+output farther off is a wrong value, reported as such, not a rounding
+direction), those that differ from ``rne(pre)`` (``n_off_nearest``), how
 many of them lie toward zero and away from it (by magnitude), how many below
 and above (by value), and the mean signed error in ulps (positive: away from
 zero), over the elements whose ``rne(pre)`` is at least ``2**-125`` in
@@ -291,7 +293,8 @@ class Report:
     n_away_from_zero (by magnitude) and n_below / n_above (by value);
     mean_signed_ulp, the mean of the ulps from that rounding (positive away
     from zero) over the n_rounding elements these statistics count (finite
-    bf16 outputs whose nearest-even reference is at least 2**-125); bias_p, the bound on the chance of the
+    bf16 outputs inside their interval or within one ulp of its nearest-even
+    value, which is at least 2**-125); bias_p, the bound on the chance of the
     most one-sided count under the null hypothesis; bias, the named verdict
     when ``bias_p <= BIAS_ALPHA`` (a failure), else None.
     """
@@ -339,7 +342,7 @@ class Report:
         """One phrase: how tightly the elements were checked and how the output rounds."""
         n = max(self.n_elements, 1)
         return (f"{100 * self.n_determined / n:.4g}% checked to one bf16 value; "
-                f"{self.n_off_nearest} off nearest-even ({self.n_toward_zero} toward zero, "
+                f"of {self.n_rounding} outputs near the unrounded value, {self.n_off_nearest} off nearest-even ({self.n_toward_zero} toward zero, "
                 f"{self.n_away_from_zero} away; {self.n_below} below, {self.n_above} above), "
                 f"mean signed error {self.mean_signed_ulp:+.3g} ulp")
 
@@ -734,13 +737,16 @@ def _values(expected: np.ndarray, got: np.ndarray, fail: np.ndarray) -> str | No
 def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) -> None:
     """Fill the rounding statistics and the bias verdict of ``rep`` (module note).
 
-    Counted over finite bf16 outputs whose nearest-even reference is at least
-    ``2**-125`` in magnitude: below that, flushing subnormals to zero (term 4)
-    is allowed and is one-sided by nature."""
+    Counted over finite bf16 outputs inside their interval or within one ulp
+    of its nearest-even value (a value farther off is an error, and calling it
+    "rounded toward zero" would be false) whose nearest-even value is at
+    least ``2**-125`` in magnitude: below that, flushing
+    subnormals to zero (term 4) is allowed and is one-sided by nature."""
     ok = ok & (np.abs(iv.nearest) >= 2.0**-125)
     ok = ok & iv.independent
     g = np.where(ok, got, np.float32(0))
     signed = (_key(g) - _key(iv.nearest)).astype(np.float64)  # in ulps, by value
+    ok = ok & ((np.abs(signed) <= 1) | ((g >= iv.lo) & (g <= iv.hi)))
     outward = np.where(iv.nearest < 0, -signed, signed)  # positive: away from zero
     off = ok & (signed != 0)
     mag_g, mag_n = np.abs(g), np.abs(iv.nearest)

@@ -189,6 +189,16 @@ def test_truncated_output_fails_against_the_emulation_with_a_toward_zero_verdict
     assert "rounding: " in rep.details()
 
 
+def test_values_far_from_their_unrounded_value_are_errors_not_a_rounding_bias():
+    # Half the heads halved: every one of their elements moves toward zero, by
+    # hundreds of ulps. They fail as wrong values; none is a rounding of pre.
+    p = _problem()
+    got = R.emulate(p).copy()
+    got[:, 1::2] *= np.float32(0.5)
+    rep = compare_with_emulation(p, got)
+    assert rep.n_fail > 1000 and rep.bias is None and rep.n_off_nearest == 0
+    assert rep.n_rounding > 0 and "rounding bias" not in rep.summary()
+
 def test_truncated_exact_output_fails_against_the_oracle_with_a_toward_zero_verdict():
     p = random_problem(9, reqs=4, q_len=2, num_kv_heads=2, topk=8)
     exact, _ = R.sparse_decode(p)
