@@ -184,8 +184,7 @@ def compile_configs(arch: str, configs: list[tuple], rocm: str) -> list[dict]:
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm, ARCH=arch)
         spec = ",".join(":".join(map(str, c)) for c in configs)
         proc = subprocess.run([sys.executable, "-m", "nvfp4_suite.kernels.flydsl.resources", "--worker", arch, spec],
-                              capture_output=True, text=True, env=env,
-                              cwd=str(Path(__file__).resolve().parents[2]))
+                              capture_output=True, text=True, env=env, cwd=dump)
         rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or len(rows) != len(configs):
             raise RuntimeError(f"compiling {arch} {spec} failed (exit {proc.returncode}):\n"

@@ -38,7 +38,6 @@ from ..backend import flydsl_missing
 from ..resources import rocm_path
 from ..targets import ARCHS
 
-_ROOT = Path(__file__).resolve().parents[3]
 _SOURCES = ("decode.py", "lanes.py", "targets.py")
 
 
@@ -151,7 +150,7 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm)
         proc = subprocess.run([sys.executable, "-m", "nvfp4_suite.kernels.flydsl.sim.compile", "--worker",
                                str(topk), str(splits), str(xcds), layout, mutant or "-"],
-                              capture_output=True, text=True, env=env, cwd=str(_ROOT))
+                              capture_output=True, text=True, env=env, cwd=dump)
         name = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         if proc.returncode != 0 or not name or not Path(dump, name, "22_final_isa.s").exists():
             raise CompileError(f"compiling {stem} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
