@@ -101,8 +101,11 @@ correct kernel the side of a differing element is the side of
 the midpoint nearest ``pre`` (a question of where ``pre`` falls within its
 bf16 cell, far above float32 noise) combined with the sign of the kernel's
 float32 deviation: the null hypothesis is that each differing element goes
-either way with probability 1/2, independently. Against it, ``t`` of ``k``
-differing elements on one side has probability at most
+either way with probability 1/2, independently. Elements with the same
+``pre`` are one computation repeated (a pool that repeats its bytes yields
+many), not independent: the test counts distinct values of ``pre``, each
+once. Against the null hypothesis, ``t`` of ``k`` differing values on one
+side has probability at most
 ``exp(-k KL(t/k || 1/2))`` (the Chernoff bound of the binomial tail, exact
 for any ``k``, no normal approximation), doubled for two sides and doubled
 again for the two axes (toward/away from zero, below/above). A report fails
@@ -294,7 +297,9 @@ class Report:
     mean_signed_ulp, the mean of the ulps from that rounding (positive away
     from zero) over the n_rounding elements these statistics count (finite
     bf16 outputs inside their interval or within one ulp of its nearest-even
-    value, which is at least 2**-125); bias_p, the bound on the chance of the
+    value, which is at least 2**-125); bias_counts, the trials of the bias
+    test (``bias_verdict``): distinct unrounded values off nearest-even, in
+    all and by side; bias_p, the bound on the chance of the
     most one-sided count under the null hypothesis; bias, the named verdict
     when ``bias_p <= BIAS_ALPHA`` (a failure), else None.
     """
@@ -319,6 +324,7 @@ class Report:
     n_above: int = 0
     mean_signed_ulp: float = 0.0
     n_rounding: int = 0
+    bias_counts: dict = dataclasses.field(default_factory=dict)
     bias_p: float = 1.0
     bias: str | None = None
     n_outside: int = 0
@@ -757,15 +763,32 @@ def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) 
     rep.n_above = int((off & (signed > 0)).sum())
     n_ok = rep.n_rounding = int(ok.sum())
     rep.mean_signed_ulp = float(outward[ok].sum() / n_ok) if n_ok else 0.0
-    k = rep.n_off_nearest
-    sides = [("toward zero", rep.n_toward_zero), ("away from zero", rep.n_away_from_zero),
-             ("down (toward -inf)", rep.n_below), ("up (toward +inf)", rep.n_above)]
-    # Two sides on each of two axes: four tails.
-    name, t = max(sides, key=lambda s: s[1])
-    rep.bias_p = min(1.0, 4 * bias_false_alarm(t, k))
+    # Elements with the same unrounded value are one computation repeated (a
+    # pool that repeats its bytes gives many): each value is one trial.
+    sides = dict(zip(BIAS_SIDES, (off & (mag_g < mag_n), off & (mag_g > mag_n), off & (signed < 0),
+                                  off & (signed > 0))))
+    rep.bias_counts = {"values": int(np.unique(iv.pre[off]).size),
+                       **{name: int(np.unique(iv.pre[m]).size) for name, m in sides.items()}}
+    rep.bias_p, name, t, k = bias_verdict(rep.bias_counts)
     if rep.bias_p <= BIAS_ALPHA:
-        rep.bias = (f"outputs rounded {name} in {100 * t / max(rep.n_elements, 1):.3g}% of elements "
-                    f"({t} of the {k} off nearest-even; chance under no bias <= {rep.bias_p:.2g})")
+        n = int(sides[name].sum())
+        rep.bias = (f"outputs rounded {name} in {100 * n / max(rep.n_elements, 1):.3g}% of elements "
+                    f"({t} of the {k} distinct unrounded values off nearest-even; chance under no bias "
+                    f"<= {rep.bias_p:.2g})")
+
+
+BIAS_SIDES = ("toward zero", "away from zero", "down (toward -inf)", "up (toward +inf)")
+
+
+def bias_verdict(counts: dict) -> tuple[float, str, int, int]:
+    """The rounding-bias test (module note) on ``counts``: ``"values"``, the
+    distinct unrounded values whose outputs are off nearest-even, and for each
+    of ``BIAS_SIDES`` how many of them lie on that side. Returns ``(p, side, t,
+    k)``: the bound on the chance of the most one-sided count (``t`` of ``k``,
+    on ``side``) under no bias, over two sides on each of two axes."""
+    k = int(counts.get("values", 0))
+    name, t = max(((side, int(counts.get(side, 0))) for side in BIAS_SIDES), key=lambda x: x[1])
+    return min(1.0, 4 * bias_false_alarm(t, k)), name, t, k
 
 
 def _gamma_emulated(problem: DecodeProblem, geometry: Geometry, splits: int) -> float:

@@ -3,6 +3,8 @@ generated problems (tests/test_bugs.py shows each caught by the golden cases
 of its own class). Rounding mutants that no check can catch in principle are
 proved so here."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -11,8 +13,8 @@ from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, 
 from nvfp4_suite.reference.compare import compare_with_emulation, interval_vs_emulation
 from nvfp4_suite.reference.emulate import _emulate
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.reference.formats import e4m3fn_encode
-from nvfp4_suite.reference.paged_cache import page_views, swizzle_v_scales, unswizzle_v_scales
+from nvfp4_suite.reference.formats import E2M1_MAGNITUDES, e2m1_encode, e4m3fn_encode
+from nvfp4_suite.reference.paged_cache import pack_e2m1, page_views, swizzle_v_scales, unswizzle_v_scales
 from nvfp4_suite.vectors import bugs, catalog
 from nvfp4_suite.vectors.check import check_generated, check_golden
 from nvfp4_suite.vectors.io import load_case
@@ -60,17 +62,44 @@ def _golden_valid(limit=None):
         yield c, problem
 
 
+# Eight V-scale pairs (key 0, key 1), one per 16-dim scale group, under which
+# many E2M1 code pairs have a mean that is a bf16 tie.
+TIE_SCALES = ((1.125, 20.0), (1.125, 30.0), (1.375, 28.0), (1.625, 28.0),
+              (1.75, 40.0), (1.75, 60.0), (1.875, 18.0), (1.875, 28.0))
+
+
+def _is_tie(x) -> np.ndarray:
+    return (np.asarray(x, np.float32).view(np.uint32) & 0xFFFF) == 0x8000
+
+
 def _tie_problem():
-    """One request, two visible keys with equal scores (q = 0): V = 256 and 1 in every
-    dimension, v_global 1, so every output is 257 / 2 = 128.5, a bf16 tie (128 | 129)."""
+    """One request, two visible keys with equal scores (q = 0), v_global 1: every
+    output is the mean of the two keys' V values. Each scale group has its own
+    pair of V scales (``TIE_SCALES``) and its dims cycle through code pairs whose
+    mean is a bf16 tie, a different set of ties in each group: many distinct
+    tie values, each a trial of its own for the bias test."""
     p = random_problem(0, reqs=1, q_len=1, num_kv_heads=1, topk=1, seq_lens=[2], v_global_scale=1.0)
     p.q[...] = 0
     views = page_views(p.pool, p.layout, 1)
     page = int(p.block_table[0, 0])
-    views.v_data[page, 0, 0] = 0x66  # E2M1 4, both nibbles
-    views.v_data[page, 0, 1] = 0x22  # E2M1 1
+    mags = [float(m) for m in E2M1_MAGNITUDES if m > 0]
+    codes = np.zeros((2, 128), np.float32)
+    used: set[float] = set()
+    for g, (s0, s1) in enumerate(TIE_SCALES):
+        pairs = {}
+        for c0, c1 in itertools.product(mags, mags):
+            mean = (c0 * s0 + c1 * s1) / 2
+            if _is_tie(mean) and np.float32(mean) == mean and mean not in used:
+                pairs.setdefault(mean, (c0, c1))
+        chosen = [pairs[m] for m in sorted(pairs)[:8]]
+        used.update(sorted(pairs)[:8])
+        for d in range(16):
+            codes[:, 16 * g + d] = chosen[d % len(chosen)]
+    for key in (0, 1):
+        views.v_data[page, 0, key] = pack_e2m1(e2m1_encode(codes[key]))
     lin = unswizzle_v_scales(views.v_scale[page, 0])
-    lin[0], lin[1] = e4m3fn_encode(64.0), e4m3fn_encode(1.0)
+    lin[0] = e4m3fn_encode(np.array([s0 for s0, _ in TIE_SCALES], np.float32))
+    lin[1] = e4m3fn_encode(np.array([s1 for _, s1 in TIE_SCALES], np.float32))
     views.v_scale[page, 0] = swizzle_v_scales(lin)
     return p
 
@@ -100,9 +129,10 @@ def test_half_away_rounding_is_undetectable_elementwise_at_every_tie():
 def test_half_away_rounding_is_named_by_the_bias_verdict_where_a_problem_has_enough_ties():
     p = _tie_problem()
     pre = _emulate(p, 1, R.SEED_GEOMETRY, False).pre_round
-    assert np.all(pre[0] == 128.5) and np.all(R.emulate(p)[0] == 128)
+    assert np.all(_is_tie(pre[0])) and np.unique(pre[0]).size >= 40
     rep = compare_with_emulation(p, SeedKernel("output_half_away")(p))
-    assert rep.n_fail == 0 and not rep.passed and rep.bias.startswith("outputs rounded away from zero in 100%")
+    assert rep.n_fail == 0 and not rep.passed and rep.bias.startswith("outputs rounded away from zero in ")
+    assert rep.bias_counts["away from zero"] == rep.bias_counts["values"] >= 32
     assert compare_with_emulation(p, SeedKernel()(p)).passed
 
 

@@ -362,13 +362,15 @@ def add_rounding(acc: collections.Counter, rep) -> None:
         acc[f] += getattr(rep, f)
     acc["signed_ulp_sum"] += rep.mean_signed_ulp * rep.n_rounding
     acc["bias_verdicts"] += rep.bias is not None
+    for side, n in rep.bias_counts.items():
+        acc[f"bias {side}"] += n
 
 
 def rounding_lines(acc) -> list[str]:
     """The run's rounding statistics (totals of ``Report`` fields) as printed lines:
     the share checked to one bf16 value, off nearest-even counts, the mean signed
     error, and the bias verdict the totals would give as one report."""
-    from nvfp4_suite.reference.compare import BIAS_ALPHA, Report, bias_false_alarm
+    from nvfp4_suite.reference.compare import BIAS_ALPHA, BIAS_SIDES, Report, bias_verdict
 
     if not acc or not acc["n_elements"]:
         return []
@@ -376,16 +378,14 @@ def rounding_lines(acc) -> list[str]:
                **{f: int(acc[f]) for f in ROUNDING_FIELDS})
     r.mean_signed_ulp = acc["signed_ulp_sum"] / max(acc["n_rounding"], 1)
     lines = [f"  rounding: {r.rounding_summary()}"]
-    sides = [("toward zero", r.n_toward_zero), ("away from zero", r.n_away_from_zero),
-             ("down (toward -inf)", r.n_below), ("up (toward +inf)", r.n_above)]
-    name, t = max(sides, key=lambda s: s[1])
-    p = min(1.0, 4 * bias_false_alarm(t, r.n_off_nearest))
+    # Problems are drawn independently, so their distinct values add up as trials.
+    p, name, t, k = bias_verdict({side: acc[f"bias {side}"] for side in ("values", *BIAS_SIDES)})
     if acc["bias_verdicts"]:
         lines.append(f"  rounding bias named in {acc['bias_verdicts']} problem(s)")
     if p <= BIAS_ALPHA:
-        lines.append(f"  rounding anomaly over the run: outputs rounded {name} in "
-                     f"{100 * t / r.n_elements:.3g}% of elements ({t} of the {r.n_off_nearest} off "
-                     f"nearest-even; chance under no bias <= {p:.2g})")
+        lines.append(f"  rounding anomaly over the run: outputs rounded {name} "
+                     f"({t} of the {k} distinct unrounded values off nearest-even; chance under no bias "
+                     f"<= {p:.2g})")
     return lines
 
 
