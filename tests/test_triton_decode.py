@@ -1,4 +1,4 @@
-"""kernels.triton.decode on the CPU interpreter (or a GPU): golden vectors chosen
+"""nvfp4_suite.kernels.triton.decode on the CPU interpreter (or a GPU): golden vectors chosen
 one per bug class, and the kernel's own mutants caught."""
 
 import os
@@ -8,16 +8,16 @@ import pytest
 
 pytest.importorskip("triton", reason="triton not installed: pip install -e '.[triton]'")
 
-from kernels import get_backend  # noqa: E402
-from kernels.triton.decode import _DEQ_PTX_TEXT as DEQ_PTX_TEXT  # noqa: E402
-from kernels.triton.decode import MUTANTS  # noqa: E402
-from reference.formats import bf16_round  # noqa: E402
-from reference.examples import random_problem  # noqa: E402
-from vectors import catalog  # noqa: E402
-from kernels.protocol import Launch  # noqa: E402
-from vectors.check import check_invalid  # noqa: E402
-from vectors.harness import run_case  # noqa: E402
-from vectors.io import load_case  # noqa: E402
+from nvfp4_suite.kernels import get_backend  # noqa: E402
+from nvfp4_suite.kernels.triton.decode import _DEQ_PTX_TEXT as DEQ_PTX_TEXT  # noqa: E402
+from nvfp4_suite.kernels.triton.decode import MUTANTS  # noqa: E402
+from nvfp4_suite.reference.formats import bf16_round  # noqa: E402
+from nvfp4_suite.reference.examples import random_problem  # noqa: E402
+from nvfp4_suite.vectors import catalog  # noqa: E402
+from nvfp4_suite.kernels.protocol import Launch  # noqa: E402
+from nvfp4_suite.vectors.check import check_invalid  # noqa: E402
+from nvfp4_suite.vectors.harness import run_case  # noqa: E402
+from nvfp4_suite.vectors.io import load_case  # noqa: E402
 
 # Small golden cases covering the bug classes the kernel's code paths touch.
 GOLDEN = ["first-slots-invalid", "no-valid-slot-rows", "minus-one-slots", "v-scale-swizzle", "stale-tail-1",
@@ -53,7 +53,7 @@ def test_golden_case(backend, name):
 def test_kernel_mutant_is_caught(backend, mutant):
     if os.environ.get("TRITON_INTERPRET") != "1" and mutant == "minus_one":
         pytest.skip("the -1 mutant reads out of bounds: on a GPU it may fault the context")
-    b = get_backend(f"kernels.triton.decode:{mutant}")
+    b = get_backend(f"nvfp4_suite.kernels.triton.decode:{mutant}")
     p = random_problem(8, reqs=3, q_len=2, num_kv_heads=1, topk=6, seq_lens=[400, 300, 130])
     _, rep = run_case(b, p, Launch(3))
     assert not rep.passed, f"Triton mutant {mutant} passed"
@@ -64,7 +64,7 @@ def _run_deq_ptx(data: np.ndarray, scales: np.ndarray):
     [n, 2] (bf16x2 each); returns the four output registers [n, 4]. Integer
     instructions wrap at 32 bits; ``mul.rn.bf16x2`` multiplies each bf16 lane
     pair exactly and rounds to nearest even."""
-    from reference.formats import bf16_round
+    from nvfp4_suite.reference.formats import bf16_round
 
     regs = {"$4": data.astype(np.uint64), "$5": scales[:, 0].astype(np.uint64), "$6": scales[:, 1].astype(np.uint64)}
 
@@ -108,7 +108,7 @@ def _run_deq_ptx(data: np.ndarray, scales: np.ndarray):
 def test_gpu_dequant_ptx_gives_every_code_times_every_scale_exactly_times_2_pow_minus_7():
     # The GPU path (DEQ 2) runs only on a GPU; here its PTX text runs on a model
     # of its four instructions, over every data byte and every finite scale byte.
-    from reference.formats import e2m1_decode, e4m3fn_decode
+    from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
 
     byte = np.arange(256, dtype=np.uint32)
     sc = np.array([b for b in range(256) if b & 0x7F != 0x7F], np.uint32)
@@ -138,7 +138,7 @@ def test_gpu_dequant_ptx_gives_every_code_times_every_scale_exactly_times_2_pow_
 @pytest.mark.parametrize("rows, hk, topk", [(256, 4, 16), (64, 4, 64), (16, 1, 16), (16, 1, 64), (1, 1, 64),
                                             (3, 2, 4), (40, 8, 64)])
 def test_auto_splits_is_a_power_of_two_covering_the_sms_within_its_caps(rows, hk, topk):
-    from kernels.triton.decode import auto_splits
+    from nvfp4_suite.kernels.triton.decode import auto_splits
 
     s = auto_splits(rows, hk, topk, 132)
     cap = max(1, min(8, topk // 16))
@@ -148,7 +148,7 @@ def test_auto_splits_is_a_power_of_two_covering_the_sms_within_its_caps(rows, hk
 
 
 def test_default_stages_pipeline_unsplit_launches_only():
-    from kernels.triton import decode as D
+    from nvfp4_suite.kernels.triton import decode as D
 
     if D.NUM_STAGES is not None:
         pytest.skip(f"NVFP4_TRITON_STAGES={D.NUM_STAGES} fixes the stage count")

@@ -34,9 +34,9 @@ import os
 
 import numpy as np
 
-from reference import DecodeProblem, Geometry
-from reference.emulate import softmax_constant
-from reference.paged_cache import page_bytes
+from nvfp4_suite.reference import DecodeProblem, Geometry
+from nvfp4_suite.reference.emulate import softmax_constant
+from nvfp4_suite.reference.paged_cache import page_bytes
 
 from ..protocol import INTERPRETED_LIMITS, Capabilities
 
@@ -310,7 +310,7 @@ if triton is not None:
                                         lim, c, m, l, acc, W, PLANAR, UPCAST, MUTANT, DEQ)
 
         # Stream merge: each stream's (l, acc) weighted by exp2(m_w - max_w m_w),
-        # summed over the streams in any order (reference.compare: 2 W u).
+        # summed over the streams in any order (nvfp4_suite.reference.compare: 2 W u).
         big = tl.max(m, axis=0)
         wt = tl.exp2(m - tl.where(big == float("-inf"), 0.0, big)[None, :])
         l_all = tl.sum(l * wt, axis=0)
@@ -481,7 +481,7 @@ class TritonBackend:
 
 
 def triton_mutant(name: str):
-    """A factory for ``module:attr`` specs: ``kernels.triton.decode:causal`` etc."""
+    """A factory for ``module:attr`` specs: ``nvfp4_suite.kernels.triton.decode:causal`` etc."""
     return lambda: TritonBackend(name)
 
 
