@@ -5,8 +5,10 @@ over its own split's blocks only, reads each selected page straight from the
 NVFP4 pool (either layout; 8-byte loads), dequantises by bit arithmetic, no
 tables (on GPUs four bytes at a time in PTX, ``_DEQ_PTX``; under the
 interpreter element by element, ``_e2m1``, ``_e4m3``) and folds the block into
-an online softmax whose running max is shared by all 128 keys of a block
-(``GEOMETRY``: keys_per_max 128, P rounded to bf16 before the PV product).
+four independent online softmaxes, one per 32-key quarter of every block, each
+the batch index of a batched product that Triton gives a warp of its own, so no
+running max, row sum or P tile crosses warps; the four are merged at the end
+(``GEOMETRY``: keys_per_max 32, P rounded to bf16 before the PV product).
 With splits > 1 each program stores its partial ``(acc, m, l)`` and a second
 kernel merges them in split order, so no ticket has to be reset between
 launches. ``splits=None``/``"auto"`` lets the host pick (``auto_splits``).
@@ -45,12 +47,14 @@ try:
 except ImportError:
     triton = None
 
-# Measured on the H200 (kernels/triton/NOTES.md): 4 warps beat 8 at every size tried, and
-# 2 (faster at 256 x 4, slower at 64 x 4).
+# One warp per stream (STREAMS below). Measured on the H200 (kernels/triton/NOTES.md,
+# run 5, before the V boundary): 8 warps on the same 4 streams took 533 us at
+# 256 x 4 x TOPK 16 against 302 with 4.
 NUM_WARPS = int(os.environ.get("NVFP4_TRITON_WARPS", "4"))
 # Software-pipeline stages of the block loop: 3 for unsplit launches, 1 for split
-# ones (measured on the H200: 4-10 % faster each way, kernels/triton/NOTES.md);
-# NVFP4_TRITON_STAGES sets one value for both.
+# ones (measured on the H200, kernels/triton/NOTES.md run 5: unsplit, 3 stages
+# 7-16 % faster than 1; with 2 splits 1 stage 17 % faster at 64 x 4, 4 % slower at
+# 256 x 4); NVFP4_TRITON_STAGES sets one value for both.
 NUM_STAGES = int(os.environ["NVFP4_TRITON_STAGES"]) if os.environ.get("NVFP4_TRITON_STAGES") else None
 
 
@@ -59,9 +63,15 @@ def default_stages(splits: int) -> int:
     if NUM_STAGES is not None:
         return NUM_STAGES
     return 3 if splits == 1 else 1
-# One running max per 128-key block; l is a tree sum over its 128 keys; P is
-# rounded to bf16 before the PV product.
-GEOMETRY = Geometry(keys_per_max=128, keys_per_lane=128, p_bf16=True)
+
+
+# Four streams per block (keys 32w .. 32w + 31 of every block in stream w), each with
+# its own running max, l a sum over its 32 keys and its own accumulator, merged at
+# the end; P is rounded to bf16 before the PV product. One running max over all 128
+# keys (the previous kernel) passed 17 barriers per block (kernels/triton/NOTES.md).
+GEOMETRY = Geometry(keys_per_max=32, keys_per_lane=32, p_bf16=True)
+# Streams per block, the batch size of every product (one warp each at NUM_WARPS 4).
+STREAMS = 128 // GEOMETRY.keys_per_max
 MUTANTS = {"causal": 1, "v_scale_linear": 2, "minus_one": 3, "merge_no_rescale": 4}
 # Dequantisation on GPUs: 1 arithmetic per element (``_e2m1``, ``_e4m3``), 2 the
 # packed PTX of ``_DEQ_PTX``. The interpreter always takes 1.
@@ -100,6 +110,13 @@ mul.lo.u32 u, u, 260;
 and.b32 u, u, 0x81C081C0;
 mul.rn.bf16x2 $3, u, $6;
 }"""
+# A bf16 value move the compiler cannot look through (not pure). Triton picks a
+# product's operand layout (kWidth) from the narrowest type its operands were
+# loaded as; through the dequantisation V's is uint8, which gave the PV product
+# kWidth 8: P then went through shared memory and V's transposing ldmatrix had
+# 4-way bank conflicts. Behind this move V counts as bf16 (kWidth 2): P stays in
+# registers (the accumulator layout is the operand layout) and the conflicts go.
+_BF16_BOUNDARY_TEXT = "mov.b32 $0, $1;"
 
 
 def _interpret() -> bool:
@@ -108,6 +125,7 @@ def _interpret() -> bool:
 
 if triton is not None:
     _DEQ_PTX = tl.constexpr(_DEQ_PTX_TEXT)
+    _BF16_BOUNDARY = tl.constexpr(_BF16_BOUNDARY_TEXT)
 
     @triton.jit
     def _bf16_rne(x):
@@ -131,12 +149,15 @@ if triton is not None:
         return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
     @triton.jit
-    def _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR: tl.constexpr, MUTANT: tl.constexpr):
-        """The raw bytes of the 128 keys of one page: K and V data [128, 64], scales
-        [128, 8] (V's unswizzled to linear order)."""
-        t = tl.arange(0, 128)
-        jb = tl.arange(0, 64)
-        sg = tl.arange(0, 8)
+    def _load_tile(pool_ptr, page, page_b, kvh, HKV, W: tl.constexpr, PLANAR: tl.constexpr,
+                   MUTANT: tl.constexpr):
+        """The raw bytes of the 128 keys of one page, key KW w + t (KW = 128 / W) at
+        [w, t]: K and V data [W, KW, 64], scales [W, KW, 8] (V's unswizzled to linear
+        order)."""
+        KW: tl.constexpr = 128 // W
+        t = (tl.arange(0, W) * KW)[:, None, None] + tl.arange(0, KW)[None, :, None]
+        jb = tl.arange(0, 64)[None, None, :]
+        sg = tl.arange(0, 8)[None, None, :]
         base = page * page_b
         if PLANAR:
             k_rows = base + (kvh * 128 + t) * 64
@@ -150,36 +171,38 @@ if triton is not None:
             v_rows = base + ((HKV + kvh) * 128 + t) * 72
             vs_base = base + (HKV + kvh) * 128 * 72 + 64
             vs_row_bytes = 72
-        kb = tl.load(pool_ptr + k_rows[:, None] + jb[None, :])
-        ksb = tl.load(pool_ptr + ks_rows[:, None] + sg[None, :])
-        vb = tl.load(pool_ptr + v_rows[:, None] + jb[None, :])
+        kb = tl.load(pool_ptr + k_rows + jb)
+        ksb = tl.load(pool_ptr + ks_rows + sg)
+        vb = tl.load(pool_ptr + v_rows + jb)
         if MUTANT == 2:
-            vs_off = t[:, None] * vs_row_bytes + sg[None, :]
+            vs_off = t * vs_row_bytes + sg
         else:
             # Linear (t, s) is stored at row (t//4)*4 + s//2, column (s%2)*4 + t%4.
-            r = (t[:, None] // 4) * 4 + sg[None, :] // 2
-            cc = (sg[None, :] % 2) * 4 + t[:, None] % 4
+            r = (t // 4) * 4 + sg // 2
+            cc = (sg % 2) * 4 + t % 4
             vs_off = r * vs_row_bytes + cc
         vsb = tl.load(pool_ptr + vs_base + vs_off)
         return kb, ksb, vb, vsb
 
     @triton.jit
-    def _dequant(b, sb, UPCAST: tl.constexpr, DEQ: tl.constexpr):
-        """Data bytes [128, 64] and scale bytes [128, 8] -> the exact values of the low
-        and high nibbles (dims 2j and 2j+1), two [128, 64] tiles: bf16 on GPUs, float32
-        under the interpreter. DEQ 1: arithmetic per element (``_e2m1``, ``_e4m3``);
-        DEQ 2 (GPUs only): ``_DEQ_PTX`` on four bytes at a time, values times 2**-7."""
+    def _dequant(b, sb, W: tl.constexpr, UPCAST: tl.constexpr, DEQ: tl.constexpr):
+        """Data bytes [W, KW, 64] and scale bytes [W, KW, 8] -> the exact values of the
+        low and high nibbles (dims 2j and 2j+1), two [W, KW, 64] tiles: bf16 on GPUs,
+        float32 under the interpreter. DEQ 1: arithmetic per element (``_e2m1``,
+        ``_e4m3``); DEQ 2 (GPUs only): ``_DEQ_PTX`` on four bytes at a time, values
+        times 2**-7."""
+        KW: tl.constexpr = 128 // W
         if DEQ == 2:
             # e4m3 * 2**119 (exact in bf16, below its largest value): with the codes'
             # 2**-126 the products are the values * 2**-7, all normal bf16.
             sc = (_e4m3(sb.to(tl.int32)) * 1.7014118346046923e38).to(tl.bfloat16)
-            sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [128, 8, 8]), [128, 64])
+            sc = tl.reshape(tl.broadcast_to(sc[:, :, :, None], [W, KW, 8, 8]), [W, KW, 64])
             lo, hi = tl.inline_asm_elementwise(_DEQ_PTX, "=r,=r,=r,=r,r,r,r", [b, sc],
                                                dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
             return lo, hi
         b = b.to(tl.int32)
         sc = _e4m3(sb.to(tl.int32)) * 4194304.0  # 2**22 undoes both offsets
-        sc = tl.reshape(tl.broadcast_to(sc[:, :, None], [128, 8, 8]), [128, 64])
+        sc = tl.reshape(tl.broadcast_to(sc[:, :, :, None], [W, KW, 8, 8]), [W, KW, 64])
         lo = _e2m1(b & 15)
         hi = _e2m1(b >> 4)
         if not UPCAST:
@@ -191,40 +214,42 @@ if triton is not None:
 
     @triton.jit
     def _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
-                    PLANAR: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, DEQ: tl.constexpr):
-        """Fold one 128-key block into the online softmax (one running max for all 128
-        keys). The scores take even and odd head dims as two products (q_e, q_o [16, 64]
-        against K's low- and high-nibble tiles): interleaving K's tiles first cost a
-        shuffle per value. V is interleaved, into the [128, 128] tile of the PV product."""
-        t = tl.arange(0, 128)
-        kb, ksb, vb, vsb = _load_tile(pool_ptr, page, page_b, kvh, HKV, PLANAR, MUTANT)
+                    W: tl.constexpr, PLANAR: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr,
+                    DEQ: tl.constexpr):
+        """Fold one 128-key block into W independent online softmaxes (m, l [W, 16],
+        acc [W, 16, 128] float32), stream w taking keys KW w .. KW w + KW - 1 as batch w
+        of every product: Triton puts the batch dimension of a batched product across
+        the warps, so each stream's max, sum and P stay inside one warp. The scores take
+        even and odd head dims as two products (q_e, q_o [W, 16, 64] against K's low-
+        and high-nibble tiles; interleaving K's tiles first cost a shuffle per value);
+        V is interleaved into [W, KW, 128] for the PV product."""
+        KW: tl.constexpr = 128 // W
+        t = (tl.arange(0, W) * KW)[:, None, None] + tl.arange(0, KW)[None, None, :]
+        kb, ksb, vb, vsb = _load_tile(pool_ptr, page, page_b, kvh, HKV, W, PLANAR, MUTANT)
         if MUTANT == 1:
             vl = 1000
         else:
             vl = tl.where(blk != self_blk, 1000, lim)
-        # V is dequantised before the scores: held as bf16 pairs it takes fewer
-        # registers than its loaded bytes.
-        v_lo, v_hi = _dequant(vb, vsb, UPCAST, DEQ)
-        v = tl.reshape(tl.join(v_lo, v_hi), [128, 128])
-        k_lo, k_hi = _dequant(kb, ksb, UPCAST, DEQ)
+        k_lo, k_hi = _dequant(kb, ksb, W, UPCAST, DEQ)
         if UPCAST:
-            s = tl.dot(q_o, tl.trans(k_hi), tl.dot(q_e, tl.trans(k_lo), input_precision="ieee"),
-                       input_precision="ieee")
+            s = tl.dot(q_o, tl.permute(k_hi, 0, 2, 1),
+                       tl.dot(q_e, tl.permute(k_lo, 0, 2, 1), input_precision="ieee"), input_precision="ieee")
         else:
-            s = tl.dot(q_o, tl.trans(k_hi), tl.dot(q_e, tl.trans(k_lo)))
-        s = tl.where((t <= vl)[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1) * c)
+            s = tl.dot(q_o, tl.permute(k_hi, 0, 2, 1), tl.dot(q_e, tl.permute(k_lo, 0, 2, 1)))
+        s = tl.where(t <= vl, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=2) * c)
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_use)
-        p = tl.exp2(tl.fma(s, c, -m_use[:, None]))
-        l = l * alpha + tl.sum(p, axis=1)
+        p = tl.exp2(tl.fma(s, c, -m_use[:, :, None]))
+        l = l * alpha + tl.sum(p, axis=2)
+        v_lo, v_hi = _dequant(vb, vsb, W, UPCAST, DEQ)
+        v = tl.reshape(tl.join(v_lo, v_hi), [W, KW, 128])
         if UPCAST:
-            pb = _bf16_rne(p)
-            pv = tl.dot(pb, v, input_precision="ieee")
+            pv = tl.dot(_bf16_rne(p), v, input_precision="ieee")
         else:
-            pb = p.to(tl.bfloat16)
-            pv = tl.dot(pb, v)
-        acc = acc * alpha[:, None] + pv
+            v = tl.inline_asm_elementwise(_BF16_BOUNDARY, "=r,r", [v], dtype=tl.bfloat16, is_pure=False, pack=2)
+            pv = tl.dot(p.to(tl.bfloat16), v)
+        acc = acc * alpha[:, :, None] + pv
         return m_new, l, acc
 
     @triton.jit
@@ -232,6 +257,7 @@ if triton is not None:
         q_ptr, pool_ptr, topk_ptr, bt_ptr, seq_ptr, out_ptr, part_ptr, ml_ptr,
         rows, q_len, bt_stride, page_b, c, v_global, HKV, TOPK, SPLITS, PLANAR: tl.constexpr,
         SLOTS: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr, DEQ: tl.constexpr,
+        W: tl.constexpr,
     ):
         # Shapes are runtime values. Under the interpreter the slot loop runs to the
         # constexpr SLOTS (>= TOPK); on GPUs over this split's blocks only.
@@ -260,41 +286,48 @@ if triton is not None:
         h = tl.arange(0, 16)
         d = tl.arange(0, 128)
         q_row = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + 2 * tl.arange(0, 64)[None, :]
-        q_e = tl.load(q_ptr + q_row)
-        q_o = tl.load(q_ptr + q_row + 1)
+        q_e = tl.broadcast_to(tl.load(q_ptr + q_row)[None, :, :], [W, 16, 64])
+        q_o = tl.broadcast_to(tl.load(q_ptr + q_row + 1)[None, :, :], [W, 16, 64])
         if UPCAST:
             q_e = q_e.to(tl.float32)
             q_o = q_o.to(tl.float32)
 
-        m = tl.full([16], float("-inf"), tl.float32)
-        l = tl.zeros([16], tl.float32)
-        acc = tl.zeros([16, 128], tl.float32)
+        m = tl.full([W, 16], float("-inf"), tl.float32)
+        l = tl.zeros([W, 16], tl.float32)
+        acc = tl.zeros([W, 16, 128], tl.float32)
         if UPCAST:
             for i in range(SLOTS):
                 if i < n_mine:
                     blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                     page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
                     m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
-                                                     lim, c, m, l, acc, PLANAR, UPCAST, MUTANT, DEQ)
+                                            lim, c, m, l, acc, W, PLANAR, UPCAST, MUTANT, DEQ)
         else:
             for i in range(n_mine):
                 blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                 page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
                 m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
-                                                 lim, c, m, l, acc, PLANAR, UPCAST, MUTANT, DEQ)
+                                        lim, c, m, l, acc, W, PLANAR, UPCAST, MUTANT, DEQ)
+
+        # Stream merge: each stream's (l, acc) weighted by exp2(m_w - max_w m_w),
+        # summed over the streams in any order (nvfp4_suite.reference.compare: 2 W u).
+        big = tl.max(m, axis=0)
+        wt = tl.exp2(m - tl.where(big == float("-inf"), 0.0, big)[None, :])
+        l_all = tl.sum(l * wt, axis=0)
+        acc_all = tl.sum(acc * wt[:, :, None], axis=0)
 
         out_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
         if SPLITS == 1:
-            inv = tl.where(l > 0, v_global / tl.where(l > 0, l, 1.0), 0.0)
-            res = acc * inv[:, None]
+            inv = tl.where(l_all > 0, v_global / tl.where(l_all > 0, l_all, 1.0), 0.0)
+            res = acc_all * inv[:, None]
             if UPCAST:
                 res = _bf16_rne(res)
             tl.store(out_ptr + out_off, res.to(tl.bfloat16))
         else:
             pid = (row * HKV + kvh) * SPLITS + z
-            tl.store(part_ptr + (pid * 16 + h)[:, None] * 128 + d[None, :], acc)
-            tl.store(ml_ptr + (pid * 16 + h) * 2, m)
-            tl.store(ml_ptr + (pid * 16 + h) * 2 + 1, l)
+            tl.store(part_ptr + (pid * 16 + h)[:, None] * 128 + d[None, :], acc_all)
+            tl.store(ml_ptr + (pid * 16 + h) * 2, big)
+            tl.store(ml_ptr + (pid * 16 + h) * 2 + 1, l_all)
 
     @triton.jit
     def _merge_kernel(part_ptr, ml_ptr, out_ptr, v_global, HKV, SPLITS: tl.constexpr,
@@ -336,19 +369,20 @@ def auto_splits(rows: int, num_kv_heads: int, topk: int, sms: int) -> int:
     """The split count the host picks when the caller passes ``splits=None``/``"auto"``.
 
     Enough programs to cover every SM once, ``ceil(sms / (rows * Hkv))``, rounded
-    up to a power of two, at most 8 and at most TOPK / 8 (each split keeps at
-    least eight blocks to spread its partial's write and read and the merge
+    up to a power of two, at most 8 and at most TOPK / 16 (each split keeps at
+    least sixteen blocks to spread its partial's write and read and the merge
     launch over). From the H200 measurements (kernels/triton/NOTES.md): at 256
-    and 64 rows x Hkv 4 the unsplit launch (3 pipeline stages) was the fastest
-    or within 2.2 % of it at TOPK 16 and 64; a grid smaller than the SM count needs
-    splits to fill the machine. On the H200 (132 SMs): 256 x 4 and 64 x 4 -> 1;
-    16 x 1 -> 2 (TOPK 16) or 8 (TOPK 64).
+    and 64 rows x Hkv 4 the unsplit launch was the fastest at TOPK 16 and 64 (2
+    splits 25-60 % slower); at 16 x 1 and 1 x 1 splits of 8 blocks were slower than
+    none (TOPK 16: 97-107 us against 42) while TOPK 64 gained from 4 (60 and 78 us
+    against 134 and 139). On the H200 (132 SMs): 256 x 4 and 64 x 4 -> 1; 16 x 1
+    -> 1 (TOPK 16) or 4 (TOPK 64).
     """
     want = -(-sms // max(1, rows * num_kv_heads))
     s = 1
     while s < want:
         s *= 2
-    return max(1, min(s, 8, topk // 8))
+    return max(1, min(s, 8, topk // 16))
 
 
 def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: int, q_len: int,
@@ -392,7 +426,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
         q, pool, topk, block_table, seq_lens, out, part, ml,
         rows, q_len, block_table.shape[1], page_bytes(hk), c, vg,
         hk, tk, splits, layout == "planar",
-        SLOTS=tk if _interpret() else 64, UPCAST=_interpret(), MUTANT=mutant, DEQ=deq,
+        SLOTS=tk if _interpret() else 64, UPCAST=_interpret(), MUTANT=mutant, DEQ=deq, W=STREAMS,
         num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     if splits > 1:
