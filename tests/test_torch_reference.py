@@ -25,8 +25,8 @@ from nvfp4_suite.reference.oracle import oracle_details  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
 from nvfp4_suite.vectors.io import load_case  # noqa: E402
 from nvfp4_suite.vectors.strategies import problems  # noqa: E402
+from nvfp4_suite.kernels.triton.decode import GEOMETRY as TRITON_GEOMETRY  # noqa: E402
 
-TRITON_GEOMETRY = Geometry(128, 128, True)
 GEOMETRIES = [SEED_GEOMETRY, TRITON_GEOMETRY, Geometry(64, 16, False)]
 # One case per feature the emulation's code paths branch on.
 GOLDEN = ["first-slots-invalid", "no-valid-slot-rows", "minus-one-slots", "v-scale-swizzle", "e4m3-subnormal",
