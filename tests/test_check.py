@@ -11,7 +11,7 @@ from nvfp4_suite import kernels
 import nvfp4_suite.reference as R
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors.check import check_golden, replay_launches
+from nvfp4_suite.vectors.check import check_generated, check_golden, replay_launches
 from nvfp4_suite.vectors.cli import main
 
 
@@ -181,3 +181,16 @@ def test_replay_launches_follow_the_backends_capabilities():
     assert replay_launches(meta, Capabilities(splits=(2,), xcds=(0, 8))) == [Launch(2, 8), Launch(2, 0)]
     assert replay_launches(meta, Capabilities(splits=(2,), xcds=(0, 8)), xcds=0) == [Launch(2, 0)]
 
+
+
+def test_minimising_reports_its_progress_and_ends_at_the_problem_it_reports():
+    from mutants import NumpyKernel
+
+    lines = []
+    run = check_generated(NumpyKernel("head_mod"), examples=20, seed=1, progress=lines.append,
+                          shrink_report_s=0.0)
+    assert not run.ok
+    shrink = [ln for ln in lines if ln.startswith("  minimising: ")]
+    assert len(shrink) > 1 and "1 tries" not in shrink[-1]
+    small = run.failing[0]
+    assert shrink[-1].endswith(f"rows {small.rows}, Hkv {small.num_kv_heads}, TOPK {small.TOPK}, q_len {small.q_len}")

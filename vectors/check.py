@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from pathlib import Path
 
 from nvfp4_suite import kernels
@@ -293,11 +294,14 @@ class GeneratedRun:
 
 
 def check_generated(backend, examples: int, seed: int, splits_choice=None, progress=None,
-                    progress_every: int = 10, shrink: bool = True) -> GeneratedRun:
+                    progress_every: int = 10, shrink: bool = True, shrink_report_s: float = 10.0) -> GeneratedRun:
     """Run ``examples`` hypothesis-generated problems and launches inside the
     backend's capabilities (``splits_choice``: only these split counts).
 
     shrink: minimise the first failing problem (off: stop at the first failure).
+    progress: called with one line every ``progress_every`` problems and, while
+    minimising (which can take minutes), at most every ``shrink_report_s``
+    seconds with the tries so far and the smallest failing problem yet.
     """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
@@ -306,7 +310,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
 
     stats = collections.defaultdict(lambda: [0, 0])
     state = {"n": 0, "failing": None, "shrinking": False, "elements": 0, "max_ratio": 0.0, "max_ulp": 0.0,
-             "rounding": collections.Counter()}
+             "rounding": collections.Counter(), "tries": 0, "reported": 0.0}
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     caps = backend.capabilities
 
@@ -336,11 +340,19 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
                 stats[c][1] += 0 if ok else 1
             if progress and (state["n"] % progress_every == 0 or state["n"] == examples):
                 progress(f"  generated: {state['n']}/{examples} problems checked")
+        elif state["shrinking"]:
+            state["tries"] += 1
         if not ok:
             if not state["shrinking"] and progress:
                 progress(f"  generated: failure at problem {state['n']}; minimising...")
             state["shrinking"] = True
             state["failing"] = (problem, launch, text)
+        if state["shrinking"] and progress and time.monotonic() - state["reported"] >= shrink_report_s:
+            state["reported"] = time.monotonic()
+            small = state["failing"][0]
+            progress(f"  minimising: {state['tries']} tries; smallest failing problem so far: rows {small.rows}, "
+                     f"Hkv {small.num_kv_heads}, TOPK {small.TOPK}, q_len {small.q_len}")
+        if not ok:
             raise AssertionError(text)
 
     try:
