@@ -98,3 +98,23 @@ def test_python_m_vectors_runs_in_the_checkout():
     # The README's first command names the checkout's folder, not the import name.
     r = _run([sys.executable, "-m", "vectors", "list", "--flag", "split-merge"], ROOT)
     assert r.returncode == 0 and "split-merge" in r.stdout, r.stdout + r.stderr
+
+
+def _pytest_route(project, attr):
+    # From the user's project root, with the suite's tests named by path: the
+    # suite's folders must not shadow the user's `kernels` (pytest runs in
+    # importlib mode and never puts the suite's root on sys.path).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HYPOTHESIS_PROFILE"] = "ci"
+    return subprocess.run([sys.executable, "-m", "pytest", "-q",
+                           str(ROOT / "tests" / "test_conformance.py"), "-k", "conforms_on_generated",
+                           "--backend", f"kernels.mine:{attr}", "--rootdir", str(ROOT)],
+                          cwd=project, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_the_pytest_route_checks_a_user_kernel_from_its_project(tmp_path):
+    project = _user_project(tmp_path)
+    r = _pytest_route(project, "Backend")
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
+    r = _pytest_route(project, "Halved")
+    assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout + r.stderr
