@@ -101,20 +101,24 @@ correct kernel the side of a differing element is the side of
 the midpoint nearest ``pre`` (a question of where ``pre`` falls within its
 bf16 cell, far above float32 noise) combined with the sign of the kernel's
 float32 deviation: the null hypothesis is that each differing element goes
-either way with probability 1/2, independently. Elements with the same
-``pre`` are one computation repeated (a pool that repeats its bytes yields
-many), not independent: the test counts distinct values of ``pre``, each
-once. Against the null hypothesis, ``t`` of ``k`` differing values on one
-side has probability at most
+either way with probability 1/2. Elements are not independent trials:
+part of a correct kernel's float32 noise is common to a whole (row, head)
+(the row sum ``l`` and the split-merge weights scale every dim alike), and
+(row, head) groups holding the same ``pre`` values are one computation
+repeated (equal heads, a pool that repeats its bytes). So the trials are
+the distinct (row, head) groups with differing elements, each leaning the
+way most of them go (a group split evenly on an axis is no trial on it).
+Against the null hypothesis, ``t`` of ``k`` groups leaning one way has
+probability at most
 ``exp(-k KL(t/k || 1/2))`` (the Chernoff bound of the binomial tail, exact
 for any ``k``, no normal approximation), doubled for two sides and doubled
 again for the two axes (toward/away from zero, below/above). A report fails
 with a named verdict (``Report.bias``, e.g. "outputs rounded toward zero in
 48% of elements") when that bound is below ``BIAS_ALPHA = 1e-9``, the
 false-alarm probability per report: the threshold follows from ``k`` alone.
-With every differing element on one side, ``k >= 32`` is needed; a tie
-broken the wrong way in fewer elements is beyond any test that does not
-know the kernel's float32 values.
+With every group leaning one way, ``k >= 32`` groups are needed; a tie
+broken the wrong way in fewer groups is beyond any test that does not know
+the kernel's float32 values.
 
 No other tolerance constant exists in this module.
 
@@ -298,8 +302,8 @@ class Report:
     from zero) over the n_rounding elements these statistics count (finite
     bf16 outputs inside their interval or within one ulp of its nearest-even
     value, which is at least 2**-125); bias_counts, the trials of the bias
-    test (``bias_verdict``): distinct unrounded values off nearest-even, in
-    all and by side; bias_p, the bound on the chance of the
+    test (``bias_verdict``): for each side, the distinct (row, head) groups
+    whose off-nearest outputs lean that way; bias_p, the bound on the chance of the
     most one-sided count under the null hypothesis; bias, the named verdict
     when ``bias_p <= BIAS_ALPHA`` (a failure), else None.
     """
@@ -763,32 +767,47 @@ def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) 
     rep.n_above = int((off & (signed > 0)).sum())
     n_ok = rep.n_rounding = int(ok.sum())
     rep.mean_signed_ulp = float(outward[ok].sum() / n_ok) if n_ok else 0.0
-    # Elements with the same unrounded value are one computation repeated (a
-    # pool that repeats its bytes gives many): each value is one trial.
-    sides = dict(zip(BIAS_SIDES, (off & (mag_g < mag_n), off & (mag_g > mag_n), off & (signed < 0),
-                                  off & (signed > 0))))
-    rep.bias_counts = {"values": int(np.unique(iv.pre[off]).size),
-                       **{name: int(np.unique(iv.pre[m]).size) for name, m in sides.items()}}
+    # The trials are (row, head) groups, not elements: part of a correct
+    # kernel's float32 noise is common to a whole (row, head) (its row sum l,
+    # the split-merge weights scale every dim alike), so its elements near a
+    # midpoint move together. A group leans the way most of its off-nearest
+    # outputs go; groups with equal unrounded values are one computation
+    # repeated (equal heads, a pool that repeats its bytes) and count once.
+    net_out = (off & (mag_g > mag_n)).sum(axis=2) - (off & (mag_g < mag_n)).sum(axis=2)
+    net_up = (off & (signed > 0)).sum(axis=2) - (off & (signed < 0)).sum(axis=2)
+    groups = {}
+    for r, h in zip(*np.nonzero(off.any(axis=2))):
+        groups.setdefault(iv.pre[r, h].tobytes(), (net_out[r, h], net_up[r, h]))
+    lean = np.array(list(groups.values()), np.int64).reshape(-1, 2)
+    rep.bias_counts = dict(zip(BIAS_SIDES, (int((lean[:, 0] < 0).sum()), int((lean[:, 0] > 0).sum()),
+                                            int((lean[:, 1] < 0).sum()), int((lean[:, 1] > 0).sum()))))
     rep.bias_p, name, t, k = bias_verdict(rep.bias_counts)
     if rep.bias_p <= BIAS_ALPHA:
-        n = int(sides[name].sum())
+        n = int((off & {"toward zero": mag_g < mag_n, "away from zero": mag_g > mag_n,
+                        "down (toward -inf)": signed < 0, "up (toward +inf)": signed > 0}[name]).sum())
         rep.bias = (f"outputs rounded {name} in {100 * n / max(rep.n_elements, 1):.3g}% of elements "
-                    f"({t} of the {k} distinct unrounded values off nearest-even; chance under no bias "
-                    f"<= {rep.bias_p:.2g})")
+                    f"({t} of the {k} (row, head) groups with outputs off nearest-even lean that way; "
+                    f"chance under no bias <= {rep.bias_p:.2g})")
 
 
 BIAS_SIDES = ("toward zero", "away from zero", "down (toward -inf)", "up (toward +inf)")
 
 
 def bias_verdict(counts: dict) -> tuple[float, str, int, int]:
-    """The rounding-bias test (module note) on ``counts``: ``"values"``, the
-    distinct unrounded values whose outputs are off nearest-even, and for each
-    of ``BIAS_SIDES`` how many of them lie on that side. Returns ``(p, side, t,
-    k)``: the bound on the chance of the most one-sided count (``t`` of ``k``,
-    on ``side``) under no bias, over two sides on each of two axes."""
-    k = int(counts.get("values", 0))
-    name, t = max(((side, int(counts.get(side, 0))) for side in BIAS_SIDES), key=lambda x: x[1])
-    return min(1.0, 4 * bias_false_alarm(t, k)), name, t, k
+    """The rounding-bias test (module note) on ``counts``: for each of
+    ``BIAS_SIDES``, how many trials (distinct (row, head) groups with outputs
+    off nearest-even) lean that way. Returns ``(p, side, t, k)``: the bound on
+    the chance, under no bias, of the most one-sided count (``t`` of the ``k``
+    trials of that side's axis lean to ``side``), over two sides on each of two
+    axes (toward/away from zero, down/up)."""
+    best = (1.0, BIAS_SIDES[0], 0, 0)
+    for axis in (BIAS_SIDES[:2], BIAS_SIDES[2:]):
+        n = [int(counts.get(side, 0)) for side in axis]
+        t, side = max(zip(n, axis))
+        p = min(1.0, 4 * bias_false_alarm(t, sum(n)))
+        if p < best[0]:
+            best = (p, side, t, sum(n))
+    return best
 
 
 def _gamma_emulated(problem: DecodeProblem, geometry: Geometry, splits: int) -> float:

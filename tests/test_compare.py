@@ -454,28 +454,34 @@ def test_diagnose_of_no_failure_is_empty():
     assert diagnose(e, e, np.ones(e.shape, bool)) == []
 
 
-def _just_above_midpoints(shape, cells):
-    """float64 values a hair above the midpoint of ``cells`` distinct bf16
-    cells in [1, 2), repeated to fill ``shape``; their nearest-even rounding is
-    the upper neighbour, and the lower one lies inside a 1e-5 interval."""
-    lower = 1.0 + np.arange(cells) / 128.0
-    pre = lower + 2.0**-8 + 1e-6
-    return np.resize(pre, shape), np.resize(lower, shape).astype(np.float32)
+def _just_above_midpoints(shape, cell_of):
+    """float64 values a hair above the midpoint of bf16 cell ``cell_of(r, h, d)``
+    in [1, 2), and the cell's lower end (float32): the nearest-even rounding is
+    the upper neighbour and the lower one lies inside a 1e-5 interval."""
+    lower = 1.0 + np.fromfunction(cell_of, shape, dtype=np.int64) % 128 / 128.0
+    return lower + 2.0**-8 + 1e-6, lower.astype(np.float32)
 
 
-def test_repeated_unrounded_values_are_one_trial_of_the_bias_test():
+def test_the_bias_test_counts_distinct_row_head_groups_not_elements():
     from nvfp4_suite.reference.compare import _interval, compare_with_interval
 
     p = _problem()
     shape = R.emulate(p).shape
-    pre, lower = _just_above_midpoints(shape, 1)
-    iv = _interval(pre, np.full(shape, 1e-5))
-    rep = compare_with_interval(p, lower, iv, "synthetic")
-    assert rep.n_fail == 0 and rep.n_toward_zero == lower.size
-    assert rep.bias_counts["values"] == rep.bias_counts["toward zero"] == 1
-    assert rep.passed and rep.bias is None
-    # The same one-sided rounding over 64 distinct values is a verdict.
-    pre, lower = _just_above_midpoints(shape, 64)
-    rep = compare_with_interval(p, lower, _interval(pre, np.full(shape, 1e-5)), "synthetic")
-    assert rep.n_fail == 0 and rep.bias_counts["values"] == 64
-    assert not rep.passed and rep.bias.startswith("outputs rounded toward zero in 100% of elements (64 of the 64 ")
+
+    def verdict(cell_of):
+        pre, lower = _just_above_midpoints(shape, cell_of)
+        rep = compare_with_interval(p, lower, _interval(pre, np.full(shape, 1e-5)), "synthetic")
+        assert rep.n_fail == 0 and rep.n_toward_zero == lower.size
+        return rep
+
+    # Every element of every group toward zero, but every group equal: one trial.
+    rep = verdict(lambda r, h, d: d)
+    assert rep.bias_counts["toward zero"] == 1 and rep.passed and rep.bias is None
+    # Distinct values within groups do not make more trials than there are groups:
+    # 31 distinct groups (then repeats) are below the 32 a verdict needs.
+    rep = verdict(lambda r, h, d: (r * shape[1] + h) % 31 + d)
+    assert rep.bias_counts["toward zero"] == 31 and rep.passed and rep.bias is None
+    # Every group distinct: a verdict.
+    rep = verdict(lambda r, h, d: r * shape[1] + h + d)
+    assert rep.bias_counts["toward zero"] == min(shape[0] * shape[1], 128) >= 32  # cells repeat after 128
+    assert not rep.passed and rep.bias.startswith("outputs rounded toward zero in 100% of elements (")

@@ -98,7 +98,7 @@ _HALF_AWAY = (
     "differs from nearest-even only where the float32 value is exactly a bf16 tie; delta > 0 "
     "everywhere (term 4 alone is >= 2**-126), so both neighbours of a tie are in the interval: "
     "a correct kernel whose value lies a hair to either side gives either one. Only the bias "
-    "verdict can see it, and only in a problem with >= 32 distinct tie values; the golden catalog holds 9 "
+    "verdict can see it, and only in a problem with >= 32 distinct (row, head) groups of ties; the golden catalog holds 9 "
     "tie elements in all and the generator none in 1000 problems")
 _EXP2_LOW = (
     "a common factor on every weight cancels between the numerator and l; what is left (the "

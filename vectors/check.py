@@ -390,14 +390,14 @@ def rounding_lines(acc) -> list[str]:
                **{f: int(acc[f]) for f in ROUNDING_FIELDS})
     r.mean_signed_ulp = acc["signed_ulp_sum"] / max(acc["n_rounding"], 1)
     lines = [f"  rounding: {r.rounding_summary()}"]
-    # Problems are drawn independently, so their distinct values add up as trials.
-    p, name, t, k = bias_verdict({side: acc[f"bias {side}"] for side in ("values", *BIAS_SIDES)})
+    # Problems are drawn independently, so their (row, head) groups add up as trials.
+    p, name, t, k = bias_verdict({side: acc[f"bias {side}"] for side in BIAS_SIDES})
     if acc["bias_verdicts"]:
         lines.append(f"  rounding bias named in {acc['bias_verdicts']} problem(s)")
     if p <= BIAS_ALPHA:
         lines.append(f"  rounding anomaly over the run: outputs rounded {name} "
-                     f"({t} of the {k} distinct unrounded values off nearest-even; chance under no bias "
-                     f"<= {p:.2g})")
+                     f"({t} of the {k} (row, head) groups with outputs off nearest-even lean that way; "
+                     f"chance under no bias <= {p:.2g})")
     return lines
 
 
