@@ -114,6 +114,17 @@ def test_check_names_the_inputs_a_backend_modified():
     assert "'pool' (" in lines[0] and "'topk' (" in lines[0], lines[0]
 
 
+def test_bench_times_both_references_and_finds_their_intervals_equal():
+    # The bench's first problem is its smallest (0.34 GiB); on the CPU the
+    # kernel is not timed apart from the call.
+    head, row = S.bench(get_backend("torch"), examples=1, seed=0, numpy_examples=1)[1:]
+    assert head.split("|")[1].split() == ["numpy", "ref", "s", "torch", "ref", "s", "backend", "s", "kernel", "ms"]
+    numpy_s, torch_s, call_s, kernel_ms = row.split("|")[1].split()
+    assert row.split("|")[2].strip() == "equal", row
+    assert float(numpy_s) > 0 and float(torch_s) > 0 and float(call_s) > 0
+    if not torch.cuda.is_available():
+        assert kernel_ms == "-"
+
 def test_describe_names_the_serving_facts():
     text = S.describe(S.serving_problem(3, SMALL))
     for word in ("rows 10", "Hkv 2", "TOPK 9", "planar", "400 pages", "40 blocks", "valid", "future"):

@@ -444,7 +444,7 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
         backend(p, **Launch(splits=splits).kwargs(backend.capabilities))
         t_run = time.perf_counter() - t0
         t_k = _kernel_time(backend, p, splits)
-        t_np, same = float("nan"), "-"
+        t_np, same = None, "-"
         if i < numpy_examples:
             t0 = time.perf_counter()
             iv_np, _ = compare.backend_interval(p, geometry=backend.geometry, splits=splits)
@@ -453,7 +453,7 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
                        for f in ("lo", "hi", "nearest"))
             same = "equal" if diff == 0 else f"{diff} ends differ"
         lines.append(f"{i + 1:2d} {p.rows:4d} {p.num_kv_heads:3d} {p.TOPK:4d} {p.q_len:5d} "
-                     f"{p.pool.nbytes / 2**30:5.2f} {splits:6d} | {t_np:11.2f} {t_ref:11.2f} {t_run:9.2f} "
+                     f"{p.pool.nbytes / 2**30:5.2f} {splits:6d} | {'-' if t_np is None else f'{t_np:.2f}':>11} {t_ref:11.2f} {t_run:9.2f} "
                      f"{'-' if t_k is None else f'{t_k * 1e3:.2f}':>9} | {same}")
         del p, pool_ref
     return lines
