@@ -744,6 +744,9 @@ def _values(expected: np.ndarray, got: np.ndarray, fail: np.ndarray) -> str | No
     return f"scaled by a constant: got = {c:.4g} x expected in {int(use.sum())} failing elements"
 
 
+BIAS_SIDES = ("toward zero", "away from zero", "down (toward -inf)", "up (toward +inf)")
+
+
 def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) -> None:
     """Fill the rounding statistics and the bias verdict of ``rep`` (module note).
 
@@ -760,11 +763,10 @@ def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) 
     outward = np.where(iv.nearest < 0, -signed, signed)  # positive: away from zero
     off = ok & (signed != 0)
     mag_g, mag_n = np.abs(g), np.abs(iv.nearest)
+    sides = dict(zip(BIAS_SIDES, (off & (mag_g < mag_n), off & (mag_g > mag_n), off & (signed < 0),
+                                  off & (signed > 0))))
     rep.n_off_nearest = int(off.sum())
-    rep.n_toward_zero = int((off & (mag_g < mag_n)).sum())
-    rep.n_away_from_zero = int((off & (mag_g > mag_n)).sum())
-    rep.n_below = int((off & (signed < 0)).sum())
-    rep.n_above = int((off & (signed > 0)).sum())
+    rep.n_toward_zero, rep.n_away_from_zero, rep.n_below, rep.n_above = (int(m.sum()) for m in sides.values())
     n_ok = rep.n_rounding = int(ok.sum())
     rep.mean_signed_ulp = float(outward[ok].sum() / n_ok) if n_ok else 0.0
     # The trials are (row, head) groups, not elements: part of a correct
@@ -773,24 +775,21 @@ def _rounding_stats(rep: Report, got: np.ndarray, iv: Interval, ok: np.ndarray) 
     # midpoint move together. A group leans the way most of its off-nearest
     # outputs go; groups with equal unrounded values are one computation
     # repeated (equal heads, a pool that repeats its bytes) and count once.
-    net_out = (off & (mag_g > mag_n)).sum(axis=2) - (off & (mag_g < mag_n)).sum(axis=2)
-    net_up = (off & (signed > 0)).sum(axis=2) - (off & (signed < 0)).sum(axis=2)
-    groups = {}
-    for r, h in zip(*np.nonzero(off.any(axis=2))):
-        groups.setdefault(iv.pre[r, h].tobytes(), (net_out[r, h], net_up[r, h]))
-    lean = np.array(list(groups.values()), np.int64).reshape(-1, 2)
-    rep.bias_counts = dict(zip(BIAS_SIDES, (int((lean[:, 0] < 0).sum()), int((lean[:, 0] > 0).sum()),
-                                            int((lean[:, 1] < 0).sum()), int((lean[:, 1] > 0).sum()))))
+    per_group = {side: m.sum(axis=2) for side, m in sides.items()}
+    has = off.any(axis=2)
+    net_out = (per_group["away from zero"] - per_group["toward zero"])[has]
+    net_up = (per_group["up (toward +inf)"] - per_group["down (toward -inf)"])[has]
+    values = np.ascontiguousarray(iv.pre[has]).view(np.dtype((np.void, 8 * iv.pre.shape[2])))[:, 0]
+    first = np.unique(values, return_index=True)[1]
+    net_out, net_up = net_out[first], net_up[first]
+    rep.bias_counts = dict(zip(BIAS_SIDES, (int((net_out < 0).sum()), int((net_out > 0).sum()),
+                                            int((net_up < 0).sum()), int((net_up > 0).sum()))))
     rep.bias_p, name, t, k = bias_verdict(rep.bias_counts)
     if rep.bias_p <= BIAS_ALPHA:
-        n = int((off & {"toward zero": mag_g < mag_n, "away from zero": mag_g > mag_n,
-                        "down (toward -inf)": signed < 0, "up (toward +inf)": signed > 0}[name]).sum())
+        n = int(sides[name].sum())
         rep.bias = (f"outputs rounded {name} in {100 * n / max(rep.n_elements, 1):.3g}% of elements "
                     f"({t} of the {k} (row, head) groups with outputs off nearest-even lean that way; "
                     f"chance under no bias <= {rep.bias_p:.2g})")
-
-
-BIAS_SIDES = ("toward zero", "away from zero", "down (toward -inf)", "up (toward +inf)")
 
 
 def bias_verdict(counts: dict) -> tuple[float, str, int, int]:

@@ -85,16 +85,20 @@ def _tie_problem(reqs=40):
     pages = [int(p.block_table[r, 0]) for r in range(reqs)]
     assert len(set(pages)) == reqs
     mags = [float(m) for m in E2M1_MAGNITUDES if m > 0]
+    # Per scale pair, up to 8 code pairs (key 0, key 1) whose means are distinct ties.
+    tie_codes = {}
+    for s0, s1 in TIE_SCALES:
+        means = {}
+        for c0, c1 in itertools.product(mags, mags):
+            mean = (c0 * s0 + c1 * s1) / 2
+            if _is_tie(mean) and np.float32(mean) == mean:
+                means.setdefault(mean, (c0, c1))
+        tie_codes[s0, s1] = [means[m] for m in sorted(means)[:8]]
     for r, page in enumerate(pages):
         scales = [TIE_SCALES[(g + r) % 8] for g in range(8)]
         codes = np.zeros((2, 128), np.float32)
-        for g, (s0, s1) in enumerate(scales):
-            means = {}
-            for c0, c1 in itertools.product(mags, mags):
-                mean = (c0 * s0 + c1 * s1) / 2
-                if _is_tie(mean) and np.float32(mean) == mean:
-                    means.setdefault(mean, (c0, c1))
-            chosen = [means[m] for m in sorted(means)[:8]]
+        for g, pair in enumerate(scales):
+            chosen = tie_codes[pair]
             for d in range(16):
                 codes[:, 16 * g + d] = chosen[(d + r // 8) % len(chosen)]
         for key in (0, 1):

@@ -57,8 +57,8 @@ def _user_project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _run(cmd, cwd):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def _run(cmd, cwd, **env):
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **env}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -104,12 +104,9 @@ def _pytest_route(project, attr):
     # From the user's project root, with the suite's tests named by path: the
     # suite's folders must not shadow the user's `kernels` (pytest runs in
     # importlib mode and never puts the suite's root on sys.path).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HYPOTHESIS_PROFILE"] = "ci"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q",
-                           str(ROOT / "tests" / "test_conformance.py"), "-k", "conforms_on_generated",
-                           "--backend", f"kernels.mine:{attr}", "--rootdir", str(ROOT)],
-                          cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    return _run([sys.executable, "-m", "pytest", "-q", str(ROOT / "tests" / "test_conformance.py"),
+                 "-k", "conforms_on_generated", "--backend", f"kernels.mine:{attr}", "--rootdir", str(ROOT)],
+                project, HYPOTHESIS_PROFILE="ci")
 
 
 def test_the_pytest_route_checks_a_user_kernel_from_its_project(tmp_path):

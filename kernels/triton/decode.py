@@ -81,6 +81,16 @@ DEQ = int(os.environ.get("NVFP4_TRITON_DEQ", "2"))
 # s * c and acc * (v_global / l) are the same real numbers.
 DEQ2_SHIFT = 128.0
 
+
+def _deq_ptx_pair(sel: str, lo: str, hi: str, scale: str) -> str:
+    """The PTX for two of the four bytes (``prmt`` selector ``sel``): low nibbles
+    to ``lo``, high to ``hi``, both times the scales ``scale``."""
+    return (f"prmt.b32 t, $4, 0, {sel};\n"
+            + "".join(f"and.b32 u, t, {mask};\nmul.lo.u32 u, u, {mul};\nand.b32 u, u, 0x81C081C0;\n"
+                      f"mul.rn.bf16x2 {out}, u, {scale};\n"
+                      for mask, mul, out in (("0x000F000F", 4160, lo), ("0x00F000F0", 260, hi))))
+
+
 # Four data bytes (8 E2M1 codes, one 32-bit register) and their four scales (two
 # bf16x2 registers, value * 2**119) -> the low-nibble values of the four bytes
 # ($0, $1) and the high-nibble ones ($2, $3), bf16x2. For bytes b0, b1: prmt
@@ -89,27 +99,8 @@ DEQ2_SHIFT = 128.0
 # overlap): the bf16 value of code * 2**-126 (code 1, 0.5, is the subnormal
 # 2**-127). One multiply by the scale gives value * 2**-7, exactly (at most 6
 # significant bits, normal: 2**-17 .. 21). High nibbles: mask 0xF0, times 4 * 65.
-_DEQ_PTX_TEXT = """{
-.reg .b32 t, u;
-prmt.b32 t, $4, 0, 0x4140;
-and.b32 u, t, 0x000F000F;
-mul.lo.u32 u, u, 4160;
-and.b32 u, u, 0x81C081C0;
-mul.rn.bf16x2 $0, u, $5;
-and.b32 u, t, 0x00F000F0;
-mul.lo.u32 u, u, 260;
-and.b32 u, u, 0x81C081C0;
-mul.rn.bf16x2 $2, u, $5;
-prmt.b32 t, $4, 0, 0x4342;
-and.b32 u, t, 0x000F000F;
-mul.lo.u32 u, u, 4160;
-and.b32 u, u, 0x81C081C0;
-mul.rn.bf16x2 $1, u, $6;
-and.b32 u, t, 0x00F000F0;
-mul.lo.u32 u, u, 260;
-and.b32 u, u, 0x81C081C0;
-mul.rn.bf16x2 $3, u, $6;
-}"""
+_DEQ_PTX_TEXT = ("{\n.reg .b32 t, u;\n" + _deq_ptx_pair("0x4140", "$0", "$2", "$5")
+                 + _deq_ptx_pair("0x4342", "$1", "$3", "$6") + "}")
 # A bf16 value move the compiler cannot look through (not pure). Triton picks a
 # product's operand layout (kWidth) from the narrowest type its operands were
 # loaded as; through the dequantisation V's is uint8, which gave the PV product
