@@ -73,10 +73,21 @@ arithmetic at least float32 in an unknown order, P unrounded) gamma covers a
 summation over every key: ``gamma = (2 * 128 * TOPK + 64) u``.
 
 5. The oracle's own noise (oracle only). ``pre`` is the oracle's float64
-   result, itself within float64 summation noise of the real one: the same
-   chain as the exact class with float64's roundoff,
-   ``E = (2 * 128 * TOPK + 64) 2**-53 A``. (The emulation's ``pre`` needs no
-   such term: it is the float32 value the emulated kernel holds, exactly.)
+   result, itself within float64 noise of the real one: terms 1, 2 and 4 of
+   the exact class with float64's roundoff ``e = 2**-53`` and its smallest
+   subnormal, ``E = (gamma_e + 2 eta_e) A + U_e`` with
+   ``gamma_e = (2 * 128 * TOPK + 64) e``, ``eta_e = 2 ln2 c 129 e max_k
+   sum|q_d k_d|`` (the float64 dot product, then its product with
+   ``sm_scale * k_global``) and ``U_e = 2**-1074 (sum_k |v_k| v_global +
+   (2 * 128 * TOPK + 64) v_global + 1)``: with scores in the thousands
+   ``exp`` falls into float64's subnormals, where an operation's error is
+   absolute, up to 2**-1074, not relative (``oracle_noise``). E is about
+   2**-29 of the float32 terms beside it, so it moves an interval only where
+   an end lies that close to a bf16 midpoint; it is what two float64 evaluations
+   of the oracle (numpy's, the GPU's in ``nvfp4_suite.kernels.torch``) may
+   differ by, each within E of the real value. (The emulation's ``pre``
+   needs no such term: it is the float32 value the emulated kernel holds,
+   exactly.)
 
 Then the same interval, ``rne(exact - delta) <= got <= rne(exact + delta)``,
 which the old ``|got - exact| <= delta + ulp(|exact| + delta) / 2`` matched
@@ -819,6 +830,21 @@ def _gamma_exact(problem: DecodeProblem, eps: float) -> float:
     return (2 * BLK * problem.TOPK + 64) * eps
 
 
+def oracle_noise(problem: DecodeProblem, magnitude, score_abs, abs_v_sum) -> np.ndarray:
+    """Term 5 of the module note: E, the bound on the distance from the oracle's
+    float64 output to the real value, float64 ``[rows, H, 128]``.
+
+    magnitude, abs_v_sum: float64 ``[rows, H, 128]``; score_abs: float64
+    ``[rows, H]``; all three as ``nvfp4_suite.reference.oracle.oracle_details``
+    returns them.
+    """
+    c = float(kernel_constant(problem))
+    eta = (2 * np.log(2) * c * (D + 1) * F64_EPS * np.asarray(score_abs, np.float64))[..., None]
+    n_ops = 2 * BLK * problem.TOPK + 64
+    under = 2.0**-1074 * (abs_v_sum + n_ops * problem.v_global_scale + 1)
+    return (_gamma_exact(problem, F64_EPS) + 2 * eta) * magnitude + under
+
+
 def _underflow(problem: DecodeProblem, abs_v_sum: np.ndarray) -> np.ndarray:
     """Term 4 of the module note: U for each element."""
     return 2.0**-125 * (abs_v_sum + (64 + 8 * problem.TOPK) * problem.v_global_scale) + 2.0**-126
@@ -848,7 +874,7 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, ge
     eta = (2 * np.log(2) * c * D * F32_EPS * sabs)[..., None]
     gamma = _gamma_exact(problem, F32_EPS) if geometry is None else _gamma_emulated(problem, geometry, splits)
     delta = (gamma + 2 * eta) * mag * (1 + P_BF16_REL) + (P_BF16_REL * mag if p_bf16 else 0.0)
-    delta = delta + _underflow(problem, vsum) + _gamma_exact(problem, F64_EPS) * mag
+    delta = delta + _underflow(problem, vsum) + oracle_noise(problem, mag, sabs, vsum)
     return _interval(out, delta, shared=P_BF16_REL * mag if p_bf16 else 0.0)
 
 

@@ -1,6 +1,7 @@
 """nvfp4_suite.reference.compare: ulp distance, bounds and the report."""
 
 import numpy as np
+import pytest
 
 import nvfp4_suite.reference as R
 from nvfp4_suite.reference.formats import bf16_ulp
@@ -485,3 +486,52 @@ def test_the_bias_test_counts_distinct_row_head_groups_not_elements():
     rep = verdict(lambda r, h, d: r * shape[1] + h + d)
     assert rep.bias_counts["toward zero"] == min(shape[0] * shape[1], 128) >= 32  # cells repeat after 128
     assert not rep.passed and rep.bias.startswith("outputs rounded toward zero in 100% of elements (")
+
+
+def _oracle_in_extended_precision(p):
+    """The oracle's output computed independently in np.longdouble (64-bit significand on
+    x86): dot products, exp and sums 2**11 times finer than float64, and no float64
+    subnormals. longdouble ``[rows, H, 128]``."""
+    from nvfp4_suite.reference.paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
+    hk, rows, topk = p.num_kv_heads, p.rows, p.TOPK
+    views = page_views(p.pool, p.layout, hk)
+    mask = p.key_mask()
+    pages = np.maximum(p.slot_pages(), 0)
+    kscale = np.longdouble(p.sm_scale) * np.longdouble(p.k_global_scale)
+    out = np.zeros((rows, hk * 16, D), np.longdouble)
+    for h in range(hk):
+        for r in range(rows):
+            seen = mask[h, r].reshape(-1)
+            if not seen.any():
+                continue
+            k = dequantize(views.k_data[pages[h, r], h], views.k_scale[pages[h, r], h], np.float64)
+            v = dequantize(views.v_data[pages[h, r], h], unswizzle_v_scales(views.v_scale[pages[h, r], h]),
+                           np.float64)
+            k = k.reshape(-1, D)[seen].astype(np.longdouble)
+            v = v.reshape(-1, D)[seen].astype(np.longdouble)
+            q = p.q[r, 16 * h:16 * h + 16].astype(np.longdouble)
+            s = np.einsum("hd,kd->hk", q, k) * kscale
+            w = np.exp(s - s.max(axis=1, keepdims=True))
+            out[r, 16 * h:16 * h + 16] = (np.einsum("hk,kd->hd", w, v) * np.longdouble(p.v_global_scale)
+                                          / w.sum(axis=1, keepdims=True))
+    return out
+
+
+def test_the_oracle_lies_within_its_own_noise_bound_of_an_extended_precision_evaluation():
+    """Term 5 (``oracle_noise``): with scores in the thousands a float64 score's own
+    rounding moves ``exp`` far more than the summation's ``n * 2**-53`` (seed 3), and
+    ``exp`` falls into float64's subnormals, where errors are absolute (seed 1)."""
+    from nvfp4_suite.reference.compare import oracle_noise
+    from nvfp4_suite.reference.oracle import oracle_details
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("np.longdouble is float64 on this platform: no finer evaluation to compare with")
+    subnormal = 0
+    for seed in (1, 3):
+        p = random_problem(seed, reqs=2, num_kv_heads=1, topk=4, q_std=24.0, kv_std=4.0, sm_scale=1.0,
+                           seq_lens=[500, 300])
+        out, _, mag, sabs, vsum = oracle_details(p)
+        err = np.abs(out.astype(np.longdouble) - _oracle_in_extended_precision(p)).astype(np.float64)
+        bound = oracle_noise(p, mag, sabs, vsum)
+        assert np.all(err <= bound), f"seed {seed}: {int((err > bound).sum())} elements beyond E"
+        subnormal += int(((out != 0) & (np.abs(out) < 2.0**-1022)).sum())
+    assert subnormal > 0, "no float64-subnormal output: the underflow part of E went untested"

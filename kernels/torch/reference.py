@@ -417,7 +417,7 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, ge
         gamma = compare._gamma_emulated(problem, geometry, splits)
     rel = compare.P_BF16_REL
     delta = (gamma + 2 * eta) * mag * (1 + rel) + (rel * mag if p_bf16 else 0.0)
-    delta = delta + compare._underflow(problem, vsum) + compare._gamma_exact(problem, compare.F64_EPS) * mag
+    delta = delta + compare._underflow(problem, vsum) + compare.oracle_noise(problem, mag, sabs, vsum)
     return compare._interval(out, delta, shared=rel * mag if p_bf16 else 0.0)
 
 
