@@ -76,9 +76,9 @@ summation over every key: ``gamma = (2 * 128 * TOPK + 64) u``.
    result, itself within float64 noise of the real one: terms 1, 2 and 4 of
    the exact class with float64's roundoff ``e = 2**-53`` and its smallest
    subnormal, ``E = (gamma_e + 2 eta_e) A + U_e`` with
-   ``gamma_e = (2 * 128 * TOPK + 64) e``, ``eta_e = 2 ln2 c 129 e max_k
-   sum|q_d k_d|`` (the float64 dot product, then its product with
-   ``sm_scale * k_global``) and ``U_e = 2**-1074 (sum_k |v_k| v_global +
+   ``gamma_e = (2 * 128 * TOPK + 64) e``, ``eta_e = 2 sm_scale k_global
+   129 e max_k sum|q_d k_d|`` (the float64 dot product, then its product
+   with ``sm_scale * k_global``; the 2: the score and the max) and ``U_e = 2**-1074 (sum_k |v_k| v_global +
    (2 * 128 * TOPK + 64) v_global + 1)``: with scores in the thousands
    ``exp`` falls into float64's subnormals, where an operation's error is
    absolute, up to 2**-1074, not relative (``oracle_noise``). E is about
@@ -838,8 +838,8 @@ def oracle_noise(problem: DecodeProblem, magnitude, score_abs, abs_v_sum) -> np.
     ``[rows, H]``; all three as ``nvfp4_suite.reference.oracle.oracle_details``
     returns them.
     """
-    c = float(kernel_constant(problem))
-    eta = (2 * np.log(2) * c * (D + 1) * F64_EPS * np.asarray(score_abs, np.float64))[..., None]
+    kscale = problem.sm_scale * problem.k_global_scale
+    eta = (2 * kscale * (D + 1) * F64_EPS * np.asarray(score_abs, np.float64))[..., None]
     n_ops = 2 * BLK * problem.TOPK + 64
     under = 2.0**-1074 * (abs_v_sum + n_ops * problem.v_global_scale + 1)
     return (_gamma_exact(problem, F64_EPS) + 2 * eta) * magnitude + under
