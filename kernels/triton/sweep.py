@@ -22,8 +22,6 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", default="0,1,2,4")
     ap.add_argument("--maxnreg", default="0", help="register caps (0: none)")
     ap.add_argument("--module", default="nvfp4_suite.kernels.triton.decode")
-    ap.add_argument("--variants", default="", help="';'-separated constexpr sets of the module's kernel, "
-                    "each 'NAME=int,...' (empty: none)")
     args = ap.parse_args(argv)
     import torch
 
@@ -45,14 +43,12 @@ def main(argv=None) -> int:
         print(f"== {rows}x{hk} q_len {q_len} TOPK {args.topk}: {nbytes / 1e6:.1f} MB, copy {t_cp * 1e6:.1f} us",
               flush=True)
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
-        variants = [dict((k, int(v)) for k, v in (a.split("=") for a in x.split(",") if a))
-                    for x in args.variants.split(";")]
-        for var, dq, w, st, mr, sp in itertools.product(variants, ints(args.deq), ints(args.warps), ints(args.stages),
-                                                        ints(args.maxnreg), ints(args.splits)):
+        for dq, w, st, mr, sp in itertools.product(ints(args.deq), ints(args.warps), ints(args.stages),
+                                                   ints(args.maxnreg), ints(args.splits)):
             if sp == 0:
                 sp = mod.auto_splits(rows, hk, args.topk, torch.cuda.get_device_properties(0).multi_processor_count)
             fn = lambda: mod.decode(q, pool, ids, bt, seq, splits=sp, out=out, num_warps=w, num_stages=st,  # noqa: E731
-                                    deq=dq, maxnreg=mr or None, **var, **kw)
+                                    deq=dq, maxnreg=mr or None, **kw)
             try:
                 out.fill_(float("nan"))
                 fn()
@@ -60,11 +56,11 @@ def main(argv=None) -> int:
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 t = _time(fn)
             except Exception as e:  # noqa: BLE001
-                print(f"{var} deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: "
+                print(f"deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: "
                       f"FAILED {type(e).__name__}: {str(e)[:200]}",
                       flush=True)
                 continue
-            print(f"{var} deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: {t * 1e6:8.1f} us "
+            print(f"deq {dq} warps {w} stages {st} maxnreg {mr} splits {sp}: {t * 1e6:8.1f} us "
                   f"{nbytes / t / 1e12:5.2f} TB/s {nbytes / t / ROOFLINE:6.1%} of 4.3, {t_cp / t:6.1%} of copy; "
                   f"relerr {err:.2e}", flush=True)
     return 0
