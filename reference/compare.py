@@ -853,7 +853,14 @@ def _underflow(problem: DecodeProblem, abs_v_sum: np.ndarray) -> np.ndarray:
 def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1,
                           geometry: Geometry = SEED_GEOMETRY) -> Interval:
     """The acceptance interval of every element against the emulation (module note)."""
-    e = emulate_details(problem, splits=splits, geometry=geometry)
+    return interval_from_emulation(problem, emulate_details(problem, splits=splits, geometry=geometry),
+                                   splits=splits, geometry=geometry)
+
+
+def interval_from_emulation(problem: DecodeProblem, e, *, splits: int, geometry: Geometry) -> Interval:
+    """The acceptance interval from an emulation ``e`` (an ``Emulation``, numpy
+    arrays ``[rows, H, 128]``, from either reference) of ``problem`` at
+    ``splits`` and ``geometry``."""
     gamma = _gamma_emulated(problem, geometry, splits)
     eta = e.score_noise.astype(np.float64)[..., None]
     delta = e.flip_risk + (gamma + 2 * eta) * e.magnitude + _underflow(problem, e.abs_v_sum)
@@ -868,8 +875,16 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, ge
     ``2**-8 (1 + 2**-7) A`` to ``delta``); None: as ``geometry`` says, False
     for the exact class. geometry None: the exact class.
     """
+    return interval_from_oracle(problem, oracle_details(problem), p_bf16=p_bf16, geometry=geometry, splits=splits)
+
+
+def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None = None,
+                         geometry: Geometry | None = None, splits: int = 1) -> Interval:
+    """The acceptance interval from ``details``, the tuple ``oracle_details`` returns
+    (from either reference) for ``problem``; p_bf16, geometry: as for
+    ``interval_vs_oracle``."""
     p_bf16 = _p_bf16(p_bf16, geometry)
-    out, _, mag, sabs, vsum = oracle_details(problem)
+    out, _, mag, sabs, vsum = details
     c = float(kernel_constant(problem))
     eta = (2 * np.log(2) * c * D * F32_EPS * sabs)[..., None]
     gamma = _gamma_exact(problem, F32_EPS) if geometry is None else _gamma_emulated(problem, geometry, splits)

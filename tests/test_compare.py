@@ -9,9 +9,13 @@ from nvfp4_suite.reference.compare import (
     bound_vs_emulation,
     compare_with_emulation,
     compare_with_oracle,
+    oracle_noise,
     ulp_distance,
 )
 from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.oracle import oracle_details
+from nvfp4_suite.reference.paged_cache import D, dequantize, page_views, unswizzle_v_scales
+from nvfp4_suite.reference.problem import HG
 
 
 def test_ulp_distance_is_sign_aware_and_nan_aware():
@@ -492,13 +496,12 @@ def _oracle_in_extended_precision(p):
     """The oracle's output computed independently in np.longdouble (64-bit significand on
     x86): dot products, exp and sums 2**11 times finer than float64, and no float64
     subnormals. longdouble ``[rows, H, 128]``."""
-    from nvfp4_suite.reference.paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
     hk, rows, topk = p.num_kv_heads, p.rows, p.TOPK
     views = page_views(p.pool, p.layout, hk)
     mask = p.key_mask()
     pages = np.maximum(p.slot_pages(), 0)
     kscale = np.longdouble(p.sm_scale) * np.longdouble(p.k_global_scale)
-    out = np.zeros((rows, hk * 16, D), np.longdouble)
+    out = np.zeros((rows, hk * HG, D), np.longdouble)
     for h in range(hk):
         for r in range(rows):
             seen = mask[h, r].reshape(-1)
@@ -509,10 +512,10 @@ def _oracle_in_extended_precision(p):
                            np.float64)
             k = k.reshape(-1, D)[seen].astype(np.longdouble)
             v = v.reshape(-1, D)[seen].astype(np.longdouble)
-            q = p.q[r, 16 * h:16 * h + 16].astype(np.longdouble)
+            q = p.q[r, HG * h:HG * (h + 1)].astype(np.longdouble)
             s = np.einsum("hd,kd->hk", q, k) * kscale
             w = np.exp(s - s.max(axis=1, keepdims=True))
-            out[r, 16 * h:16 * h + 16] = (np.einsum("hk,kd->hd", w, v) * np.longdouble(p.v_global_scale)
+            out[r, HG * h:HG * (h + 1)] = (np.einsum("hk,kd->hd", w, v) * np.longdouble(p.v_global_scale)
                                           / w.sum(axis=1, keepdims=True))
     return out
 
@@ -521,8 +524,6 @@ def test_the_oracle_lies_within_its_own_noise_bound_of_an_extended_precision_eva
     """Term 5 (``oracle_noise``): with scores in the thousands a float64 score's own
     rounding moves ``exp`` far more than the summation's ``n * 2**-53`` (seed 3), and
     ``exp`` falls into float64's subnormals, where errors are absolute (seed 1)."""
-    from nvfp4_suite.reference.compare import oracle_noise
-    from nvfp4_suite.reference.oracle import oracle_details
     if np.finfo(np.longdouble).nmant < 63:
         pytest.skip("np.longdouble is float64 on this platform: no finer evaluation to compare with")
     subnormal = 0

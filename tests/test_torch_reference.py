@@ -75,7 +75,7 @@ def assert_emulation_matches(p, splits, geometry, device):
         x, y = getattr(a, f), getattr(b, f)
         assert np.all(np.abs(x - y) <= _noise(p, x)), f"{f} beyond float64 noise (splits {splits}, {geometry})"
     ia = compare.interval_vs_emulation(p, splits=splits, geometry=geometry)
-    ib = TR.interval_from_emulation(p, b, splits=splits, geometry=geometry)
+    ib = compare.interval_from_emulation(p, b, splits=splits, geometry=geometry)
     for f in ("lo", "hi", "nearest"):
         assert _bits_equal(getattr(ia, f), getattr(ib, f)), f"interval {f} differs (splits {splits}, {geometry})"
 

@@ -390,35 +390,15 @@ def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1, geometry: 
                           device=None, pool=None) -> compare.Interval:
     """``nvfp4_suite.reference.compare.interval_vs_emulation`` from the torch emulation."""
     e = emulate_details(problem, splits=splits, geometry=geometry, device=device, pool=pool)
-    return interval_from_emulation(problem, e, splits=splits, geometry=geometry)
-
-
-def interval_from_emulation(problem: DecodeProblem, e: Emulation, *, splits: int, geometry: Geometry
-                            ) -> compare.Interval:
-    """The acceptance interval (``nvfp4_suite.reference.compare`` module note) from an emulation
-    ``e`` of ``problem`` at ``splits`` and ``geometry``."""
-    gamma = compare._gamma_emulated(problem, geometry, splits)
-    eta = e.score_noise.astype(np.float64)[..., None]
-    delta = e.flip_risk + (gamma + 2 * eta) * e.magnitude + compare._underflow(problem, e.abs_v_sum)
-    return compare._interval(e.pre_round.astype(np.float64), delta, shared=e.flip_risk)
+    return compare.interval_from_emulation(problem, e, splits=splits, geometry=geometry)
 
 
 def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
                        splits: int = 1, device=None, pool=None) -> compare.Interval:
     """``nvfp4_suite.reference.compare.interval_vs_oracle`` from the torch oracle (p_bf16 None:
     as ``geometry`` says, False for the exact class)."""
-    p_bf16 = compare._p_bf16(p_bf16, geometry)
-    out, _, mag, sabs, vsum = oracle_details(problem, device=device, pool=pool)
-    c = float(kernel_constant(problem))
-    eta = (2 * np.log(2) * c * 128 * F32_EPS * sabs)[..., None]
-    if geometry is None:
-        gamma = compare._gamma_exact(problem, F32_EPS)
-    else:
-        gamma = compare._gamma_emulated(problem, geometry, splits)
-    rel = compare.P_BF16_REL
-    delta = (gamma + 2 * eta) * mag * (1 + rel) + (rel * mag if p_bf16 else 0.0)
-    delta = delta + compare._underflow(problem, vsum) + compare.oracle_noise(problem, mag, sabs, vsum)
-    return compare._interval(out, delta, shared=rel * mag if p_bf16 else 0.0)
+    details = oracle_details(problem, device=device, pool=pool)
+    return compare.interval_from_oracle(problem, details, p_bf16=p_bf16, geometry=geometry, splits=splits)
 
 
 def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1, device=None,
