@@ -6,7 +6,6 @@ import pytest
 import nvfp4_suite.reference as R
 from nvfp4_suite.reference.formats import bf16_ulp
 from nvfp4_suite.reference.compare import (
-    bound_vs_emulation,
     compare_with_emulation,
     compare_with_oracle,
     oracle_noise,
@@ -39,6 +38,12 @@ def _problem():
     return p
 
 
+def _whole_ulp_bound(iv):
+    """The old acceptance bound on ``|got - rne(pre)|``, ``delta + ulp(|pre| + delta)``:
+    a whole ulp wider than the interval (the module note of ``compare.tolerance``)."""
+    return iv.delta + bf16_ulp(np.abs(iv.pre) + iv.delta)
+
+
 def test_emulation_compared_with_itself_passes_with_zero_ulp():
     p = _problem()
     rep = compare_with_emulation(p, R.emulate(p, splits=2), splits=2)
@@ -48,7 +53,7 @@ def test_emulation_compared_with_itself_passes_with_zero_ulp():
 def test_one_element_off_by_many_ulps_fails_and_is_located():
     p = _problem()
     got = R.emulate(p).copy()
-    exp, bound = bound_vs_emulation(p)
+    bound = _whole_ulp_bound(interval_vs_emulation(p))
     r, h, d = 4, 20, 7  # row 4: request 2, position 127
     got[r, h, d] = R.bf16_round(got[r, h, d] + 40 * bound[r, h, d] + 1e-3)
     rep = compare_with_emulation(p, got)
@@ -156,7 +161,7 @@ def test_interval_is_the_roundings_of_the_values_within_delta():
 def test_one_ulp_off_in_a_one_value_interval_fails_though_the_old_whole_ulp_bound_admitted_it():
     p = _problem()
     iv = interval_vs_emulation(p)
-    _, old_bound = bound_vs_emulation(p)
+    old_bound = _whole_ulp_bound(iv)
     got = R.emulate(p).copy()
     idx = np.argwhere(iv.determined & (got > 0))[0]
     r, h, d = idx
@@ -468,7 +473,8 @@ def _just_above_midpoints(shape, cell_of):
 
 
 def test_the_bias_test_counts_distinct_row_head_groups_not_elements():
-    from nvfp4_suite.reference.compare import _interval, compare_with_interval
+    from nvfp4_suite.reference.compare import compare_with_interval
+    from nvfp4_suite.reference.compare.tolerance import _interval
 
     p = _problem()
     shape = R.emulate(p).shape

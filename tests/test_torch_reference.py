@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install -e
 
 from nvfp4_suite.kernels.torch import reference as TR  # noqa: E402
 from nvfp4_suite.reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
+from nvfp4_suite.reference.compare.tolerance import gamma_exact  # noqa: E402
 from nvfp4_suite.reference.emulate import (  # noqa: E402
     bf16_round_f32,
     emulate_details,
@@ -69,7 +70,7 @@ def _noise(p, magnitude):
     """Two float64 evaluations of one of the emulation's sums of float32 weights times
     dequantised values, each within ``gamma_e`` (term 5 of ``nvfp4_suite.reference.compare``)
     of the real sum: no ``exp`` and no float64 subnormal enters them."""
-    return 2 * compare._gamma_exact(p, compare.F64_EPS) * magnitude
+    return 2 * gamma_exact(p, compare.F64_EPS) * magnitude
 
 
 def assert_emulation_matches(p, splits, geometry, device):

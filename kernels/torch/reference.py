@@ -228,7 +228,7 @@ def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, split
     if geometry is None:
         return interval_vs_oracle(problem, p_bf16=False, device=device, pool=pool), "oracle"
     iv = interval_vs_emulation(problem, splits=splits, geometry=geometry, device=device, pool=pool)
-    return iv, f"emulation({compare._geom_name(geometry)}, splits={splits})"
+    return iv, f"emulation({compare.geometry_name(geometry)}, splits={splits})"
 
 
 def compare_backend_output(problem: DecodeProblem, got, *, geometry: Geometry | None, splits: int = 1,
