@@ -17,21 +17,27 @@ model:
 
 Alongside the output it returns two magnitudes per element that the
 tolerance model needs (see ``Emulation``).
+
+The text is written once over an array namespace (``ops``, see
+``nvfp4_suite.reference.arrays``): numpy by default, torch on any device
+through ``nvfp4_suite.kernels.torch.reference``, the same operations in the
+same order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import numpy as np
 
-from .formats import bf16_round, bf16_ulp
-from .paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
+from .arrays import NUMPY, ProblemArrays
+from .formats import bf16_rne_bits, bf16_ulp
+from .paged_cache import BLK, D
 from .problem import HG, DecodeProblem
 
 LOG2E = 1.4426950408889634
-_CHUNK_BLOCKS = 16
 F32_EPS = 2.0**-24  # unit roundoff of float32
 
 
@@ -97,17 +103,13 @@ class Emulation:
     abs_v_sum: np.ndarray
 
 
-def _f32(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64).astype(np.float32)
-
-
-def exp2_f32(x: np.ndarray) -> np.ndarray:
+def exp2_f32(x, ops=NUMPY):
     """float32 ``2**x`` for float32 x, via float64 (see the module note)."""
-    with np.errstate(over="ignore"):
-        return np.exp2(np.asarray(x, np.float64)).astype(np.float32)
+    with ops.errstate():
+        return ops.f32(ops.xp.exp2(ops.f64(x)))
 
 
-def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def fma_f32(a, b, c, ops=NUMPY):
     """float32 ``a * b + c`` with one rounding; a, b, c float32 (broadcast).
 
     ``a * b`` is exact in float64 (24 + 24 bits), so the float64 sum has one
@@ -115,34 +117,41 @@ def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     exactly on a float32 midpoint while being inexact. Only there is the
     exact error (TwoSum) used to break the tie in the right direction.
     """
-    x = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-    y = np.asarray(c, np.float64)
-    with np.errstate(invalid="ignore"):
-        s = np.asarray(x + y)
-    bits = s.view(np.int64)
+    xp = ops.xp
+    x = ops.f64(a) * ops.f64(b)
+    y = ops.f64(c)
+    with ops.errstate():
+        s = xp.asarray(x + y)
     # A float32 midpoint has, below float32's 24 bits, a 1 followed by 28 zeros.
-    tie = (bits & 0x1FFFFFFF) == 0x10000000
-    if tie.any():
-        xb, yb = np.broadcast_to(x, s.shape)[tie], np.broadcast_to(y, s.shape)[tie]
+    tie = (ops.bits64(s) & 0x1FFFFFFF) == 0x10000000
+    if ops.any(tie):
+        xb, yb = xp.broadcast_to(x, s.shape)[tie], xp.broadcast_to(y, s.shape)[tie]
         st = s[tie]
         bb = st - xb
         err = (xb - (st - bb)) + (yb - bb)
-        step = np.where(err == 0, 0, np.where((err > 0) == (st > 0), 1, -1))
-        s[tie] = (st.view(np.int64) + step).view(np.float64)
-    return s.astype(np.float32)
+        step = xp.where(err == 0, 0, xp.where((err > 0) == (st > 0), 1, -1))
+        s[tie] = ops.from_bits64(ops.bits64(st) + step)
+    return ops.f32(s)
 
 
-def _bf16_midpoint_distance(p: np.ndarray) -> np.ndarray:
+def bf16_round_f32(x, ops=NUMPY):
+    """float32 ``x`` -> its nearest-even bf16 values, still float32, NaN kept
+    (``nvfp4_suite.reference.formats.bf16_round`` over ``ops``)."""
+    r = ops.from_bits32(bf16_rne_bits(ops.bits32(x)))
+    return ops.xp.where(ops.xp.isnan(x), x, r)
+
+
+def _bf16_midpoint_distance(p, ops=NUMPY):
     """Relative distance from non-negative float32 ``p`` to the nearest bf16 rounding midpoint."""
-    b = bf16_round(p)
-    bits = (b.view(np.uint32) >> 16).astype(np.int64)
-    up = ((bits + 1) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
-    down = ((np.maximum(bits - 1, 0)) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
-    b64 = b.astype(np.float64)
-    p64 = p.astype(np.float64)
-    d = np.minimum(np.abs(p64 - (b64 + up) / 2), np.abs(p64 - (b64 + down) / 2))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(p64 > 0, d / p64, np.inf)
+    xp = ops.xp
+    b = bf16_round_f32(p, ops)
+    bits = ops.bits32(b) >> 16
+    up = ops.f64(ops.from_bits32((bits + 1) << 16))
+    down = ops.f64(ops.from_bits32(xp.where(bits > 0, bits - 1, 0) << 16))
+    b64, p64 = ops.f64(b), ops.f64(p)
+    d = xp.minimum(xp.abs(p64 - (b64 + up) / 2), xp.abs(p64 - (b64 + down) / 2))
+    with ops.errstate():
+        return xp.where(p64 > 0, d / p64, math.inf)
 
 
 def softmax_constant(sm_scale: float, k_global_scale: float) -> np.float32:
@@ -155,7 +164,7 @@ def kernel_constant(problem: DecodeProblem) -> np.float32:
     return softmax_constant(problem.sm_scale, problem.k_global_scale)
 
 
-def split_schedule(valid: np.ndarray, splits: int):
+def split_schedule(valid, splits: int, ops=NUMPY):
     """The slots each (pair, split) attends, in order: the contract's split schedule.
 
     valid: bool ``[P, TOPK]``; splits: S >= 1. Valid slots are ranked in slot
@@ -163,141 +172,148 @@ def split_schedule(valid: np.ndarray, splits: int):
     ``chunk = ceil(n_valid / S)``. Returns ``(slots, T)``: slots int64
     ``[P, S, max(T, 1)]`` (-1 past a split's end), T the longest chunk.
     """
+    xp = ops.xp
     P, K = valid.shape
-    order = np.argsort(~valid, axis=1, kind="stable")
-    n_valid = valid.sum(axis=1)
+    order = ops.argsort_stable(~valid, 1)
+    n_valid = ops.sum(ops.astype(valid, ops.int64), 1)
     chunk = -(-n_valid // splits)
-    T = int(chunk.max(initial=0))
-    z = np.arange(splits)[None, :, None]
-    t = np.arange(max(T, 1))[None, None, :]
+    T = int(ops.amax(chunk, 0)) if P else 0
+    z = ops.arange(splits)[None, :, None]
+    t = ops.arange(max(T, 1))[None, None, :]
     rank = z * chunk[:, None, None] + t
     live = (t < chunk[:, None, None]) & (rank < n_valid[:, None, None])
-    slot = np.take_along_axis(order, np.minimum(rank, K - 1).reshape(P, -1), axis=1).reshape(rank.shape)
-    return np.where(live, slot, -1), T
+    slot = ops.take_along_axis(order, xp.where(rank < K - 1, rank, K - 1).reshape(P, -1), 1).reshape(rank.shape)
+    return xp.where(live, slot, -1), T
 
 
-def _pairwise_sum(x: np.ndarray) -> np.ndarray:
-    """Sum the last axis as ``(x0 + x1) + (x2 + x3)``, generalised to a power-of-two tree."""
+def _pairwise_sum(x):
+    """Sum the last axis as ``(x0 + x1) + (x2 + x3)`` in float32, generalised to a power-of-two tree."""
     while x.shape[-1] > 1:
-        x = _f32(x[..., 0::2] + x[..., 1::2].astype(np.float64))
+        x = x[..., 0::2] + x[..., 1::2]
     return x[..., 0]
 
 
-def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY) -> Emulation:
+def emulate_details(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY,
+                    ops=NUMPY, pool=None) -> Emulation:
     """The seed kernel's arithmetic with its tolerance inputs; see ``Emulation``.
 
-    problem: a valid ``DecodeProblem`` (validated here). splits: >= 1.
+    problem: a valid ``DecodeProblem`` (validated here). splits: >= 1. ops:
+    the array namespace to compute in (``nvfp4_suite.reference.arrays``);
+    pool: the problem's pool already in that namespace, or None. The result
+    holds numpy arrays whatever ``ops`` is.
     """
-    return _emulate(problem, splits, geometry, details=True)
+    return _emulate(problem, splits, geometry, details=True, ops=ops, pool=pool)
 
 
 def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: bool, *,
-             exp2=exp2_f32, p_round=bf16_round) -> Emulation:
+             exp2=None, p_round=None, ops=NUMPY, pool=None) -> Emulation:
     """The emulation; ``exp2`` and ``p_round`` (the rounding of P before the PV
-    product, when the geometry rounds P) replace those two operations, for
-    ``tests/mutants.py`` to model kernels that get them wrong; the output's own
-    rounding is applied by callers of ``pre_round`` there."""
+    product, when the geometry rounds P; numpy functions of one float32 array)
+    replace those two operations, for ``tests/mutants.py`` to model kernels
+    that get them wrong; the output's own rounding is applied by callers of
+    ``pre_round`` there."""
     if not isinstance(splits, (int, np.integer)) or splits < 1:
         raise ValueError(f"splits = {splits!r}, must be an integer >= 1")
-    problem.validate()
+    xp = ops.xp
+    exp2 = exp2 or (lambda x: exp2_f32(x, ops))
+    p_round = p_round or (lambda x: bf16_round_f32(x, ops))
+    a = ProblemArrays(problem, ops, pool)
     G = geometry
-    hk, rows, topk = problem.num_kv_heads, problem.rows, problem.TOPK
+    topk = problem.TOPK
     S, W, KPW, L = int(splits), G.streams, G.keys_per_max, G.lanes
-    views = page_views(problem.pool, problem.layout, hk)
-    c = kernel_constant(problem)
-    vg = np.float32(problem.v_global_scale)
+    c = float(kernel_constant(problem))
+    vg = float(np.float32(problem.v_global_scale))
+    f32, f64 = ops.float32, ops.float64
+    P = a.P
+    mask = a.mask.reshape(P, topk, W, KPW)
+    slots, T = split_schedule(a.valid, S, ops)
 
-    valid = problem.valid_slots.reshape(hk * rows, topk)
-    mask = problem.key_mask().reshape(hk * rows, topk, W, KPW)
-    pages = np.maximum(problem.slot_pages(), 0).reshape(hk * rows, topk)
-    heads = np.repeat(np.arange(hk), rows)
-    q = problem.q.reshape(rows, hk, HG, D).transpose(1, 0, 2, 3).reshape(hk * rows, HG, D).astype(np.float64)
-    slots, T = split_schedule(valid, S)
-    P = hk * rows
-
-    m = np.full((P, S, W, HG), -np.inf, np.float32)
-    l = np.zeros((P, S, W, HG, L), np.float32)
-    O = np.zeros((P, S, W, HG, D), np.float32)
-    Oabs = np.zeros((P, S, W, HG, D))
-    Fabs = np.zeros((P, S, W, HG, D))
+    m = ops.full((P, S, W, HG), -math.inf, f32)
+    l = ops.zeros((P, S, W, HG, L), f32)
+    O = ops.zeros((P, S, W, HG, D), f32)
+    Oabs = ops.zeros((P, S, W, HG, D), f64)
+    Fabs = ops.zeros((P, S, W, HG, D), f64)
     # Relative float32 noise bound of p for each (pair, head), grown as keys are seen.
-    eta = np.zeros((P, HG))
-    vsum = np.zeros((P, D))
+    eta = ops.zeros((P, HG), f64)
+    vsum = ops.zeros((P, D), f64)
+    # (1 + 1e-6) covers the float64 rounding of this bound's own arithmetic.
+    eta_scale = math.log(2) * c * 2 * D * F32_EPS
     # Steps over a bounded set of (pair, split) blocks keep temporaries small
     # enough for the allocator to reuse (large fresh arrays cost page faults).
-    step_rows = max(1, _CHUNK_BLOCKS // S)
+    # Whole pairs per step (all their splits together): a pair's score-noise
+    # bound at step t takes every split's block of that step.
+    step_rows = max(1, ops.step_blocks // S)
     for t, lo in itertools.product(range(T), range(0, P, step_rows)):
-        pi, zi = np.nonzero(slots[lo : lo + step_rows, :, t] >= 0)
+        pi, zi = ops.nonzero(slots[lo : lo + step_rows, :, t] >= 0)
         if not len(pi):
             continue
         pi = pi + lo
+        A = len(pi)
         sl = slots[pi, zi, t]
-        pg, hd = pages[pi, sl], heads[pi]
-        k = dequantize(views.k_data[pg, hd], views.k_scale[pg, hd], np.float64)
-        v = dequantize(views.v_data[pg, hd], unswizzle_v_scales(views.v_scale[pg, hd]), np.float64)
-        k = k.reshape(len(pi), W, KPW, D)
-        v = v.reshape(len(pi), W, KPW, D)
-        qq = q[pi][:, None]  # [A, 1, 16, D]
-        s = _f32(np.matmul(qq, k.transpose(0, 1, 3, 2)))  # [A, W, 16, KPW]
+        k, v = a.kv(a.pages[pi, sl], a.heads[pi])
+        k = k.reshape(A, W, KPW, D)
+        v = v.reshape(A, W, KPW, D)
+        qq = a.q[pi][:, None]  # [A, 1, 16, D]
+        s = ops.f32(xp.matmul(qq, xp.swapaxes(k, -1, -2)))  # [A, W, 16, KPW]
         vis = mask[pi, sl][:, :, None, :]
-        s = np.where(vis, s, np.float32(-np.inf))
+        s = xp.where(vis, s, -math.inf)
         if details:
             # |s_kernel - s_emul| <= 128 * u * sum_d |q_d k_d| for any summation order;
             # max_s moves by the same, and both reach p through exp2(s*c - max*c).
-            sabs = np.matmul(np.abs(q[pi])[:, None], np.abs(k).transpose(0, 1, 3, 2))
-            sabs = np.where(vis, sabs, 0.0).max(axis=(1, 3))  # [A, 16]
-            # (1 + 1e-6) covers the float64 rounding of this bound's own arithmetic.
-            np.maximum.at(eta, pi, np.log(2) * float(c) * 2 * D * F32_EPS * sabs * (1 + 1e-6))
+            sabs = xp.matmul(xp.abs(qq), xp.swapaxes(xp.abs(k), -1, -2))
+            sabs = ops.amax(xp.where(vis, sabs, 0.0), (1, 3))  # [A, 16]
+            ops.scatter_max(eta, pi, sabs * eta_scale * (1 + 1e-6))
 
         mo = m[pi, zi]
-        mx = s.max(axis=-1)
-        with np.errstate(invalid="ignore"):
-            m_new = np.maximum(mo, _f32(mx.astype(np.float64) * c))
-        m_use = np.where(m_new == -np.inf, np.float32(0), m_new)
+        with ops.errstate():
+            m_new = xp.maximum(mo, ops.f32(ops.f64(ops.amax(s, -1)) * c))
+        m_use = xp.where(m_new == -math.inf, 0.0, m_new)
         alpha = exp2(mo - m_use)
-        arg = fma_f32(s, c, -m_use[..., None])
+        arg = fma_f32(s, c, -m_use[..., None], ops)
         p = exp2(arg)  # [A, W, 16, KPW]
-        lanes = p.reshape(p.shape[:-1] + (L, G.keys_per_lane))
+        lanes = p.reshape(tuple(p.shape[:-1]) + (L, G.keys_per_lane))
         ps = lanes[..., 0]
         for i in range(1, G.keys_per_lane):
-            ps = _f32(ps + lanes[..., i].astype(np.float64))
-        l[pi, zi] = _f32(_f32(l[pi, zi] * alpha[..., None]) + ps.astype(np.float64))
+            ps = ps + lanes[..., i]
+        l[pi, zi] = l[pi, zi] * alpha[..., None] + ps
         pb = p_round(p) if G.p_bf16 else p
-        pv = np.matmul(pb.astype(np.float64), v)  # [A, W, 16, D]
-        O[pi, zi] = _f32(_f32(O[pi, zi] * alpha[..., None]).astype(np.float64) + pv)
+        pv = xp.matmul(ops.f64(pb), v)  # [A, W, 16, D]
+        O[pi, zi] = ops.f32(ops.f64(O[pi, zi] * alpha[..., None]) + pv)
         if details:
-            va = np.abs(v)
-            np.add.at(vsum, pi, np.einsum("awk,awkd->ad", vis[:, :, 0, :].astype(np.float64), va))
-            Oabs[pi, zi] = Oabs[pi, zi] * alpha[..., None] + np.matmul(pb.astype(np.float64), va)
+            va = xp.abs(v)
+            ops.index_add(vsum, pi, xp.einsum("awk,awkd->ad", ops.f64(vis[:, :, 0, :]), va))
+            a64 = ops.f64(alpha)[..., None]
+            Oabs[pi, zi] = Oabs[pi, zi] * a64 + xp.matmul(ops.f64(pb), va)
             if G.p_bf16:
                 # Per key, on top of the score noise: the roundings of max * c and of
                 # the fma move the exponent by u * |value| on either side (2 ln2 u
                 # relative in p per unit of exponent), and each side's exp2 adds up
                 # to 2 u; 8 u covers the latter with room.
-                with np.errstate(invalid="ignore"):
-                    own = (2 * np.log(2) * (np.abs(arg) + np.abs(m_use)[..., None]) + 8) * F32_EPS
+                with ops.errstate():
+                    own = (2 * math.log(2) * ops.f64(xp.abs(arg) + xp.abs(m_use)[..., None]) + 8) * F32_EPS
                 risk_eta = eta[pi][:, None, :, None] + own
-                at_risk = (p > 0) & (_bf16_midpoint_distance(p) <= risk_eta)
-                fw = np.where(at_risk, bf16_ulp(p), 0.0)
-                Fabs[pi, zi] = Fabs[pi, zi] * alpha[..., None] + np.matmul(fw, va)
+                at_risk = (p > 0) & (_bf16_midpoint_distance(p, ops) <= risk_eta)
+                fw = xp.where(at_risk, bf16_ulp(p, xp), 0.0)
+                Fabs[pi, zi] = Fabs[pi, zi] * a64 + xp.matmul(fw, va)
         m[pi, zi] = m_new
 
     # Wave (stream) merge.
     big = m[:, :, 0]
     for w in range(1, W):
-        big = np.maximum(big, m[:, :, w])
+        big = xp.maximum(big, m[:, :, w])
     big_raw = big
-    big = np.where(big == -np.inf, np.float32(0), big)
+    big = xp.where(big == -math.inf, 0.0, big)
     wt = exp2(m - big[:, :, None])  # [P, S, W, 16]
-    l_lane = np.zeros((P, S, HG, L), np.float32)
-    acc = np.zeros((P, S, HG, D), np.float32)
-    acc_abs = np.zeros((P, S, HG, D))
-    f_abs = np.zeros((P, S, HG, D))
+    l_lane = ops.zeros((P, S, HG, L), f32)
+    acc = ops.zeros((P, S, HG, D), f32)
+    acc_abs = ops.zeros((P, S, HG, D), f64)
+    f_abs = ops.zeros((P, S, HG, D), f64)
     for w in range(W):
-        l_lane = _f32(l_lane + _f32(l[:, :, w] * wt[:, :, w, :, None]).astype(np.float64))
-        acc = _f32(acc + _f32(O[:, :, w] * wt[:, :, w, :, None]).astype(np.float64))
-        acc_abs += Oabs[:, :, w] * wt[:, :, w, :, None]
-        f_abs += Fabs[:, :, w] * wt[:, :, w, :, None]
+        wtw = wt[:, :, w, :, None]
+        l_lane = l_lane + l[:, :, w] * wtw
+        acc = acc + O[:, :, w] * wtw
+        acc_abs = acc_abs + Oabs[:, :, w] * ops.f64(wtw)
+        f_abs = f_abs + Fabs[:, :, w] * ops.f64(wtw)
     l_tot = _pairwise_sum(l_lane)  # [P, S, 16]
 
     if S == 1:
@@ -305,43 +321,40 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     else:
         top = big_raw[:, 0]
         for z in range(1, S):
-            top = np.maximum(top, big_raw[:, z])
-        top = np.where(top == -np.inf, np.float32(0), top)
+            top = xp.maximum(top, big_raw[:, z])
+        top = xp.where(top == -math.inf, 0.0, top)
         ws = exp2(big_raw - top[:, None])  # [P, S, 16]
-        l_all = np.zeros((P, HG), np.float32)
-        acc_all = np.zeros((P, HG, D), np.float32)
-        abs_all = np.zeros((P, HG, D))
-        f_all = np.zeros((P, HG, D))
+        l_all = ops.zeros((P, HG), f32)
+        acc_all = ops.zeros((P, HG, D), f32)
+        abs_all = ops.zeros((P, HG, D), f64)
+        f_all = ops.zeros((P, HG, D), f64)
         for z in range(S):
-            l_all = _f32(l_all + _f32(l_tot[:, z] * ws[:, z]).astype(np.float64))
-            acc_all = _f32(acc_all + _f32(acc[:, z] * ws[:, z, :, None]).astype(np.float64))
-            abs_all += acc_abs[:, z] * ws[:, z, :, None]
-            f_all += f_abs[:, z] * ws[:, z, :, None]
-    with np.errstate(divide="ignore"):
-        inv = np.where(l_all > 0, _f32(vg / l_all.astype(np.float64)), np.float32(0))
-        inv64 = np.where(l_all > 0, float(vg) / l_all.astype(np.float64), 0.0)
-    pre = _f32(acc_all * inv[..., None])
-    out = bf16_round(pre)
-
-    def back(x):
-        """[Hkv*rows, 16, n] pair-major -> [rows, H, n]."""
-        return x.reshape(hk, rows, HG, -1).transpose(1, 0, 2, 3).reshape(rows, hk * HG, -1)
-
+            wz = ws[:, z, :, None]
+            l_all = l_all + l_tot[:, z] * ws[:, z]
+            acc_all = acc_all + acc[:, z] * wz
+            abs_all = abs_all + acc_abs[:, z] * ops.f64(wz)
+            f_all = f_all + f_abs[:, z] * ops.f64(wz)
+    live = l_all > 0
+    safe = xp.where(live, ops.f64(l_all), 1.0)
+    inv = xp.where(live, ops.f32(vg / safe), 0.0)
+    inv64 = xp.where(live, vg / safe, 0.0)
+    pre = acc_all * inv[..., None]
     return Emulation(
-        out=back(out),
-        pre_round=back(pre),
-        magnitude=back(abs_all * inv64[..., None]),
-        flip_risk=back(f_all * inv64[..., None]),
-        score_noise=back(eta[..., None].astype(np.float32))[..., 0],
-        abs_v_sum=back(np.broadcast_to(vsum[:, None, :] * float(vg), (P, HG, D))),
+        out=a.back(bf16_round_f32(pre, ops)),
+        pre_round=a.back(pre),
+        magnitude=a.back(abs_all * inv64[..., None]),
+        flip_risk=a.back(f_all * inv64[..., None]),
+        score_noise=a.back(ops.f32(eta)[..., None])[..., 0],
+        abs_v_sum=a.back(xp.broadcast_to(vsum[:, None, :] * vg, (P, HG, D))),
     )
 
 
-def emulate(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY) -> np.ndarray:
+def emulate(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY,
+            ops=NUMPY, pool=None) -> np.ndarray:
     """The seed kernel's output: float32 ``[rows, H, 128]`` holding bf16 values.
 
     problem: a valid ``DecodeProblem``; splits: split-KV count >= 1; geometry:
     the implementation's ``Geometry`` (default the seed's: 4 waves x 32 keys,
-    8 keys summed per lane, P rounded to bf16).
+    8 keys summed per lane, P rounded to bf16); ops, pool: as for ``emulate_details``.
     """
-    return _emulate(problem, splits, geometry, details=False).out
+    return _emulate(problem, splits, geometry, details=False, ops=ops, pool=pool).out

@@ -140,11 +140,7 @@ def bf16_round(x) -> np.ndarray:
     """
     a = np.asarray(x)
     if a.dtype == np.float32:
-        # Integer round-to-nearest-even on the bit pattern; the carry into the
-        # exponent gives the right power of two or infinity, and the float32
-        # subnormal bits are bf16's subnormal grid.
-        u = a.view(np.uint32)
-        r = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) & np.uint32(0xFFFF0000)).view(np.float32)
+        r = bf16_rne_bits(a.view(np.uint32).astype(np.int64)).astype(np.uint32).view(np.float32)
         return np.where(np.isnan(a), a, r)
     with np.errstate(invalid="ignore"):
         a = a.astype(np.float64)
@@ -159,6 +155,20 @@ def bf16_round(x) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = np.where(finite, r, a).astype(np.float32)
     return out
+
+
+def bf16_rne_bits(u):
+    """float32 bit patterns -> those of their nearest-even bf16 value (NaN patterns
+    are not kept: callers keep NaN). u: int64 array in ``[0, 2**32)``, numpy's or
+    any library's (only ``+ & >>`` on it); returns the same kind.
+
+    Integer round-to-nearest-even on the bit pattern: the carry into the
+    exponent gives the right power of two or infinity, and the float32
+    subnormal bits are bf16's subnormal grid. The one home of this trick for
+    the references (numpy and, through ``nvfp4_suite.reference.arrays``,
+    torch); Triton's kernel spells it in its own language.
+    """
+    return (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
 
 
 def bf16_bits(x) -> np.ndarray:
@@ -178,9 +188,10 @@ def is_bf16(x) -> np.ndarray:
     return (a.view(np.uint32) & 0xFFFF) == 0
 
 
-def bf16_ulp(x) -> np.ndarray:
+def bf16_ulp(x, xp=np):
     """One bf16 ulp at ``|x|``: float64 array, same shape; 2**-133 (the
-    subnormal step) below 2**-126 and at zero."""
-    a = np.abs(np.asarray(x, np.float64))
-    _, e = np.frexp(a)
-    return np.where(a < 2.0**-126, 2.0**-133, np.exp2(e - 8.0))
+    subnormal step) below 2**-126 and at zero. ``xp``: the array library of
+    ``x`` (numpy, or torch for the torch reference; the text is the same)."""
+    a = xp.abs(xp.asarray(x, dtype=xp.float64))
+    _, e = xp.frexp(a)
+    return xp.where(a < 2.0**-126, 2.0**-133, xp.ldexp(xp.ones_like(a), e - 8))

@@ -7,29 +7,31 @@ what "exact" means here.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
+from .arrays import NUMPY, ProblemArrays
+from .paged_cache import BLK, D
 from .problem import HG, DecodeProblem
 
-# Bound on the float64 working set of one chunk of (row, KV head) pairs.
-_CHUNK_BYTES = 16 * 2**20
 
-
-def sparse_decode(problem: DecodeProblem) -> tuple[np.ndarray, np.ndarray]:
+def sparse_decode(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.ndarray, np.ndarray]:
     """Exact sparse decode attention.
 
     Validates the problem first (raises ``ProblemError``). Returns
     ``(out, lse)``: ``out`` float64 ``[rows, H, 128]`` with ``v_global_scale``
     applied and not rounded to bf16; ``lse`` float64 ``[rows, H]``, natural log
     of the sum of ``exp(s_k)`` with ``s_k = q.k * sm_scale * k_global``.
-    A row that sees no key gets exact zeros and ``lse = -inf``.
+    A row that sees no key gets exact zeros and ``lse = -inf``. ops: the array
+    namespace to compute in (``nvfp4_suite.reference.arrays``), pool: the
+    problem's pool already there, or None; the results are numpy arrays.
     """
-    r = _attend(problem, details=False)
+    r = _attend(problem, False, ops, pool)
     return r[0], r[1]
 
 
-def oracle_details(problem: DecodeProblem) -> tuple[np.ndarray, ...]:
+def oracle_details(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.ndarray, ...]:
     """``sparse_decode`` plus the tolerance model's inputs.
 
     Returns ``(out, lse, magnitude, score_abs, abs_v_sum)``: out/lse as
@@ -37,70 +39,55 @@ def oracle_details(problem: DecodeProblem) -> tuple[np.ndarray, ...]:
     ``sum_k p_k |v_k| * v_global / l``; score_abs float64 ``[rows, H]`` = the
     largest ``sum_d |q_d k_d|`` over the keys the row sees (0 when none);
     abs_v_sum float64 ``[rows, H, 128]`` = ``sum_k |v_k| * v_global`` over them.
+    ops, pool: as for ``sparse_decode``.
     """
-    return _attend(problem, details=True)
+    return _attend(problem, True, ops, pool)
 
 
-def _attend(problem: DecodeProblem, details: bool):
-    problem.validate()
-    hk, rows, topk = problem.num_kv_heads, problem.rows, problem.TOPK
-    views = page_views(problem.pool, problem.layout, hk)
-    mask = problem.key_mask()
-    pages = np.maximum(problem.slot_pages(), 0)
-    valid = problem.valid_slots.reshape(hk * rows, topk)
+def _attend(problem: DecodeProblem, details: bool, ops, pool):
+    xp = ops.xp
+    a = ProblemArrays(problem, ops, pool)
+    P, topk = a.P, problem.TOPK
+    f64 = ops.float64
     # [Hkv, rows] pairs, flattened; each pair is one matrix problem of 16 heads.
-    q = problem.q.astype(np.float64).reshape(rows, hk, HG, D).transpose(1, 0, 2, 3)
-    q = q.reshape(hk * rows, HG, D)
-    mask = mask.reshape(hk * rows, topk * BLK)
-    pages = pages.reshape(hk * rows, topk)
-    heads = np.repeat(np.arange(hk), rows)
+    mask = a.mask.reshape(P, topk * BLK)
     kscale = problem.sm_scale * problem.k_global_scale
+    vg = problem.v_global_scale
 
-    out = np.zeros((hk * rows, HG, D))
-    lse = np.full((hk * rows, HG), -np.inf)
+    out = ops.zeros((P, HG, D), f64)
+    lse = ops.full((P, HG), -math.inf, f64)
     if details:
-        mag = np.zeros((hk * rows, HG, D))
-        sabs = np.zeros((hk * rows, HG))
-        vsum = np.zeros((hk * rows, D))
-    live = np.flatnonzero(mask.any(axis=1))
-    per_pair = 4 * topk * BLK * D * 8
-    step = max(1, _CHUNK_BYTES // per_pair)
+        mag = ops.zeros((P, HG, D), f64)
+        sabs = ops.zeros((P, HG), f64)
+        vsum = ops.zeros((P, D), f64)
+    live = ops.nonzero(ops.any_of(mask, 1))[0]
+    # Bound on the float64 working set of one chunk of (row, KV head) pairs.
+    step = max(1, ops.chunk_bytes // (4 * topk * BLK * D * 8))
     for lo in range(0, len(live), step):
         sel = live[lo : lo + step]
-        pg, hd = pages[sel], heads[sel][:, None]
-        k = dequantize(views.k_data[pg, hd], views.k_scale[pg, hd], np.float64)
-        v = dequantize(views.v_data[pg, hd], unswizzle_v_scales(views.v_scale[pg, hd]), np.float64)
+        n = len(sel)
+        hd = xp.broadcast_to(a.heads[sel][:, None], (n, topk)).reshape(-1)
+        k, v = a.kv(a.pages[sel].reshape(-1), hd)
         # Invalid slots were gathered from page 0, which may hold anything (even
         # NaN scales): their keys are masked, but 0 * NaN would still leak.
-        dead = ~valid[sel]
-        if dead.any():
-            k[dead] = 0.0
-            v[dead] = 0.0
-        k = k.reshape(len(sel), topk * BLK, D)
-        v = v.reshape(len(sel), topk * BLK, D)
-        s = np.matmul(q[sel], k.transpose(0, 2, 1))
-        s *= kscale
-        sel_mask = mask[sel]
-        if not sel_mask.all():
-            np.copyto(s, -np.inf, where=~sel_mask[:, None, :])
-        m = s.max(axis=-1, keepdims=True)
-        s -= m
-        p = np.exp(s, out=s)
-        denom = p.sum(axis=-1, keepdims=True)
-        o = np.matmul(p, v)
-        o *= problem.v_global_scale / denom
-        out[sel] = o
-        lse[sel] = (m + np.log(denom))[..., 0]
+        dead = ~a.valid[sel].reshape(-1)[:, None, None]
+        k = xp.where(dead, 0.0, k).reshape(n, topk * BLK, D)
+        v = xp.where(dead, 0.0, v).reshape(n, topk * BLK, D)
+        q = a.q[sel]
+        see = mask[sel][:, None, :]
+        s = xp.where(see, xp.matmul(q, xp.swapaxes(k, 1, 2)) * kscale, -math.inf)
+        m = ops.amax(s, -1)[..., None]
+        p = xp.exp(s - m)
+        denom = ops.sum(p, -1)[..., None]
+        out[sel] = xp.matmul(p, v) * (vg / denom)
+        lse[sel] = (m + xp.log(denom))[..., 0]
         if details:
-            mag[sel] = np.matmul(p, np.abs(v)) * (problem.v_global_scale / denom)
-            sa = np.matmul(np.abs(q[sel]), np.abs(k).transpose(0, 2, 1))
-            sabs[sel] = np.where(sel_mask[:, None, :], sa, 0.0).max(axis=-1)
-            vsum[sel] = np.matmul(sel_mask[:, None, :].astype(np.float64), np.abs(v))[:, 0] * problem.v_global_scale
-    out = out.reshape(hk, rows, HG, D).transpose(1, 0, 2, 3).reshape(rows, hk * HG, D)
-    lse = lse.reshape(hk, rows, HG).transpose(1, 0, 2).reshape(rows, hk * HG)
+            mag[sel] = xp.matmul(p, xp.abs(v)) * (vg / denom)
+            sa = xp.matmul(xp.abs(q), xp.swapaxes(xp.abs(k), 1, 2))
+            sabs[sel] = ops.amax(xp.where(see, sa, 0.0), -1)
+            vsum[sel] = xp.matmul(ops.f64(see), xp.abs(v))[:, 0] * vg
+    lse = a.back(lse[..., None])[..., 0]
     if not details:
-        return out, lse
-    mag = mag.reshape(hk, rows, HG, D).transpose(1, 0, 2, 3).reshape(rows, hk * HG, D)
-    sabs = sabs.reshape(hk, rows, HG).transpose(1, 0, 2).reshape(rows, hk * HG)
-    vsum = np.repeat(vsum.reshape(hk, rows, 1, D), HG, axis=2).transpose(1, 0, 2, 3).reshape(rows, hk * HG, D)
-    return out, lse, mag, sabs, vsum
+        return a.back(out), lse
+    return (a.back(out), lse, a.back(mag), a.back(sabs[..., None])[..., 0],
+            a.back(xp.broadcast_to(vsum[:, None, :], (P, HG, D))))

@@ -81,6 +81,18 @@ def _idx(a) -> str:
     return "[" + ", ".join(str(int(i)) for i in a) + "]"
 
 
+def read_slabs(valid: np.ndarray, pages: np.ndarray, num_pages: int) -> np.ndarray:
+    """bool ``[num_pages, Hkv]``: the (page, KV head) slabs that some valid slot reads.
+
+    valid: bool ``[Hkv, rows, TOPK]``; pages: integer ``[Hkv, rows, TOPK]``, the
+    page of each valid slot (read only where ``valid``), as ``slot_pages`` gives.
+    """
+    heads = np.broadcast_to(np.arange(valid.shape[0])[:, None, None], valid.shape)
+    read = np.zeros((num_pages, valid.shape[0]), bool)
+    read[pages[valid], heads[valid]] = True
+    return read
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class DecodeProblem:
     """One sparse decode step.
@@ -305,10 +317,7 @@ class DecodeProblem:
 
     def _check_nan_scales(self, valid: np.ndarray, pages: np.ndarray) -> None:
         hk = int(self.num_kv_heads)
-        heads = np.broadcast_to(np.arange(hk)[:, None, None], valid.shape)
-        read = np.zeros((self.num_pages, hk), bool)
-        read[pages[valid], heads[valid]] = True
-        pairs = np.argwhere(read)
+        pairs = np.argwhere(read_slabs(valid, pages, self.num_pages))
         if not len(pairs):
             return
         views = page_views(self.pool, self.layout, hk)

@@ -18,6 +18,7 @@ import mutants  # noqa: E402
 from nvfp4_suite.kernels import Capabilities, get_backend  # noqa: E402
 from nvfp4_suite.reference.paged_cache import BLK, page_bytes, page_views  # noqa: E402
 from nvfp4_suite.vectors import serving as S  # noqa: E402
+from nvfp4_suite.vectors.cases import LOUD_SCALE  # noqa: E402
 
 SMALL = S.Shape(reqs=5, q_len=2, num_kv_heads=2, topk=9, num_pages=400, max_blocks=40, layout="planar")
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")
@@ -76,7 +77,7 @@ def test_unread_slabs_are_poisoned_and_last_pages_have_loud_tails():
     r = next(r for r, sl in enumerate(p.seq_lens) if sl % BLK)
     sl = int(p.seq_lens[r])
     last = p.block_table[r, sl // BLK]
-    assert (v.k_scale[last, :, sl % BLK:] == S.LOUD_SCALE).all()
+    assert (v.k_scale[last, :, sl % BLK:] == LOUD_SCALE).all()
 
 
 @pytest.mark.parametrize("name", ["torch", "emulate"])

@@ -21,7 +21,14 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install -e
 
 from nvfp4_suite.kernels.torch import reference as TR  # noqa: E402
 from nvfp4_suite.reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
-from nvfp4_suite.reference.emulate import emulate_details, split_schedule, exp2_f32, fma_f32  # noqa: E402
+from nvfp4_suite.reference.compare.tolerance import gamma_exact  # noqa: E402
+from nvfp4_suite.reference.emulate import (  # noqa: E402
+    bf16_round_f32,
+    emulate_details,
+    exp2_f32,
+    fma_f32,
+    split_schedule,
+)
 from nvfp4_suite.reference.formats import bf16_round, bf16_ulp  # noqa: E402
 from nvfp4_suite.reference.oracle import oracle_details  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
@@ -63,7 +70,7 @@ def _noise(p, magnitude):
     """Two float64 evaluations of one of the emulation's sums of float32 weights times
     dequantised values, each within ``gamma_e`` (term 5 of ``nvfp4_suite.reference.compare``)
     of the real sum: no ``exp`` and no float64 subnormal enters them."""
-    return 2 * compare._gamma_exact(p, compare.F64_EPS) * magnitude
+    return 2 * gamma_exact(p, compare.F64_EPS) * magnitude
 
 
 def assert_emulation_matches(p, splits, geometry, device):
@@ -133,16 +140,17 @@ def test_whole_catalog_matches_numpy_bit_for_bit_on_cpu():
         assert_oracle_matches(p, "cpu")
 
 
-def test_helpers_equal_their_numpy_counterparts_on_edge_values():
+def test_shared_helpers_in_the_torch_namespace_equal_numpy_on_edge_values():
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.standard_normal(4000).astype(np.float32) * 40,
                         np.array([0, -0.0, np.inf, -np.inf, np.nan, 2.0**-130, 3.0e38, -126.5, 128.0],
                                  np.float32)]).astype(np.float32)
     t = torch.from_numpy(x)
-    assert _bits_equal(TR.bf16_round(t).numpy(), bf16_round(x))
-    assert _bits_equal(TR._exp2(t).numpy(), exp2_f32(x))
+    ops = TR.TorchOps("cpu")
+    assert _bits_equal(bf16_round_f32(t, ops).numpy(), bf16_round(x))
+    assert _bits_equal(exp2_f32(t, ops).numpy(), exp2_f32(x))
     p = np.abs(x[np.isfinite(x)])
-    assert _bits_equal(TR._bf16_ulp(torch.from_numpy(p)).numpy(), bf16_ulp(p))
+    assert _bits_equal(bf16_ulp(torch.from_numpy(p), torch).numpy(), bf16_ulp(p))
     # fma operands around 1 + 2**-24: the float64 sum of a*c and b lands on a float32
     # midpoint while inexact for some of them, where the tie is broken by the exact error.
     a = (1 + np.arange(1, 65) * 2.0**-23).astype(np.float32)
@@ -152,15 +160,16 @@ def test_helpers_equal_their_numpy_counterparts_on_edge_values():
             c, bb = np.float32(c), np.full_like(a, b)
             x = a.astype(np.float64) * np.float64(c) + bb
             ties += int(((x.view(np.int64) & 0x1FFFFFFF) == 0x10000000).sum())
-            assert _bits_equal(TR._fma(torch.from_numpy(a), float(c), torch.from_numpy(bb)).numpy(), fma_f32(a, c, bb))
+            got = fma_f32(torch.from_numpy(a), float(c), torch.from_numpy(bb), ops)
+            assert _bits_equal(got.numpy(), fma_f32(a, c, bb))
     assert ties > 0
 
 
 @given(st.lists(st.lists(st.booleans(), min_size=7, max_size=7), min_size=1, max_size=6), st.integers(1, 9))
-def test_split_schedule_equals_numpy(valid, splits):
+def test_split_schedule_in_the_torch_namespace_equals_numpy(valid, splits):
     v = np.array(valid)
     a, ta = split_schedule(v, splits)
-    b, tb = TR._split_schedule(torch.from_numpy(v), splits)
+    b, tb = split_schedule(torch.from_numpy(v), splits, TR.TorchOps("cpu"))
     assert ta == tb and np.array_equal(a, b.numpy())
 
 
@@ -201,7 +210,7 @@ def test_gpu_exp2_equals_numpy_for_every_float32_argument_the_emulation_meets():
     for lo in range(0x80000000, end, 2**26):
         bits = np.arange(lo, min(lo + 2**26, end), dtype=np.uint32)
         x = bits.view(np.float32)
-        got = TR._exp2(torch.from_numpy(x).to(dev)).cpu().numpy()
+        got = exp2_f32(torch.from_numpy(x).to(dev), TR.TorchOps(dev)).cpu().numpy()
         want = exp2_f32(x)
         diff = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
         bad += [hex(int(bits[i])) for i in diff[:5]]

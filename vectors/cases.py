@@ -13,9 +13,10 @@ import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem, bf16_round
 from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.problem import read_slabs
 from nvfp4_suite.reference.paged_cache import BLK, D, GROUP, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
 
-from .bugs import CLASSES
+from .bug_classes import CLASSES
 
 # The bug-class vocabulary (the manifest's ``notes``): one definition, in the registry.
 FLAGS = {c.name: c.description for c in CLASSES}
@@ -45,22 +46,34 @@ def _base(seed, **kw):
     return random_problem(seed, **kw)
 
 
-def loud_tail(p: DecodeProblem) -> DecodeProblem:
-    """A copy with the largest codes and scale 448 past seq_len in every request's
-    last page: finite (the problem stays valid), but any leak moves the output."""
-    pool = p.pool.copy()
-    v = page_views(pool, p.layout, p.num_kv_heads)
-    for r, sl in enumerate(p.seq_lens):
-        if sl % BLK == 0 or sl == 0:
+# The loud tail: code 7 (6.0) in both nibbles, scale 448 (E4M3 0x7E).
+LOUD_CODES, LOUD_SCALE = 0x77, 0x7E
+
+
+def write_loud_tail(pool: np.ndarray, layout: str, num_kv_heads: int, block_table: np.ndarray,
+                    seq_lens: np.ndarray) -> None:
+    """In place: the largest codes and scale 448 past seq_len in every request's last
+    page (pool uint8 ``[pages, page_bytes]``; block_table int ``[reqs, max_blocks]``;
+    seq_lens int ``[reqs]``); a request whose last page is absent (-1) is skipped."""
+    v = page_views(pool, layout, num_kv_heads)
+    for r, sl in enumerate(seq_lens):
+        pg = block_table[r, sl // BLK] if sl % BLK else -1
+        if pg < 0:
             continue
-        pg = p.block_table[r, sl // BLK]
         t = sl % BLK
-        v.k_data[pg, :, t:] = 0x77
-        v.v_data[pg, :, t:] = 0x77
-        v.k_scale[pg, :, t:] = 0x7E
+        v.k_data[pg, :, t:] = LOUD_CODES
+        v.v_data[pg, :, t:] = LOUD_CODES
+        v.k_scale[pg, :, t:] = LOUD_SCALE
         lin = unswizzle_v_scales(v.v_scale[pg])
-        lin[:, t:] = 0x7E
+        lin[:, t:] = LOUD_SCALE
         v.v_scale[pg] = swizzle_v_scales(lin)
+
+
+def loud_tail(p: DecodeProblem) -> DecodeProblem:
+    """A copy with the loud tail (``write_loud_tail``): finite (the problem stays
+    valid), but any leak moves the output."""
+    pool = p.pool.copy()
+    write_loud_tail(pool, p.layout, p.num_kv_heads, p.block_table, p.seq_lens)
     return _replace(p, pool=pool)
 
 
@@ -68,11 +81,7 @@ def poison_unread(p: DecodeProblem) -> DecodeProblem:
     """A copy whose (page, KV head) slabs that no valid slot reads hold NaN scale bytes."""
     pool = p.pool.copy()
     v = page_views(pool, p.layout, p.num_kv_heads)
-    read = np.zeros((p.num_pages, p.num_kv_heads), bool)
-    valid = p.valid_slots
-    heads = np.broadcast_to(np.arange(p.num_kv_heads)[:, None, None], valid.shape)
-    read[p.slot_pages()[valid], heads[valid]] = True
-    for pg, h in np.argwhere(~read):
+    for pg, h in np.argwhere(~read_slabs(p.valid_slots, p.slot_pages(), p.num_pages)):
         v.k_scale[pg, h] = 0x7F
         v.v_scale[pg, h] = 0xFF
     return _replace(p, pool=pool)

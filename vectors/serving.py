@@ -19,10 +19,10 @@ first problem of a check always is). Unread slabs hold NaN scale bytes and
 the tail of every request's last page past ``seq_len`` holds the largest
 codes and scale 448, so a read of either moves the output.
 
-Inputs are guarded without private copies of the pool (gigabytes): the
-references read a copy of it on the device, and after each backend call the
-host pool is compared with that copy, chunk by chunk, on the device; the
-small arrays are handed over as copies and compared.
+Each problem runs through ``nvfp4_suite.vectors.harness.run_case``, as every
+check does: two calls on private copies of the inputs (the pool included:
+gigabytes of host memory for a moment), compared byte for byte afterwards,
+and the two outputs bitwise.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
-from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views, swizzle_v_scales, unswizzle_v_scales
-from nvfp4_suite.reference.problem import HG
+from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
+from nvfp4_suite.reference.problem import HG, read_slabs
+
+from .cases import write_loud_tail
 
 ROWS = (64, 256)
 MAX_KV_HEADS = 8
@@ -49,8 +51,6 @@ MAX_POOL_BYTES = 6 * 2**30
 FOUR_GIB = 2**32
 # Context lengths in blocks (128 tokens): 32 Ki, 128 Ki and 1 Mi tokens.
 MAX_BLOCKS = (256, 1024, 8192)
-# The tail of a request's last page past seq_len: code 7 (6.0) in both nibbles, scale 448.
-LOUD_CODES, LOUD_SCALE = 0x77, 0x7E
 # Poison of unread slabs: E4M3 NaN scale bytes (and code -6).
 POISON = 0xFF
 
@@ -188,11 +188,8 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
 
     pool = np.full((shape.num_pages, page_bytes(hk)), POISON, np.uint8)
     views = page_views(pool, shape.layout, hk)
-    pages = block_table[req, blk]
-    heads = np.broadcast_to(np.arange(hk)[:, None, None], ids.shape)
-    read = np.unique(pages[valid].astype(np.int64) * hk + heads[valid])
-    pg, hd = read // hk, read % hk
-    n = len(read)
+    pg, hd = np.nonzero(read_slabs(valid, block_table[req, blk], shape.num_pages))
+    n = len(pg)
     views.k_data[pg, hd] = rng.integers(0, 256, (n, BLK, 64), dtype=np.uint8)
     views.v_data[pg, hd] = rng.integers(0, 256, (n, BLK, 64), dtype=np.uint8)
     lo, hi = (0x30, 0x40) if shape.scale_regime == "plain" else (0x08, 0x60)
@@ -201,17 +198,7 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
         if shape.scale_regime == "wide":
             b |= rng.integers(0, 2, b.shape, dtype=np.uint8) << 7
         sc[pg, hd] = b
-    for r, sl in enumerate(seq_lens):
-        last = block_table[r, (sl - 1) // BLK] if sl % BLK else -1
-        if last < 0:
-            continue
-        t = sl % BLK
-        views.k_data[last, :, t:] = LOUD_CODES
-        views.v_data[last, :, t:] = LOUD_CODES
-        views.k_scale[last, :, t:] = LOUD_SCALE
-        lin = unswizzle_v_scales(views.v_scale[last])
-        lin[:, t:] = LOUD_SCALE
-        views.v_scale[last] = swizzle_v_scales(lin)
+    write_loud_tail(pool, shape.layout, hk, block_table, seq_lens)
     q = bf16_round(rng.standard_normal((rows, HG * hk, D), dtype=np.float32) * np.float32(shape.q_std))
     return DecodeProblem(
         q=q, pool=pool, layout=shape.layout, num_kv_heads=hk, topk=ids, block_table=block_table,
@@ -244,60 +231,6 @@ def _device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-_POOL_CHUNK = 256 * 2**20
-
-
-def _bytes_changed(host: np.ndarray, ref) -> int:
-    """Bytes where the host pool (numpy uint8) differs from its device copy ``ref``."""
-    import torch
-
-    flat, rflat = host.reshape(-1), ref.reshape(-1)
-    n = 0
-    for lo in range(0, flat.size, _POOL_CHUNK):
-        a = torch.from_numpy(flat[lo:lo + _POOL_CHUNK]).to(ref.device)
-        n += int((a != rflat[lo:lo + _POOL_CHUNK]).sum())
-    return n
-
-
-_SMALL = ("q", "topk", "block_table", "seq_lens")
-
-
-def _run(backend, problem: DecodeProblem, launch, pool_ref) -> tuple[np.ndarray | None, str | None, dict, float]:
-    """One backend call on copies of the small arrays and the problem's own pool,
-    with what its capabilities declare (an ``out=`` buffer pre-filled with NaN);
-    returns (output as float32 or None, why it is not an output, input name ->
-    bytes changed, seconds). Raises ``nvfp4_suite.vectors.harness.BackendCrash``."""
-    from .harness import BackendCrash, OutputTypeError, to_output
-
-    caps = backend.capabilities
-    seen = dataclasses.replace(problem, **{n: getattr(problem, n).copy() for n in _SMALL})
-    kw = launch.kwargs(caps)
-    out = None
-    if caps.out:
-        out = kw["out"] = np.full((problem.rows, problem.H, D), np.nan, np.float32)
-    t0 = time.perf_counter()
-    try:
-        res = backend(seen, **kw)
-    except Exception as e:  # noqa: BLE001 - whatever the backend raises is its own failure
-        raise BackendCrash(e, launch) from e
-    dt = time.perf_counter() - t0
-    try:
-        got, why = to_output(out if res is None and out is not None else res), None
-    except OutputTypeError as e:
-        got, why = None, str(e)
-    changed = {}
-    for n in _SMALL:
-        a, b = getattr(problem, n), np.asarray(getattr(seen, n))
-        k = max(a.nbytes, b.nbytes) if a.shape != b.shape or a.dtype != b.dtype else int(
-            np.count_nonzero(a.view(np.uint8) != np.ascontiguousarray(b).view(np.uint8)))
-        if k:
-            changed[n] = k
-    k = _bytes_changed(problem.pool, pool_ref)
-    if k:
-        changed["pool"] = k
-    return got, why, changed, dt
-
-
 def reference_interval(backend, problem: DecodeProblem, splits: int, *, device=None, pool=None):
     """The acceptance interval of ``backend``'s output from the torch references
     (``nvfp4_suite.kernels.torch.reference.backend_interval``): the emulation of its geometry
@@ -316,16 +249,15 @@ def check_serving(backend, examples: int, seed: int, progress=None, *,
     shape: one fixed ``Shape`` for every problem instead (small ones for CPU tests).
 
     Each problem: the reference interval on the device (``reference_interval``),
-    then the backend twice (outputs must be bitwise equal, inputs unchanged),
-    judged by ``nvfp4_suite.reference.compare``'s report. Returns ``(ok, lines)``: a line per
+    then ``nvfp4_suite.vectors.harness.run_case`` with it (two calls, outputs
+    bitwise equal, inputs unchanged), judged by ``nvfp4_suite.reference.compare``'s report. Returns ``(ok, lines)``: a line per
     problem with its facts, verdict and timings, and a total.
     """
     import torch
 
     from nvfp4_suite.kernels.protocol import Launch
-    from nvfp4_suite.reference.compare import Report, compare_with_interval
 
-    from .harness import BackendCrash
+    from .harness import BackendCrash, run_case
 
     dev = _device()
     caps = backend.capabilities
@@ -340,35 +272,22 @@ def check_serving(backend, examples: int, seed: int, progress=None, *,
         if progress:
             progress(f"  serving {i + 1}/{examples}: {describe(problem)}, {launch.describe(problem)}")
         t0 = time.perf_counter()
-        pool_ref = torch.from_numpy(problem.pool).to(dev)
-        if dev.type == "cpu":
-            # On the CPU from_numpy shares the host memory: keep a real copy to compare with.
-            pool_ref = pool_ref.clone()
-        iv, against = reference_interval(backend, problem, launch.splits, device=dev, pool=pool_ref)
+        iv, against = reference_interval(backend, problem, launch.splits, device=dev)
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t_ref = time.perf_counter() - t0
-        t_run = float("nan")
+        t0 = time.perf_counter()
         try:
-            first, why, changed, t_run = _run(backend, problem, launch, pool_ref)
-            second, why2, changed2, _ = _run(backend, problem, launch.then(caps), pool_ref)
-            if why is not None:
-                rep = Report(against, 0, 0, np.inf, [], [], [], 0, shape_error=why)
-            else:
-                rep = compare_with_interval(problem, first, iv, against)
-                rep.repeat_mismatch = (int((first.view(np.uint32) != second.view(np.uint32)).sum())
-                                       if why2 is None and second.shape == first.shape else int(first.size))
-            rep.modified_inputs = {n: max(changed.get(n, 0), changed2.get(n, 0))
-                                   for n in ("q", "pool", "topk", "block_table", "seq_lens")
-                                   if n in changed or n in changed2}
+            _, rep = run_case(backend, problem, launch, expected=(iv, against))
             text = rep.details() if not rep.passed else rep.summary()
             ok &= rep.passed
         except BackendCrash as e:  # a crashing backend is a non-conformant one
             text, ok = f"FAIL: {e}", False
+        t_run = time.perf_counter() - t0
         lines.append(f"serving {i + 1}/{examples}: {describe(problem)}; {launch.describe()}\n  {text}\n"
-                     f"  times: problem {t_gen:.1f} s, reference on {dev.type} {t_ref:.2f} s, backend call "
-                     f"{t_run:.2f} s")
-        del problem, pool_ref
+                     f"  times: problem {t_gen:.1f} s, reference on {dev.type} {t_ref:.2f} s, backend (two "
+                     f"guarded calls) {t_run:.2f} s")
+        del problem
     lines.append(f"serving-size check: {'CONFORMANT' if ok else 'NOT CONFORMANT'}, backend {backend.name}, "
                  f"{examples} problems, {time.perf_counter() - t_all:.1f} s")
     return ok, lines

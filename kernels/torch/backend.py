@@ -37,9 +37,10 @@ def _tables(device):
             torch.from_numpy(V_SCALE_UNSWIZZLE.astype(np.int64)).to(device))
 
 
-def _views(pool, layout: str, hk: int):
+def page_views(pool, layout: str, hk: int):
     """K data, K scales, V data, V scales of every page: ``[pages, Hkv, 128, width]``
-    strided views of the pool at ``PageLayout``'s offsets."""
+    uint8 strided views of the torch pool (uint8 ``[pages, page_bytes]``) at
+    ``PageLayout``'s offsets, as ``nvfp4_suite.reference.paged_cache.page_views``."""
     lay = PageLayout(layout, hk)
     page_stride, byte_stride = pool.stride()
     views = []
@@ -63,7 +64,7 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     dev = q.device
     hk, rows, tk = topk.shape
     pairs, scales, unsw = _tables(dev)
-    kd, ks, vd, vs = _views(pool, layout, hk)
+    kd, ks, vd, vs = page_views(pool, layout, hk)
     r = torch.arange(rows, device=dev)
     pos = seq_lens.long()[r // q_len] - q_len + r % q_len
     self_blk = torch.where(pos >= 0, torch.div(pos, BLK, rounding_mode="floor"), torch.full_like(pos, -1))

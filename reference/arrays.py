@@ -1,0 +1,167 @@
+"""The array seam the reference's arithmetic is written over: one text for numpy and torch.
+
+``nvfp4_suite.reference.emulate`` and ``nvfp4_suite.reference.oracle`` take an
+``ops`` object and do every array operation through it, so the numpy
+reference (``NUMPY``, the default) and the torch reference
+(``nvfp4_suite.kernels.torch.reference.TorchOps``, CPU or CUDA) run the same
+arithmetic text. An ``Ops`` names only what the two libraries spell
+differently (dtypes, casts, reductions, scatters, bit casts, where arrays
+live); operations spelt alike (``matmul``, ``where``, ``maximum``,
+``exp2``, ``abs``, ``swapaxes``, ``einsum``...) are looked up on the library
+module itself (``ops.xp``). This module imports numpy only: torch is reached
+through the ``ops`` a caller passes.
+
+Rules the shared text keeps so that both libraries give the same bits:
+every float32 result is one IEEE float32 operation, or a float64 result
+rounded once to float32 (``ops.f32``); values are cast explicitly before
+mixing float32 and float64 (numpy and torch promote 0-d operands differently).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .paged_cache import BLK, D, V_SCALE_UNSWIZZLE, dequantize, page_views
+from .problem import HG, DecodeProblem
+
+
+class NumpyOps:
+    """numpy as the reference's array namespace (the source of truth)."""
+
+    xp = np
+    float32, float64, int64 = np.float32, np.float64, np.int64
+    # (pair, split) blocks per emulation step, float64 bytes per oracle chunk:
+    # working sets small enough for the allocator to reuse (large fresh arrays
+    # cost page faults); the results do not depend on them.
+    step_blocks = 16
+    chunk_bytes = 16 * 2**20
+
+    # --- placement and conversion ------------------------------------------
+    def asarray(self, a, dtype=None):
+        """numpy array ``a`` in this namespace (on its device), optionally cast."""
+        return np.asarray(a) if dtype is None else np.asarray(a).astype(dtype)
+
+    def to_numpy(self, a) -> np.ndarray:
+        """An array of this namespace as a numpy array."""
+        return np.asarray(a)
+
+    def zeros(self, shape, dtype):
+        return np.zeros(shape, dtype)
+
+    def full(self, shape, value, dtype):
+        return np.full(shape, value, dtype)
+
+    def arange(self, n: int):
+        return np.arange(n)
+
+    def f32(self, a):
+        """Round (float64) ``a`` once to float32."""
+        return np.asarray(a, np.float64).astype(np.float32)
+
+    def f64(self, a):
+        return np.asarray(a).astype(np.float64)
+
+    def astype(self, a, dtype):
+        return a.astype(dtype)
+
+    # --- reductions and index operations -----------------------------------
+    def amax(self, a, axis):
+        return a.max(axis=axis)
+
+    def sum(self, a, axis):
+        return a.sum(axis=axis)
+
+    def any(self, a) -> bool:
+        return bool(a.any())
+
+    def any_of(self, a, axis):
+        return a.any(axis=axis)
+
+    def nonzero(self, a):
+        return np.nonzero(a)
+
+    def scatter_max(self, target, index, values) -> None:
+        """``target[index[i]] = max(target[index[i]], values[i])`` in place, repeats allowed."""
+        np.maximum.at(target, index, values)
+
+    def index_add(self, target, index, values) -> None:
+        """``target[index[i]] += values[i]`` in place, repeats allowed."""
+        np.add.at(target, index, values)
+
+    def argsort_stable(self, a, axis: int):
+        return np.argsort(a, axis=axis, kind="stable")
+
+    def take_along_axis(self, a, index, axis: int):
+        return np.take_along_axis(a, index, axis=axis)
+
+    # --- bit patterns --------------------------------------------------------
+    def bits32(self, a):
+        """float32 ``a`` -> its bit patterns as int64 in ``[0, 2**32)``."""
+        return a.view(np.uint32).astype(np.int64)
+
+    def from_bits32(self, bits):
+        """int64 bit patterns in ``[0, 2**32)`` -> float32 values."""
+        return np.asarray(bits).astype(np.uint32).view(np.float32)
+
+    def bits64(self, a):
+        """float64 ``a`` -> its bit patterns as int64 (a view: writes go through)."""
+        return a.view(np.int64)
+
+    def from_bits64(self, bits):
+        return bits.view(np.float64)
+
+    def errstate(self):
+        """A context in which overflow, invalid and division by zero are silent."""
+        return np.errstate(all="ignore")
+
+    # --- the problem's storage -----------------------------------------------
+    def page_views(self, pool, layout: str, num_kv_heads: int):
+        """K data, K scales, V data, V scales ``[pages, Hkv, 128, width]`` of ``pool``."""
+        return tuple(page_views(pool, layout, num_kv_heads))
+
+    def dequantize(self, data, scales):
+        """float64 ``[..., 128]`` rows of ``e2m1 * e4m3fn`` (uint8 ``[..., 64]`` codes,
+        ``[..., 8]`` linear scales; NaN scale bytes give NaN)."""
+        return dequantize(data, scales, np.float64)
+
+
+NUMPY = NumpyOps()
+
+
+class ProblemArrays:
+    """A validated problem's arrays in one namespace, pair-major: the (KV head,
+    row) pairs flattened, ``P = Hkv * rows``. Built in numpy and moved once.
+
+    q: float64 ``[P, 16, 128]``; valid: bool ``[P, TOPK]``; pages: int64
+    ``[P, TOPK]`` (0 where invalid); heads: int64 ``[P]``; mask: bool
+    ``[P, TOPK, 128]`` (the keys of each slot's block the row sees); views: the
+    pool's four storage views.
+    """
+
+    def __init__(self, problem: DecodeProblem, ops=NUMPY, pool=None):
+        problem.validate()
+        self.problem, self.ops = problem, ops
+        hk, rows, topk = problem.num_kv_heads, problem.rows, problem.TOPK
+        self.P = P = hk * rows
+        self.views = ops.page_views(problem.pool if pool is None else pool, problem.layout, hk)
+        self.valid = ops.asarray(problem.valid_slots.reshape(P, topk))
+        self.pages = ops.asarray(np.maximum(problem.slot_pages(), 0).reshape(P, topk).astype(np.int64))
+        self.heads = ops.asarray(np.repeat(np.arange(hk, dtype=np.int64), rows))
+        self.mask = ops.asarray(problem.key_mask().reshape(P, topk, BLK))
+        q = problem.q.reshape(rows, hk, HG, D).transpose(1, 0, 2, 3).reshape(P, HG, D)
+        self.q = ops.asarray(np.ascontiguousarray(q), np.float64)
+        self._unswizzle = ops.asarray(V_SCALE_UNSWIZZLE.astype(np.int64))
+
+    def kv(self, pg, hd):
+        """float64 ``(K, V)``, each ``[A, 128, 128]``: the blocks of pages ``pg`` for KV
+        heads ``hd`` (int64 ``[A]``), dequantised (V scales unswizzled)."""
+        kd, ks, vd, vs = self.views
+        a = pg.shape[0]
+        v_scale = vs[pg, hd].reshape(a, BLK * 8)[:, self._unswizzle].reshape(a, BLK, 8)
+        return self.ops.dequantize(kd[pg, hd], ks[pg, hd]), self.ops.dequantize(vd[pg, hd], v_scale)
+
+    def back(self, x) -> np.ndarray:
+        """``[P, 16, n]`` pair-major -> numpy ``[rows, H, n]``."""
+        p = self.problem
+        x = self.ops.to_numpy(x)
+        return x.reshape(p.num_kv_heads, p.rows, HG, -1).transpose(1, 0, 2, 3).reshape(p.rows, p.H, -1)
