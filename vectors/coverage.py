@@ -323,3 +323,34 @@ class Coverage:
             out.append(f"  warning: no problem reached '{name}', which this backend's capabilities allow "
                        f"(more --examples, or another --seed)")
         return out
+
+
+# The conditions a bug class needs in order to show (any one of them): a
+# generated problem that catches a mutant of the class reaches one, and the
+# coverage table's "failed" column names it (tests/test_coverage.py).
+NEEDS = {
+    "first-invalid-nan": ("-1 before valid", "future before valid", "row with no valid slot", "padding row"),
+    "empty-row": ("row with no valid slot", "padding row", "split with no block"),
+    "split-merge": ("split with no block",),
+    "split-rescale": ("two splits with blocks",),
+    "ticket-reset": ("splits>1",),
+    "minus-one": ("-1 before valid", "-1 between valid", "-1 after valid", "row with no valid slot"),
+    "v-scale-swizzle": ("has work",),
+    "v-scale-writer": ("has work",),
+    "stale-tail": ("diagonal block cut",),
+    "fnuz": ("has work",),
+    "e4m3-special": tuple(f"{kv} scale {c}" for kv in "KV" for c in SCALE_CLASSES if "subnormal" in c or "0 (" in c),
+    "nibble-order": ("has work",),
+    "scale-group": ("has work",),
+    "topk-major": ("Hkv>1, rows!=Hkv",),
+    "head-map": ("Hkv>1",),
+    "position": ("q_len>1",),
+    "causal-earlier": ("earlier block, cut row",),
+    "xcds": ("xcds>0",),
+    "stray-read": ("unread slabs poisoned",),
+    "layout": ("layout=planar",),
+    "large-logits": ("large logits",),
+    "topk-wide": ("valid slot index>=32",),
+    "odd-blocks": ("odd block count in a split",),
+    "rounding": ("has work",),
+}

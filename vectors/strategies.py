@@ -161,7 +161,9 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     q_len = draw(st.integers(1, max_q_len))
     wide = [max_topk] + ([33] if 33 < max_topk else [])
     topk = draw(st.one_of(st.integers(1, min(16, max_topk)), st.sampled_from(wide)))
-    seq_lens = np.array([_seq_len(draw, draw(weighted(SEQ_KINDS)), topk >= 33, q_len) for _ in range(reqs)], np.int32)
+    # Compacted lists reach lanes past 32 only through long sequences: drawn more often there.
+    kinds = weighted(dict(SEQ_KINDS, long=3) if slot_lists == "compacted" else SEQ_KINDS)
+    seq_lens = np.array([_seq_len(draw, draw(kinds), topk >= 33, q_len) for _ in range(reqs)], np.int32)
     # The first plan selects something, so that a problem has rows with work
     # unless all its rows are padding; later ones may select nothing.
     plans = [draw(st.tuples(weighted({k: w for k, w in COUNTS.items() if k != "none"}), weighted(ARRANGEMENTS)))]
