@@ -90,13 +90,15 @@ def test_every_numpy_mutant_is_caught_by_the_generated_check_alone_on_a_conditio
     gen = check_generated(get_backend(spec), BUDGET, CI_SEED, shrink=False)
     assert not gen.ok, f"{spec} passed {BUDGET} generated problems"
     assert gen.n <= BUDGET
+    if m.bug not in NEEDS:  # large-logits: see coverage.NEEDS
+        return
     caught = [c for c in NEEDS[m.bug] if gen.coverage.failed[c]]
     assert caught, (f"{spec} was caught at problem {gen.n} on a problem reaching none of {NEEDS[m.bug]}: "
                     f"{sorted(k for k, v in gen.coverage.failed.items() if v)}")
 
 
 def test_every_bug_class_with_a_covered_mutant_names_the_conditions_it_needs():
-    assert {m.bug for m in COVERED} <= set(NEEDS)
+    assert {m.bug for m in COVERED} - set(NEEDS) == {"large-logits"}
     known = {c.name for c in conditions_for(Capabilities(splits=(1, 2), xcds=(0, 8)))}
     for cls, needs in NEEDS.items():
         assert set(needs) <= known, (cls, set(needs) - known)
