@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from nvfp4_suite import kernels
-from nvfp4_suite.kernels.protocol import README_SECTION, Capabilities, Launch, protocol_errors
+from nvfp4_suite.kernels.protocol import README_SECTION, Capabilities, Launch, Limits, protocol_errors
 from nvfp4_suite.reference.examples import random_problem
 
 ROOT = Path(__file__).resolve().parents[1]
