@@ -50,11 +50,12 @@ def check_backend(backend, spec: str, examples: int, seed: int = 0) -> None:
 
 
 def test_backend_conforms_on_generated_problems(backend, backend_spec, request):
-    # Interpreted backends (Triton's CPU interpreter, the FlyDSL simulator) are slow: fewer problems.
+    # Interpreted backends (Triton's CPU interpreter, the FlyDSL simulator) are slow: fewer problems (5: as many
+    # with work as the 8 drawn before the strategies gave nearly every problem work, issue 25).
     small = backend.capabilities.limits == INTERPRETED_LIMITS
     # --hypothesis-seed S draws what `check --seed S` draws; by default seed 0, check's default.
     seed = int(request.config.getoption("hypothesis_seed") or 0)
-    check_backend(backend, backend_spec, 8 if small else settings().max_examples, seed)
+    check_backend(backend, backend_spec, 5 if small else settings().max_examples, seed)
 
 
 def test_a_failure_saves_one_repro_however_many_shrink_steps_it_took(tmp_path, monkeypatch):
