@@ -72,7 +72,7 @@ _DRAW = """
 import sys
 {imports}
 from nvfp4_suite.kernels.protocol import Capabilities
-from nvfp4_suite.vectors.strategies import digest, run_generated, without_local_constants
+from nvfp4_suite.vectors.strategies import digest, run_generated
 caps = Capabilities(splits=(1, 2, 4, 8), xcds=(0, 8))
 if sys.argv[1] == "plain-hypothesis":
     # hypothesis' own draws, constants left in: the control
