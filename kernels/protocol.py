@@ -20,6 +20,9 @@ import numpy as np
 
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, Geometry
 
+# The contract's largest slot count (reference/CONTRACT.md, TOPK_MAX; the validator refuses more).
+TOPK_MAX = 64
+
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
@@ -31,6 +34,17 @@ class Limits:
     kv_heads: int = 4
     topk: int = 64
     q_len: int = 4
+
+    def __post_init__(self):
+        # A limit outside what a valid problem can have would make the
+        # strategies draw invalid problems that fail a correct backend.
+        for field, most in (("requests", None), ("kv_heads", None), ("topk", TOPK_MAX), ("q_len", None)):
+            v = getattr(self, field)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 1 or (
+                    most is not None and v > most):
+                raise ValueError(f"Limits.{field} = {v!r}: must be " + (
+                    f"an int in 1..{most} (TOPK_MAX, the contract's largest slot count)" if most
+                    else "a positive int"))
 
 
 # Backends that execute every instruction in Python (the Triton interpreter,

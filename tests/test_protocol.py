@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from nvfp4_suite import kernels
-from nvfp4_suite.kernels.protocol import README_SECTION, Capabilities, Launch, protocol_errors
+from nvfp4_suite.kernels.protocol import README_SECTION, Capabilities, Launch, Limits, protocol_errors
 from nvfp4_suite.reference.examples import random_problem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,3 +81,10 @@ def test_protocol_errors_name_what_is_missing():
 
     errs = protocol_errors(Old())
     assert "missing attribute 'capabilities'" in errs and any("not callable" in e for e in errs)
+
+
+@pytest.mark.parametrize("field,value", [("topk", 100), ("topk", 0), ("requests", 0), ("kv_heads", -1),
+                                         ("q_len", True), ("requests", 2.0)])
+def test_limits_refuse_a_value_no_valid_problem_has_naming_the_field_and_value(field, value):
+    with pytest.raises(ValueError, match=f"Limits.{field} = {value!r}"):
+        Limits(**{field: value})

@@ -282,15 +282,17 @@ def replay_command(file, spec: str, launch: Launch | None = None) -> str:
 
 @dataclasses.dataclass
 class GeneratedRun:
-    """The generated check: ``n`` problems run, ``stats`` (case class ->
+    """The generated check: ``n`` problems run, ``stats`` (coverage condition ->
     [problems, failures]), ``totals`` (elements, largest ratios, rounding
-    counts), ``failing``: None or (minimised problem, launch, report text)."""
+    counts), ``failing``: None or (minimised problem, launch, report text),
+    ``coverage``: the run's ``nvfp4_suite.vectors.coverage.Coverage``."""
 
     ok: bool
     n: int
     stats: dict
     totals: dict
     failing: tuple | None = None
+    coverage: object = None
 
 
 def check_generated(backend, examples: int, seed: int, splits_choice=None, progress=None,
@@ -303,26 +305,17 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     minimising (which can take minutes), at most every ``shrink_report_s``
     seconds with the tries so far and the smallest failing problem yet.
     """
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
+    from .coverage import Coverage
+    from .strategies import run_generated
 
-    from .strategies import case_classes, launches_for, problems_for, record_launch
-
-    stats = collections.defaultdict(lambda: [0, 0])
+    coverage = Coverage(backend.capabilities, splits_choice)
     state = {"n": 0, "failing": None, "shrinking": False, "elements": 0, "max_ratio": 0.0, "max_ulp": 0.0,
              "rounding": collections.Counter(), "tries": 0, "reported": 0.0}
-    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
-    caps = backend.capabilities
 
-    @hseed(seed)
-    @settings(max_examples=examples, deadline=None, database=None, print_blob=False,
-              suppress_health_check=list(HealthCheck), phases=phases)
-    @given(problems_for(caps), launches_for(caps, splits_choice))
     def prop(problem, launch):
         """One generated problem: run, compare, record coverage; raise on failure."""
         rep = None
         try:
-            record_launch(problem, launch)
             _, rep = run_case(backend, problem, launch)
             ok, text = rep.passed, rep.details()
         except BackendCrash as e:
@@ -334,10 +327,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
                 state["max_ratio"] = max(state["max_ratio"], rep.max_bound_ratio)
                 state["max_ulp"] = max(state["max_ulp"], rep.max_ulp)
                 add_rounding(state["rounding"], rep)
-            for c in case_classes(problem) + [f"splits={launch.splits}"] + (
-                    [f"xcds={launch.xcds}"] if launch.xcds else []):
-                stats[c][0] += 1
-                stats[c][1] += 0 if ok else 1
+            coverage.add(problem, launch, ok)
             if progress and (state["n"] % progress_every == 0 or state["n"] == examples):
                 progress(f"  generated: {state['n']}/{examples} problems checked")
         elif state["shrinking"]:
@@ -356,12 +346,13 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             raise AssertionError(text)
 
     try:
-        prop()
+        run_generated(backend.capabilities, examples, seed, prop, splits_choice, shrink)
         ok = True
     except AssertionError:
         ok = False
     totals = {k: state[k] for k in ("elements", "max_ratio", "max_ulp", "rounding")}
-    return GeneratedRun(ok, state["n"], dict(stats), totals, state["failing"])
+    stats = {name: [coverage.reached[name], coverage.failed[name]] for name in coverage.reached}
+    return GeneratedRun(ok, state["n"], stats, totals, state["failing"], coverage)
 
 
 ROUNDING_FIELDS = ("n_elements", "n_determined", "n_off_nearest", "n_toward_zero", "n_away_from_zero",

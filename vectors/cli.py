@@ -50,12 +50,8 @@ def print_generated(gen, examples: int) -> None:
           f"{t['max_ulp']:g} (large only where outputs cancel to near zero)")
     for line in rounding_lines(t.get("rounding")):
         print(line)
-    if gen.stats:
-        w = max(len(k) for k in gen.stats)
-        print(f"  {'case class':<{w}}  problems  failed")
-        for k in sorted(gen.stats):
-            n, f = gen.stats[k]
-            print(f"  {k:<{w}}  {n:8d}  {f:6d}")
+    for line in gen.coverage.lines() if gen.coverage else []:
+        print(line)
 
 
 def cmd_check(args) -> int:

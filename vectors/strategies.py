@@ -1,21 +1,36 @@
 """Hypothesis strategies for valid decode problems over paged NVFP4 caches.
 
-The structure (layout, Hkv, requests, seq_lens, q_len, TOPK, the mode of each
-slot list, the scale-byte and query regimes) is drawn with hypothesis, so a
-failure shrinks towards few requests, small TOPK and simple slot lists. The
-pool's code bytes are either drawn by hypothesis as an array (a fill byte and
-a sparse set of drawn bytes, the way ``hypothesis.extra.numpy.arrays`` draws
-large arrays: this shrinks to a constant pool with few distinct bytes) or
-come from a numpy generator seeded by one drawn integer (dense random bytes);
-the byte source is drawn first and shrinks towards the hypothesis array, so a
-minimised repro holds readable bytes whenever the failure allows.
-Permutations, ids and scale bytes come from the seeded generator. Each drawn
-problem records its case classes with ``hypothesis.event`` so a run shows its
-coverage. ``problems_for`` and ``launches_for`` draw only inside a backend's
-``nvfp4_suite.kernels.Capabilities``.
+The structure (layout, Hkv, requests, seq_lens, q_len, TOPK, a plan for each
+row's slot list, the scale-byte and query regimes) is drawn with hypothesis,
+so a failure shrinks towards few requests, small TOPK and simple slot lists.
+The distribution is shaped to the conditions of
+``nvfp4_suite.vectors.coverage`` (each drawn at least as often as stated
+there; ``tests/test_coverage.py`` measures it): weighted choices
+(``weighted``), and a simplest choice everywhere that still gives a problem
+with work (one request, a visible block selected, dense random code bytes),
+because hypothesis draws its first problems as a random prefix completed
+with simplest choices, and shrinks towards them.
+
+The pool's code bytes come from a numpy generator seeded by one drawn integer
+(dense random bytes, the simplest choice) or are drawn by hypothesis as an
+array (a fill byte and a sparse set of drawn bytes, the way
+``hypothesis.extra.numpy.arrays`` draws large arrays). Permutations, ids and
+scale bytes come from the seeded generator. Each drawn problem records its
+coverage conditions with ``hypothesis.event``. ``problems_for`` and
+``launches_for`` draw only inside a backend's
+``nvfp4_suite.kernels.Capabilities``, its slot-list domain included
+(``capabilities.slot_lists``: ``"any"``, the default, puts -1 and future ids
+anywhere; ``"compacted"``: per KV head and row, with ``n = min(TOPK,
+self_blk + 1)`` (0 for a padding row), the first ``n`` slots hold ``n``
+distinct ids of ``[0, self_blk]`` ascending and the rest are -1).
+``run_generated`` draws the same problems for a seed in any process.
 """
 
 from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
 
 import numpy as np
 from hypothesis import event
@@ -29,58 +44,137 @@ from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
 from nvfp4_suite.reference.problem import HG
 
 from .cases import loud_tail, poison_unread
+from .coverage import SCALE_CLASSES, launch_conditions, problem_conditions, slot_lists_of
 
-SPECIAL_SEQ_LENS = (0, 1, 127, 128, 129, 256, 383, 384, 385)
-SLOT_MODES = ("mixed", "all_visible", "none_valid", "invalid_first", "own_block_only", "no_own_block")
+SLOT_LISTS = ("any", "compacted")
+# seq_len kinds (weights): a uniform length, a block edge, shorter than q_len
+# (the request's first rows are padding, its last ones are not), a padding
+# request (0), a long one (over 32 blocks: TOPK >= 33 lists with valid lanes
+# past 32 in the compacted domain). "uniform" first: the simplest choice has work.
+SEQ_KINDS = {"uniform": 8, "edge": 4, "short": 2, "padding": 1, "long": 1}
+EDGE_SEQ_LENS = (1, 2, 3, 127, 128, 129, 255, 256, 257, 383, 384, 385)
+LONG_SEQ_LENS = (32 * BLK + 1, 40 * BLK)
+# How many valid slots a row's plan selects (weights): a random count, every
+# visible block, one, a multiple of a declared split count, none.
+COUNTS = {"random": 4, "all": 2, "one": 1, "split multiple": 2, "none": 1}
+# Where the junk (-1 and future ids) goes relative to the valid slots.
+ARRANGEMENTS = {"shuffled": 3, "junk first": 1, "valid first": 1, "diagonal first": 2}
+# Scale-byte regimes (weights): quantiser-like bytes, a wide signed range,
+# every E4M3FN class of ``coverage.SCALE_CLASSES`` mixed in, sparse special bytes.
+SCALE_REGIMES = {"plain": 2, "classes": 2, "wide": 1, "special": 1}
 # Scale bytes a kernel must decode right: zero, -0, subnormals, the largest finite.
 SPECIAL_SCALES = np.array([0x00, 0x80, 0x01, 0x03, 0x07, 0x87, 0x7E, 0xFE], np.uint8)
+_CLASS_BYTES = [np.flatnonzero(test(np.arange(256))).astype(np.uint8) for test in SCALE_CLASSES.values()]
 
 
-def _fill_slots(rng, mode: str, nvis: int, topk: int) -> np.ndarray:
-    ids = rng.permutation(nvis) if nvis else np.zeros(0, np.int64)
-    own = nvis - 1
-    if mode == "none_valid" or nvis == 0:
-        valid = np.zeros(0, np.int64)
-    elif mode == "all_visible":
-        valid = ids[:topk]
-    elif mode == "own_block_only":
-        valid = np.array([own])
-    elif mode == "no_own_block":
-        valid = ids[ids != own][: rng.integers(0, topk + 1)]
+def weighted(choices: dict):
+    """A strategy drawing a key of ``choices`` (key -> integer weight) with
+    probability proportional to its weight; it shrinks towards the first key."""
+    return st.sampled_from([k for k, w in choices.items() for _ in range(w)])
+
+
+def _slots_any(rng, count: str, arrangement: str, nvis: int, topk: int, splits) -> np.ndarray:
+    """One row's slot list in the "any" domain: ``nvis`` visible blocks, a
+    count and an arrangement from the row's plan."""
+    most = min(nvis, topk)
+    if count == "none" or most == 0:
+        n = 0
+    elif count == "all":
+        n = most
+    elif count == "one":
+        n = 1
+    elif count == "split multiple":
+        # a multiple of the largest split count that fits: of its divisors too
+        s = max([s for s in splits if s <= most], default=1)
+        n = s * int(rng.integers(1, most // s + 1))
     else:
-        valid = ids[: rng.integers(0, min(nvis, topk) + 1)]
-    valid = valid[:topk]
-    junk_n = topk - len(valid)
-    junk = np.where(rng.random(junk_n) < 0.5, -1, nvis + rng.integers(0, 4, junk_n))
-    if mode == "invalid_first":
+        n = int(rng.integers(1, most + 1))
+    own = nvis - 1
+    valid = rng.choice(nvis, n, replace=False) if n else np.zeros(0, np.int64)
+    if arrangement == "diagonal first" and n:
+        valid = np.concatenate([[own], valid[valid != own]])[:n]
+    k = topk - n
+    future = nvis + rng.integers(0, 4, k)
+    junk_kind = rng.integers(0, 3)  # only -1, only future ids, or both
+    junk = np.where(rng.random(k) < 0.5, -1, future) if junk_kind == 0 else (
+        np.full(k, -1) if junk_kind == 1 else future)
+    if arrangement == "junk first":
         slots = np.concatenate([junk, valid])
+    elif arrangement == "valid first":
+        slots = np.concatenate([valid, junk])
+    elif arrangement == "diagonal first" and n:
+        # the own block is the first valid slot; junk may come before it
+        rest = rng.permutation(np.concatenate([valid[1:], junk]))
+        later = np.flatnonzero(np.isin(rest, valid[1:]))
+        at = int(rng.integers(0, (later[0] if len(later) else len(rest)) + 1))
+        slots = np.insert(rest, at, own)
     else:
         slots = rng.permutation(np.concatenate([valid, junk]))
     return slots.astype(np.int32)
 
 
+def _slots_compacted(rng, nvis: int, topk: int) -> np.ndarray:
+    """One row's slot list in the compacted domain (see the module docstring)."""
+    n = min(topk, nvis)
+    ids = np.sort(rng.choice(nvis, n, replace=False)) if n else np.zeros(0, np.int64)
+    return np.concatenate([ids, np.full(topk - n, -1)]).astype(np.int32)
+
+
+def _scales(rng, regime: str, shape) -> np.ndarray:
+    """uint8 scale bytes of ``shape`` in ``regime`` (never an E4M3 NaN)."""
+    if regime == "wide":
+        return rng.integers(0x08, 0x60, shape, dtype=np.uint8) | (rng.integers(0, 2, shape, dtype=np.uint8) << 7)
+    sc = rng.integers(0x30, 0x40, shape, dtype=np.uint8)
+    if regime == "special":
+        hit = rng.random(shape) < 0.1
+        sc[hit] = rng.choice(SPECIAL_SCALES, int(hit.sum()))
+    elif regime == "classes":
+        hit = rng.random(shape) < 0.3
+        cls = rng.integers(0, len(_CLASS_BYTES), int(hit.sum()))
+        sc[hit] = [_CLASS_BYTES[c][rng.integers(0, len(_CLASS_BYTES[c]))] for c in cls]
+    return sc
+
+
+def _seq_len(draw, kind: str, long_ok: bool, q_len: int) -> int:
+    if kind == "padding":
+        return 0
+    if kind == "short" and q_len > 1:
+        return draw(st.integers(1, q_len - 1))
+    if kind == "edge":
+        return draw(st.sampled_from(EDGE_SEQ_LENS))
+    if kind == "long" and long_ok:
+        return draw(st.integers(*LONG_SEQ_LENS))
+    return draw(st.integers(1, 1200))
+
+
 @st.composite
 def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64, max_q_len: int = 4,
-             layouts=LAYOUTS) -> DecodeProblem:
-    """A valid ``DecodeProblem`` in one of ``layouts``; see the module docstring."""
+             layouts=LAYOUTS, splits=(1,), slot_lists: str = "any") -> DecodeProblem:
+    """A valid ``DecodeProblem`` in one of ``layouts``, slot lists in the
+    ``slot_lists`` domain, "split multiple" counts taken from ``splits``; see
+    the module docstring."""
+    if slot_lists not in SLOT_LISTS:
+        raise ValueError(f"slot_lists = {slot_lists!r}, must be one of {SLOT_LISTS}")
     layout = draw(st.sampled_from(layouts))
     hk = draw(st.integers(1, max_kv_heads))
     reqs = draw(st.integers(1, max_reqs))
     q_len = draw(st.integers(1, max_q_len))
-    seq_lens = np.array(
-        draw(st.lists(st.one_of(st.sampled_from(SPECIAL_SEQ_LENS), st.integers(0, 1200)),
-                      min_size=reqs, max_size=reqs)),
-        np.int32,
-    )
-    topk = draw(st.one_of(st.integers(1, min(16, max_topk)), st.sampled_from([max_topk, 33 if max_topk >= 33 else 1])))
-    modes = draw(st.lists(st.sampled_from(SLOT_MODES), min_size=1, max_size=4))
-    scale_regime = draw(st.sampled_from(["plain", "special", "wide"]))
-    q_std = draw(st.sampled_from([0.5, 2.0, 16.0]))
+    wide = [max_topk] + ([33] if 33 < max_topk else [])
+    topk = draw(st.one_of(st.integers(1, min(16, max_topk)), st.sampled_from(wide)))
+    # Compacted lists reach lanes past 32 only through long sequences: drawn more often there.
+    kinds = weighted(dict(SEQ_KINDS, long=3) if slot_lists == "compacted" else SEQ_KINDS)
+    seq_lens = np.array([_seq_len(draw, draw(kinds), topk >= 33, q_len) for _ in range(reqs)], np.int32)
+    # The first plan selects something, so that a problem has rows with work
+    # unless all its rows are padding; later ones may select nothing.
+    plans = [draw(st.tuples(weighted({k: w for k, w in COUNTS.items() if k != "none"}), weighted(ARRANGEMENTS)))]
+    plans += draw(st.lists(st.tuples(weighted(COUNTS), weighted(ARRANGEMENTS)), max_size=3))
+    scale_regime = draw(weighted(SCALE_REGIMES))
+    q_std = draw(weighted({2.0: 2, 16.0: 2, 0.5: 1}))
     k_global = draw(st.sampled_from([0.05, 0.5, 2.0]))
     v_global = draw(st.sampled_from([0.01, 1.0]))
     spare = draw(st.integers(0, 3))
     poison = draw(st.booleans())
-    seeded_bytes = draw(st.booleans())
+    drawn_bytes = draw(st.booleans())
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
 
@@ -89,19 +183,13 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     rows = reqs * q_len
 
     shape = (num_pages, page_bytes(hk))
-    if seeded_bytes:
-        pool = rng.integers(0, 256, shape, dtype=np.uint8)
-    else:
+    if drawn_bytes:
         pool = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 255), fill=st.integers(0, 255)))
+    else:
+        pool = rng.integers(0, 256, shape, dtype=np.uint8)
     views = page_views(pool, layout, hk)
     for sc in (views.k_scale, views.v_scale):
-        if scale_regime == "wide":
-            sc[...] = rng.integers(0x08, 0x60, sc.shape, dtype=np.uint8) | (rng.integers(0, 2, sc.shape, dtype=np.uint8) << 7)
-        else:
-            sc[...] = rng.integers(0x30, 0x40, sc.shape, dtype=np.uint8)
-        if scale_regime == "special":
-            hit = rng.random(sc.shape) < 0.1
-            sc[hit] = rng.choice(SPECIAL_SCALES, int(hit.sum()))
+        sc[...] = _scales(rng, scale_regime, sc.shape)
 
     q = bf16_round(rng.standard_normal((rows, HG * hk, D)) * q_std)
     ids = np.empty((hk, rows, topk), np.int32)
@@ -109,7 +197,11 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     for h in range(hk):
         for r in range(rows):
             nvis = int(pos[r] // BLK + 1) if pos[r] >= 0 else 0
-            ids[h, r] = _fill_slots(rng, modes[(h * rows + r) % len(modes)], nvis, topk)
+            if slot_lists == "compacted":
+                ids[h, r] = _slots_compacted(rng, nvis, topk)
+            else:
+                count, arrangement = plans[(h * rows + r) % len(plans)]
+                ids[h, r] = _slots_any(rng, count, arrangement, nvis, topk, splits)
 
     problem = DecodeProblem(
         q=q, pool=pool, layout=layout, num_kv_heads=hk, topk=ids, block_table=block_table,
@@ -119,68 +211,106 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     problem = loud_tail(problem)
     if poison:
         problem = poison_unread(problem)
-    _record_events(problem, modes)
-    return problem
-
-
-def case_classes(p: DecodeProblem) -> list[str]:
-    """The case classes a problem exercises (for coverage events and summaries)."""
-    out = [f"layout={p.layout}", f"Hkv={p.num_kv_heads}"]
-    if p.num_kv_heads > 1 and p.rows != p.num_kv_heads:
-        out.append("Hkv>1, rows!=Hkv")
-    if p.q_len > 1:
-        out.append("q_len>1")
-    if (p.positions < 0).any():
-        out.append("padding row")
-    valid = p.valid_slots
-    if (~valid.any(axis=-1)).any():
-        out.append("row with no valid slot")
-    if (p.topk == -1).any():
-        out.append("-1 slot")
-    if ((p.topk > p.self_blocks[None, :, None]) & (p.self_blocks[None, :, None] >= 0)).any():
-        out.append("future slot")
-    if (~valid[..., 0] & valid.any(axis=-1)).any():
-        out.append("first slot invalid, later valid")
-    if (valid.sum(axis=-1) % 2 == 1).any():
-        out.append("odd valid block count")
-    if p.TOPK >= 33:
-        out.append("TOPK>=33")
-    if ((p.positions >= 0) & ((p.positions % BLK) != BLK - 1)).any():
-        out.append("diagonal block cut")
-    sc = page_views(p.pool, p.layout, p.num_kv_heads)
-    read = p.slot_pages()[valid]
-    if len(read) and np.isin(sc.k_scale[read], SPECIAL_SCALES[:6]).any():
-        out.append("special scale bytes read")
-    if float(np.abs(p.q).max(initial=0)) >= 16:
-        out.append("large logits")
-    if ((sc.k_scale & 0x7F) == 0x7F).any():
-        out.append("NaN-poisoned unread slabs")
-    return out
-
-
-def _record_events(p: DecodeProblem, modes) -> None:
-    for c in case_classes(p):
+    for c in sorted(problem_conditions(problem)):
         event(c)
-    for m in modes:
-        event(f"slot mode {m}")
+    return problem
 
 
 def launches_for(caps: Capabilities, splits=None):
     """Launch records inside ``caps`` (``splits``: only these split counts)."""
     orders = st.sampled_from(caps.orders) if caps.orders else st.none()
-    return st.builds(Launch, splits=st.sampled_from(tuple(splits or caps.splits)),
-                     xcds=st.sampled_from(caps.xcds), order=orders)
+    # Split count 1 and no placement are the simplest choices (a minimised
+    # failure keeps them when it can), drawn at half the weight of the others:
+    # hypothesis leans towards its simplest choices.
+    return st.builds(Launch, splits=weighted({s: 1 if s == 1 else 2 for s in (splits or caps.splits)}),
+                     xcds=weighted({x: 1 if x == 0 else 2 for x in caps.xcds}), order=orders)
 
 
 def record_launch(problem: DecodeProblem, launch: Launch) -> None:
-    """Coverage events for a launch's parameters."""
-    event(f"splits={launch.splits}")
-    if launch.xcds and problem.rows % (launch.xcds * problem.q_len):
-        event(f"xcds={launch.xcds}, rows not a multiple of xcds * q_len")
+    """Coverage events (``hypothesis.event``) for the launch conditions ``launch`` reaches on ``problem``."""
+    for c in sorted(launch_conditions(problem, launch)):
+        event(c)
 
 
 def problems_for(caps: Capabilities):
-    """The problem strategy inside ``caps``: its layouts, at most its limits."""
+    """The problem strategy inside ``caps``: its layouts, at most its limits,
+    its slot-list domain (``capabilities.slot_lists``, default ``"any"``)."""
     lim = caps.limits
     return problems(max_reqs=lim.requests, max_kv_heads=lim.kv_heads, max_topk=lim.topk, max_q_len=lim.q_len,
-                    layouts=caps.layouts)
+                    layouts=caps.layouts, splits=caps.splits, slot_lists=slot_lists_of(caps))
+
+
+# --- drawing the same problems for a seed in any process -------------------------
+
+@contextlib.contextmanager
+def without_local_constants():
+    """Hypothesis mixes literal constants from every local (not installed)
+    module the process has imported into its draws (``_get_local_constants``
+    in ``hypothesis.internal.conjecture.providers``, 6.13x and later): a draw
+    then depends on what was imported before it. Within this context that
+    pool is empty, so the choices a seed gives depend on the seed alone; the
+    cache of permitted constants is cleared on entry and on exit so that no
+    earlier or later draw sees the other pool."""
+    from hypothesis.internal.conjecture import providers
+
+    get = getattr(providers, "_get_local_constants", None)
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if get is None or cache is None:  # a hypothesis without the mechanism: nothing to neutralise
+        yield
+        return
+    empty = type(providers._local_constants)()
+    providers._get_local_constants = lambda: empty
+    cache.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = get
+        cache.cache.clear()
+
+
+def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None, shrink: bool = True) -> None:
+    """Call ``fn(problem, launch)`` on ``examples`` problems and launches drawn
+    inside ``caps`` (``splits``: only these split counts) from ``seed``; the
+    same ones in every process and route (the CLI's ``check``, the pytest
+    route, tools), whatever was imported. ``fn`` raises ``AssertionError``
+    for a failure: generation stops, the failure is minimised (``shrink``)
+    and ``fn`` is last called with the smallest failing problem, whose
+    ``AssertionError`` propagates. Settings are hypothesis' defaults, not the
+    loaded profile's, apart from those given here: no database (nothing
+    replayed from earlier runs), no deadline, no health checks. When
+    ``NVFP4_DRAWN`` names a file, a digest of each drawn problem and launch
+    (``digest``) is appended to it, one a line."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+
+    log = os.environ.get("NVFP4_DRAWN")
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+
+    # The launch is drawn first: hypothesis completes early problems with
+    # simplest choices, which would make most launches use one split.
+    @hseed(seed)
+    @settings(settings.get_profile("default"), max_examples=examples, deadline=None, database=None,
+              print_blob=False, suppress_health_check=list(HealthCheck), phases=phases, derandomize=False)
+    @given(launches_for(caps, splits), problems_for(caps))
+    def prop(launch, problem):
+        record_launch(problem, launch)
+        if log:
+            with open(log, "a") as f:
+                f.write(digest(problem, launch) + "\n")
+        fn(problem, launch)
+
+    with without_local_constants():
+        prop()
+
+
+def digest(problem: DecodeProblem, launch: Launch) -> str:
+    """sha256 (hex) of every array's bytes, shape and dtype, every scalar and the launch."""
+    h = hashlib.sha256()
+    for name in ("q", "pool", "topk", "block_table", "seq_lens"):
+        a = np.ascontiguousarray(getattr(problem, name))
+        h.update(f"{name} {a.dtype} {a.shape}".encode())
+        h.update(a.tobytes())
+    for name in ("layout", "num_kv_heads", "q_len", "sm_scale", "k_global_scale", "v_global_scale"):
+        h.update(f"{name}={getattr(problem, name)!r}".encode())
+    h.update(repr(launch).encode())
+    return h.hexdigest()

@@ -41,20 +41,22 @@ def _golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, lis
 
 
 def _generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str], int]:
-    from nvfp4_suite.vectors.cli import check_generated
+    from nvfp4_suite.vectors.check import check_generated
     from nvfp4_suite.vectors.harness import save_repro
 
     from .backend import FlydslSimBackend
 
     b = FlydslSimBackend(arch)
-    ok, stats, failure = check_generated(b, examples, seed, progress_every=10**9, shrink=False)
-    lines = [f"generated seed {seed}: {stats['__totals__']['n']} problems, "
-             f"{stats['__totals__']['elements']} elements, max |diff|/bound {stats['__totals__']['max_ratio']:.3g}"]
-    if failure is not None:
-        problem, splits, text, xcds = failure
-        path = save_repro(b.name, problem, splits, text, xcds=xcds)
+    gen = check_generated(b, examples, seed, progress_every=10**9, shrink=False)
+    # The shard draws what `check --seed <seed>` draws (nvfp4_suite.vectors.strategies.run_generated).
+    lines = [f"generated seed {seed}: {gen.n} problems, {gen.totals['elements']} elements, max |diff|/bound "
+             f"{gen.totals['max_ratio']:.3g}; the same problems: python -m nvfp4_suite.vectors check --backend "
+             f"{b.name} --no-golden --examples {examples} --seed {seed}"]
+    if gen.failing is not None:
+        problem, launch, text = gen.failing
+        path = save_repro(b.name, problem, launch, text)
         lines += [text, f"saved: {path}; replay: python -m nvfp4_suite.vectors replay {path} --backend {b.name}"]
-    return ok, lines, b.instructions
+    return gen.ok, lines, b.instructions
 
 
 def main(argv=None) -> int:
