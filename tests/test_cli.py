@@ -1,5 +1,6 @@
 """python -m vectors: exit codes, output, repro files."""
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -69,11 +70,12 @@ def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monk
     assert launch["xcds"] == 8 and meta["backend"] == spec
     (cmd,) = _replay_lines(out)
     assert cmd == f"python -m nvfp4_suite.vectors replay {saved[0]} --backend {spec}"
-    assert main(cmd.split()[3:]) == 1
+    # The file names the launch; the backend, a module path, only the command does.
+    assert main(shlex.split(cmd)[3:]) == 1
     assert f"splits={launch['splits']} xcds=8 layout=" in capsys.readouterr().out
-    # The file alone names the backend and the launch.
-    assert main(["replay", saved[0]]) == 1
-    assert main(["replay", saved[0], "--xcds", "0"]) == 0
+    assert main(["replay", saved[0]]) == 2
+    assert f"records backend {spec!r}, which is not a registered name" in capsys.readouterr().err
+    assert main(["replay", saved[0], "--backend", spec, "--xcds", "0"]) == 0
     assert f"splits={launch['splits']} layout=" in capsys.readouterr().out
 
 
@@ -90,7 +92,7 @@ def test_golden_failure_replay_commands_run_as_printed(monkeypatch, capsys):
     hints = _replay_lines(out)
     assert "0 of 1 cases passed, 1 failed" in out and len(hints) == 1, out
     assert hints[0].endswith("--backend mutants:PlacementBug --splits 1 --xcds 8"), hints
-    assert main(hints[0].split()[3:]) == 1 and "xcds=8" in capsys.readouterr().out
+    assert main(shlex.split(hints[0])[3:]) == 1 and "xcds=8" in capsys.readouterr().out
 
 
 def test_add_of_a_missing_file_exits_2(capsys):
