@@ -22,6 +22,18 @@ and the last bit of float64 exp/exp2, which move a stored value only if a
 float64 result lies within a few float64 ulps of a rounding boundary.
 ``python -m nvfp4_suite.vectors regen --check`` in CI turns any such event into a failure
 rather than a silent change.
+
+A catalog is a folder (``root``: the built-in one is this package's) kept as
+a small database. ``add`` and ``regen`` hold its exclusive lock, ``verify``
+and ``regen --check`` its shared one (``nvfp4_suite.vectors.lock``), so
+concurrent commands lose nothing. The manifest is validated when read: case
+names from a safe character set (``check_name``), each ``file`` directly
+inside ``data/``; catalog files are read without following symlinks and
+written only by atomic renames. ``regen`` removes only files its previous
+manifest lists, reports any other entry of ``data/`` and leaves it, refuses
+to run without a manifest while ``data/`` holds case files it would not
+write (promoted cases only a manifest lists), and the next ``add`` or
+``regen`` finishes or removes what an interrupted one left (see ``_install``).
 """
 
 from __future__ import annotations
@@ -419,11 +431,14 @@ def _clean_leftovers(root: Path, notice) -> None:
         if not build.is_dir() or build.is_symlink():
             continue
         base = build / "previous.sha256"
-        if (build / "manifest.json").is_file() and base.is_file() and base.read_text() == _manifest_sha(root):
+        if not (build / "manifest.json").is_file() or not base.is_file():
+            say(f"removed {build.name}, the unfinished build folder of an interrupted regen")
+        elif base.read_text() == _manifest_sha(root):
             _install(build, root)
             say(f"finished the install of an interrupted regen ({build.name}, built from this manifest)")
         else:
-            say(f"removed {build.name}, the unfinished build folder of an interrupted regen")
+            say(f"removed {build.name}, the complete build of an interrupted regen from another manifest "
+                "(not installed over this one)")
         shutil.rmtree(build)
     data = root / "data"
     temps = list(root.glob(".manifest.json.*.tmp")) + (list(data.glob(".*.npz.*.tmp")) if data.is_dir() else [])
