@@ -141,7 +141,7 @@ def test_add_then_regen_keeps_every_case_byte_identical(tmp_path):
     root = Path(__file__).resolve().parents[1]
     suite = tmp_path / "site" / "nvfp4_suite"
     for pkg in ("reference", "kernels", "vectors"):
-        shutil.copytree(root / pkg, suite / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*"))
+        shutil.copytree(root / pkg, suite / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*", ".lock"))
     (suite / "__init__.py").write_text("")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     src = tmp_path / "x.npz"
@@ -338,6 +338,20 @@ def test_add_never_writes_through_a_symlink_in_data(tmp_catalog, tmp_path, capsy
     assert (tmp_catalog / "manifest.json").read_bytes() == manifest
 
 
+def test_a_symlinked_data_folder_is_refused_by_add_and_regen(tmp_catalog, tmp_path, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(tmp_catalog / "data", elsewhere)
+    (tmp_catalog / "data").symlink_to(elsewhere)
+    before = sorted(p.name for p in elsewhere.iterdir())
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    for cmd in (["add", str(src), "--comment", "c", "--flags", "split-merge"], ["regen"]):
+        assert main(cmd) == 2
+        assert f"{tmp_catalog / 'data'}: is a symlink; a catalog's data folder must be a folder of its own" \
+            in capsys.readouterr().err
+    assert sorted(p.name for p in elsewhere.iterdir()) == before and not list(tmp_catalog.glob(".regen-*"))
+
+
 @pytest.mark.parametrize("file", ["../../outside.npz", "/etc/passwd", "data/../../outside.npz", "data/sub/x.npz"])
 def test_a_manifest_file_outside_data_is_refused_naming_the_case_and_path(tmp_catalog, tmp_path, file, capsys):
     # Even with a matching sha256: the path alone is refused, before any file is opened.
@@ -357,11 +371,13 @@ def test_a_manifest_file_outside_data_is_refused_naming_the_case_and_path(tmp_ca
 
 def test_a_symlinked_case_file_is_that_cases_error_and_never_followed(tmp_catalog, tmp_path, capsys):
     m = catalog.load_manifest()
+    m["cases"] = m["cases"][:2]
+    (tmp_catalog / "manifest.json").write_text(catalog.dump(m))
     target = tmp_catalog / m["cases"][0]["file"]
     copy = tmp_path / "elsewhere.npz"
     shutil.move(target, copy)
     target.symlink_to(copy)
-    assert any(f"case 0 {m['cases'][0]['name']}: {target}: is a symlink" in b for b in catalog.verify())
+    assert catalog.verify() == [f"case 0 {m['cases'][0]['name']}: {target}: is a symlink; catalog files are never links"]
     run = check_golden(kernels.get_backend("emulate"), cases=[0, 1])
     assert [c.status for c in run.cases] == ["ERROR", "PASS"] and "is a symlink" in run.cases[0].error
 

@@ -193,3 +193,12 @@ def test_an_interrupted_write_leaves_the_previous_file_and_no_temporary(tmp_path
     with pytest.raises(KeyboardInterrupt):
         save_case(path, random_problem(5))
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["a.npz"]
+
+
+def test_a_fifo_or_device_is_refused_without_waiting_for_a_writer(tmp_path):
+    os.mkfifo(tmp_path / "pipe.npz")
+    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", "replay", str(tmp_path / "pipe.npz"), "--backend",
+                        "emulate"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "pipe.npz: not a regular file" in r.stderr, r.stderr
+    with pytest.raises(CaseFileError, match="/dev/zero: not a regular file"):
+        load_case("/dev/zero")

@@ -427,6 +427,7 @@ def _clean_leftovers(root: Path, notice) -> None:
     """Under the exclusive lock (no other command is writing): finish or remove
     what interrupted commands left in catalog ``root``, telling ``notice``."""
     say = notice or (lambda msg: None)
+    data = _data_dir(root)  # a symlinked data folder is refused before anything is touched
     for build in sorted(root.glob(".regen-*")):
         if not build.is_dir() or build.is_symlink():
             continue
@@ -440,7 +441,6 @@ def _clean_leftovers(root: Path, notice) -> None:
             say(f"removed {build.name}, the complete build of an interrupted regen from another manifest "
                 "(not installed over this one)")
         shutil.rmtree(build)
-    data = root / "data"
     temps = list(root.glob(".manifest.json.*.tmp")) + (list(data.glob(".*.npz.*.tmp")) if data.is_dir() else [])
     for tmp in sorted(temps):
         tmp.unlink()

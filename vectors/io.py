@@ -107,7 +107,8 @@ def _plain(v):
 def _read_bytes(path: Path, follow_symlinks: bool) -> bytes:
     """The bytes of regular file ``path`` (at most MAX_CASE_BYTES); with
     ``follow_symlinks`` off, a symlink is refused rather than opened."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else os.O_NOFOLLOW)
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not a regular file).
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
