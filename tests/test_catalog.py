@@ -377,7 +377,8 @@ def test_a_symlinked_case_file_is_that_cases_error_and_never_followed(tmp_catalo
     copy = tmp_path / "elsewhere.npz"
     shutil.move(target, copy)
     target.symlink_to(copy)
-    assert catalog.verify() == [f"case 0 {m['cases'][0]['name']}: {target}: is a symlink; catalog files are never links"]
+    assert catalog.verify() == [f"case 0 {m['cases'][0]['name']}: {target}: is a symlink; "
+                                "catalog files are never links"]
     run = check_golden(kernels.get_backend("emulate"), cases=[0, 1])
     assert [c.status for c in run.cases] == ["ERROR", "PASS"] and "is a symlink" in run.cases[0].error
 
@@ -438,8 +439,10 @@ def test_an_interrupted_add_leaves_no_file_behind(tmp_catalog, tmp_path, monkeyp
             self.f.write(data[: len(data) // 2])
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(case_io.os, "fdopen",
-                        lambda fd, mode, *a: HalfWritten(real_fdopen(fd, mode)) if "w" in mode else real_fdopen(fd, mode))
+    def fdopen(fd, mode, *a):
+        return HalfWritten(real_fdopen(fd, mode)) if "w" in mode else real_fdopen(fd, mode, *a)
+
+    monkeypatch.setattr(case_io.os, "fdopen", fdopen)
     add = ["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]
     assert main(add) == 2
     monkeypatch.setattr(case_io.os, "fdopen", real_fdopen)

@@ -181,7 +181,8 @@ def test_replay_never_loads_a_backend_a_file_names_unless_it_is_registered(tmp_p
 def test_replay_uses_a_registered_backend_the_file_names(tmp_path, capsys):
     from nvfp4_suite.vectors.cli import main
 
-    path = _case_file(tmp_path / "case.npz", {"backend": "emulate", "launches": [{"splits": 2, "xcds": 0, "order": None}]})
+    launch = {"splits": 2, "xcds": 0, "order": None}
+    path = _case_file(tmp_path / "case.npz", {"backend": "emulate", "launches": [launch]})
     assert main(["replay", str(path)]) == 0
     assert "splits=2 layout=" in capsys.readouterr().out
 

@@ -153,9 +153,11 @@ def test_an_npy_header_whose_shape_does_not_match_its_bytes_is_refused_before_al
 @pytest.mark.parametrize("meta, message", [
     ({"launches": 5}, "field 'meta.meta.launches' is a JSON int, expected list"),
     ({"launches": [1]}, r"field 'meta.meta.launches\[0\]': 1 is not a launch record"),
-    ({"launches": [{"splits": "2"}]}, r"field 'meta.meta.launches\[0\]': launch record field 'splits' is '2', not an int"),
+    ({"launches": [{"splits": "2"}]},
+     r"field 'meta.meta.launches\[0\]': launch record field 'splits' is '2', not an int"),
     ({"launches": [{"order": ["a"]}]}, r"field 'meta.meta.launches\[0\]': \{'order': \['a'\]\} is not a launch record"),
-    ({"launches": [{"splits": 1, "evil": 1}]}, r"field 'meta.meta.launches\[0\]': launch record has unknown fields \['evil'\]"),
+    ({"launches": [{"splits": 1, "evil": 1}]},
+     r"field 'meta.meta.launches\[0\]': launch record has unknown fields \['evil'\]"),
     ({"backend": ["os", "abort"]}, "field 'meta.meta.backend' is a JSON list, expected str"),
     ({"expected_error": 3}, "field 'meta.meta.expected_error' is a JSON int, expected str"),
     ([], "field 'meta.meta' is a JSON list, not an object"),
@@ -177,7 +179,8 @@ def test_deeply_nested_metadata_is_refused_not_a_recursion_crash(tmp_path):
     buf = io.BytesIO()
     np.lib.format.write_array(buf, np.frombuffer(("[" * 200000 + "]" * 200000).encode(), np.uint8))
     _rewrite(tmp_path / "ok.npz", tmp_path / "deep.npz", replace={"meta.npy": buf.getvalue()})
-    with pytest.raises(CaseFileError, match=r"deep\.npz: field 'meta' is not JSON this reader accepts \(RecursionError\)"):
+    with pytest.raises(CaseFileError, match=r"deep\.npz: field 'meta' is not JSON this reader accepts "
+                                            r"\(RecursionError\)"):
         load_case(tmp_path / "deep.npz")
 
 

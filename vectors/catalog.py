@@ -459,7 +459,8 @@ def _unknown_entries(previous: dict | None, manifest: dict, build: Path, root: P
 
     def same(name):
         p = data / name
-        return name in new and p.is_file() and not p.is_symlink() and p.read_bytes() == (build / "data" / name).read_bytes()
+        return (name in new and p.is_file() and not p.is_symlink()
+                and p.read_bytes() == (build / "data" / name).read_bytes())
 
     unknown = [n for n in present if n not in _files(previous) and not same(n)]
     clobbered = [n for n in unknown if n in new]
