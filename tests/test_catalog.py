@@ -141,7 +141,7 @@ def test_add_then_regen_keeps_every_case_byte_identical(tmp_path):
     root = Path(__file__).resolve().parents[1]
     suite = tmp_path / "site" / "nvfp4_suite"
     for pkg in ("reference", "kernels", "vectors"):
-        shutil.copytree(root / pkg, suite / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*"))
+        shutil.copytree(root / pkg, suite / pkg, ignore=shutil.ignore_patterns("__pycache__", ".regen-*", ".lock"))
     (suite / "__init__.py").write_text("")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     src = tmp_path / "x.npz"
@@ -199,24 +199,263 @@ def test_interrupted_regen_leaves_the_catalog_intact(tmp_catalog, tmp_path, monk
     _assert_consistent(tmp_catalog)
 
 
-def test_regen_that_fails_to_swap_in_its_data_restores_the_old(tmp_catalog, tmp_path, monkeypatch):
-    import os
-
+def test_a_regen_interrupted_while_installing_is_finished_by_the_next_regen(tmp_catalog, tmp_path, monkeypatch,
+                                                                            capsys):
+    # The built-in count drops from 51 to 2: the added case moves from 051 to 002,
+    # 49 files go, so an install cut after two renames leaves a mixed data/.
     _add(tmp_path)
-    before = _snapshot(tmp_catalog)
     monkeypatch.setattr(cases, "CASES", cases.CASES[:2])
-    replace, calls = os.replace, []
+    reference = tmp_path / "reference"
+    shutil.copytree(tmp_catalog, reference)
+    catalog.regen_write(root=reference)
+    replace, installed = os.replace, []
 
-    def second_fails(src, dst):
-        calls.append(dst)
-        if len(calls) == 2:
-            raise OSError(f"cannot rename {src}")
+    def cut_after_two(src, dst):
+        if Path(src).parent.name == "data" and Path(dst).parent == tmp_catalog / "data":
+            if len(installed) == 2:
+                raise KeyboardInterrupt
+            installed.append(dst)
         replace(src, dst)
 
-    monkeypatch.setattr(catalog.os, "replace", second_fails)
-    with pytest.raises(OSError, match="cannot rename"):
-        _regen()
+    monkeypatch.setattr(catalog.os, "replace", cut_after_two)
+    assert _regen() == 2
+    monkeypatch.setattr(catalog.os, "replace", replace)
+    (build,) = tmp_catalog.glob(".regen-*")
+    assert len(installed) == 2 and (build / "manifest.json").is_file()
+    capsys.readouterr()
+    assert _regen() == 0
+    assert f"finished the install of an interrupted regen ({build.name}" in capsys.readouterr().err
+    assert _snapshot(tmp_catalog) == _snapshot(reference)
+    _assert_consistent(tmp_catalog)
+
+
+def test_leftovers_of_interrupted_commands_are_removed_and_reported(tmp_catalog, tmp_path, monkeypatch, capsys):
+    # What a SIGKILL leaves: an unfinished build, a committed build of a manifest
+    # that has changed since (never installed over it), temporary files.
+    unfinished = tmp_catalog / ".regen-unfinished"
+    (unfinished / "data").mkdir(parents=True)
+    (unfinished / "data" / "000-x.npz").write_bytes(b"partial")
+    stale = tmp_catalog / ".regen-stale"
+    shutil.copytree(unfinished, stale)
+    (stale / "manifest.json").write_text(catalog.dump({**catalog.load_manifest(), "cases": []}))
+    (stale / "previous.sha256").write_text("0" * 64)
+    temps = [tmp_catalog / ".manifest.json.k2j4.tmp", tmp_catalog / "data" / ".051-prod-bug.npz.x8q1.tmp"]
+    for t in temps:
+        t.write_bytes(b"trunc")
+    before = _snapshot_data(tmp_catalog)
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]) == 0
+    err = capsys.readouterr().err
+    assert "removed .regen-unfinished, the unfinished build folder of an interrupted regen" in err
+    assert "removed .regen-stale, the complete build of an interrupted regen from another manifest" in err
+    for t in temps:
+        assert f"removed {t.relative_to(tmp_catalog)}, the temporary file of an interrupted write" in err
+    after = _snapshot(tmp_catalog)
+    assert {k: v for k, v in after.items() if "prod-bug" not in k and k != "manifest.json"} == before
+    _assert_consistent(tmp_catalog)
+
+
+def _snapshot_data(here):
+    return {f"data/{p.name}": p.read_bytes() for p in (here / "data").iterdir() if not p.name.startswith(".")}
+
+
+def test_regen_reports_unknown_files_in_data_and_leaves_them(tmp_catalog, tmp_path, monkeypatch, capsys):
+    notes = tmp_catalog / "data" / "NOTES.txt"
+    notes.write_text("which cases to add next\n")
+    wip = tmp_catalog / "data" / "wip-case.npz"
+    save_case(wip, random_problem(5))
+    kept = {p: p.read_bytes() for p in (notes, wip)}
+    monkeypatch.setattr(cases, "CASES", cases.CASES[:2])
+    assert _regen() == 0
+    err = capsys.readouterr().err
+    assert "regen: data/NOTES.txt is not in the manifest: left in place" in err
+    assert "regen: data/wip-case.npz is not in the manifest: left in place" in err
+    assert {p: p.read_bytes() for p in kept} == kept
+    # Only files the previous manifest listed went: the built-ins beyond the first two.
+    assert sorted(p.name for p in (tmp_catalog / "data").iterdir()) == sorted(
+        [c["file"][5:] for c in catalog.load_manifest()["cases"]] + ["NOTES.txt", "wip-case.npz"])
+    assert _regen(check=True) == 1
+    assert "regen --check: data/wip-case.npz is not in the manifest" in capsys.readouterr().out
+
+
+def test_regen_refuses_to_overwrite_a_file_the_manifest_does_not_list(tmp_catalog, tmp_path, monkeypatch, capsys):
+    _add(tmp_path)
+    # With two built-ins the added case becomes 002-prod-bug.npz: a name a user's file holds.
+    mine = tmp_catalog / "data" / "002-prod-bug.npz"
+    mine.write_bytes(b"my own notes")
+    before = _snapshot(tmp_catalog)
+    monkeypatch.setattr(cases, "CASES", cases.CASES[:2])
+    assert _regen() == 2
+    assert f"{mine}: not in the manifest, and this regeneration writes a file of that name" in capsys.readouterr().err
     assert _snapshot(tmp_catalog) == before
+
+
+def test_regen_without_a_manifest_refuses_while_data_holds_promoted_cases(tmp_catalog, tmp_path, monkeypatch,
+                                                                         capsys):
+    monkeypatch.setattr(cases, "CASES", cases.CASES[:2])
+    assert _regen() == 0
+    new = _add(tmp_path)
+    (tmp_catalog / "manifest.json").unlink()
+    before = _snapshot_data(tmp_catalog)
+    capsys.readouterr()
+    assert _regen() == 2
+    err = capsys.readouterr().err
+    assert f"manifest.json is missing and {tmp_catalog / 'data'} holds 1 case files a fresh regeneration does not " \
+           f"write ({new['file'][5:]})" in err and "nothing was changed" in err
+    assert _snapshot_data(tmp_catalog) == before and not list(tmp_catalog.glob(".regen-*"))
+    # Without promoted cases in data/ it rebuilds: the built-ins' files are the fresh build's bytes.
+    (tmp_catalog / new["file"]).unlink()
+    assert _regen() == 0 and len(catalog.load_manifest()["cases"]) == 2
+
+
+@pytest.mark.parametrize("name, bad", [("/../../../../../outside/escaped", "'/' at position 0"),
+                                       ("a\\b", "'\\\\' at position 1"), ("ok..dots", "'..'"),
+                                       (".hidden", "start with a letter or digit"), ("x y", "' ' at position 1"),
+                                       ("caf\u00e9", "'\u00e9' at position 3"), ("x" * 101, "at most 100")])
+def test_add_refuses_a_bad_case_name_naming_the_character(tmp_catalog, tmp_path, name, bad, capsys):
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    before = sorted(tmp_path.rglob("*"))
+    snap = _snapshot(tmp_catalog)
+    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", name]) == 2
+    err = capsys.readouterr().err
+    assert f"case name {name!r}" in err and bad in err, err
+    assert sorted(tmp_path.rglob("*")) == before and _snapshot(tmp_catalog) == snap
+
+
+def test_add_never_writes_through_a_symlink_in_data(tmp_catalog, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_catalog / "data" / "051-prod-bug.npz"
+    link.symlink_to(victim)
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    manifest = (tmp_catalog / "manifest.json").read_bytes()
+    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]) == 2
+    assert f"{link}: exists but the manifest does not list it" in capsys.readouterr().err
+    assert victim.read_text() == "precious" and link.is_symlink()
+    assert (tmp_catalog / "manifest.json").read_bytes() == manifest
+
+
+def test_a_symlinked_data_folder_is_refused_by_add_and_regen(tmp_catalog, tmp_path, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(tmp_catalog / "data", elsewhere)
+    (tmp_catalog / "data").symlink_to(elsewhere)
+    before = sorted(p.name for p in elsewhere.iterdir())
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    for cmd in (["add", str(src), "--comment", "c", "--flags", "split-merge"], ["regen"]):
+        assert main(cmd) == 2
+        assert f"{tmp_catalog / 'data'}: is a symlink; a catalog's data folder must be a folder of its own" \
+            in capsys.readouterr().err
+    assert sorted(p.name for p in elsewhere.iterdir()) == before and not list(tmp_catalog.glob(".regen-*"))
+
+
+@pytest.mark.parametrize("file", ["../../outside.npz", "/etc/passwd", "data/../../outside.npz", "data/sub/x.npz"])
+def test_a_manifest_file_outside_data_is_refused_naming_the_case_and_path(tmp_catalog, tmp_path, file, capsys):
+    # Even with a matching sha256: the path alone is refused, before any file is opened.
+    outside = tmp_path / "outside.npz"
+    sha = save_case(outside, random_problem(5))
+    m = json.loads((tmp_catalog / "manifest.json").read_text())
+    m["cases"][3].update(file=file, sha256=sha)
+    (tmp_catalog / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(catalog.CatalogError) as e:
+        catalog.load_manifest()
+    assert f"cases[3] ({m['cases'][3]['name']!r}): file {file!r} is not a .npz file directly inside data/" \
+           in str(e.value)
+    for cmd in (["verify"], ["regen"], ["check", "--backend", "emulate", "--examples", "0"], ["list"]):
+        assert main(cmd) == 2
+        assert f"file {file!r} is not a .npz file directly inside data/; refused" in capsys.readouterr().err
+
+
+def test_a_symlinked_case_file_is_that_cases_error_and_never_followed(tmp_catalog, tmp_path, capsys):
+    m = catalog.load_manifest()
+    m["cases"] = m["cases"][:2]
+    (tmp_catalog / "manifest.json").write_text(catalog.dump(m))
+    target = tmp_catalog / m["cases"][0]["file"]
+    copy = tmp_path / "elsewhere.npz"
+    shutil.move(target, copy)
+    target.symlink_to(copy)
+    assert catalog.verify() == [f"case 0 {m['cases'][0]['name']}: {target}: is a symlink; "
+                                "catalog files are never links"]
+    run = check_golden(kernels.get_backend("emulate"), cases=[0, 1])
+    assert [c.status for c in run.cases] == ["ERROR", "PASS"] and "is a symlink" in run.cases[0].error
+
+
+def test_a_catalog_case_with_hostile_metadata_is_that_cases_error_and_the_run_goes_on(tmp_catalog):
+    m = json.loads((tmp_catalog / "manifest.json").read_text())
+    for i, meta in ((0, {"launches": 5}), (1, "[" * 100000 + "]" * 100000)):
+        path = tmp_catalog / m["cases"][i]["file"]
+        m["cases"][i]["sha256"] = _with_meta(path, meta)
+    (tmp_catalog / "manifest.json").write_text(json.dumps(m))
+    run = check_golden(kernels.get_backend("emulate"), cases=[0, 1, 2])
+    assert [c.status for c in run.cases] == ["ERROR", "ERROR", "PASS"], run.text()
+    assert "field 'meta.meta.launches' is a JSON int, expected list" in run.cases[0].error
+    assert "field 'meta' is not JSON this reader accepts (RecursionError)" in run.cases[1].error
+
+
+def _with_meta(path, meta):
+    """Rewrite case file ``path`` with its ``meta`` object replaced by ``meta``
+    (a JSON value, or raw JSON text when a str); returns the new sha256."""
+    import hashlib
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    top = json.loads(np.lib.format.read_array(io.BytesIO(members["meta.npy"])).tobytes())
+    text = json.dumps({**top, "meta": None}).replace("null", meta if isinstance(meta, str) else json.dumps(meta))
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.frombuffer(text.encode(), np.uint8))
+    members["meta.npy"] = buf.getvalue()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_interrupted_add_leaves_no_file_behind(tmp_catalog, tmp_path, monkeypatch, capsys):
+    from nvfp4_suite.vectors import io as case_io
+
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    before = _snapshot(tmp_catalog)
+    real_fdopen = os.fdopen
+
+    class HalfWritten:
+        """A file that takes half of what it is given, then is interrupted."""
+
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            raise KeyboardInterrupt
+
+    def fdopen(fd, mode, *a):
+        return HalfWritten(real_fdopen(fd, mode)) if "w" in mode else real_fdopen(fd, mode, *a)
+
+    monkeypatch.setattr(case_io.os, "fdopen", fdopen)
+    add = ["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]
+    assert main(add) == 2
+    monkeypatch.setattr(case_io.os, "fdopen", real_fdopen)
+    assert _snapshot(tmp_catalog) == before and not list((tmp_catalog / "data").glob(".*"))
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    # Interrupted between the data file and the manifest: the data file goes again.
+    monkeypatch.setattr(catalog, "write_atomic", interrupted)
+    assert main(add) == 2
+    assert _snapshot(tmp_catalog) == before
+    assert capsys.readouterr().err.count("interrupted: no verdict") == 2
 
 
 def test_regen_refuses_a_catalog_whose_added_file_is_gone(tmp_catalog, tmp_path, capsys):

@@ -1,18 +1,22 @@
 """python -m vectors: exit codes, output, repro files."""
 
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args, cwd=ROOT, env_extra=None):
-    import os
-
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=600)
+                          env=env, timeout=600, stdin=subprocess.DEVNULL)
 
 
 def test_check_emulate_passes_with_exit_0():
@@ -69,11 +73,12 @@ def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monk
     assert launch["xcds"] == 8 and meta["backend"] == spec
     (cmd,) = _replay_lines(out)
     assert cmd == f"python -m nvfp4_suite.vectors replay {saved[0]} --backend {spec}"
-    assert main(cmd.split()[3:]) == 1
+    # The file names the launch; the backend, a module path, only the command does.
+    assert main(shlex.split(cmd)[3:]) == 1
     assert f"splits={launch['splits']} xcds=8 layout=" in capsys.readouterr().out
-    # The file alone names the backend and the launch.
-    assert main(["replay", saved[0]]) == 1
-    assert main(["replay", saved[0], "--xcds", "0"]) == 0
+    assert main(["replay", saved[0]]) == 2
+    assert f"records backend {spec!r}, which is not a registered name" in capsys.readouterr().err
+    assert main(["replay", saved[0], "--backend", spec, "--xcds", "0"]) == 0
     assert f"splits={launch['splits']} layout=" in capsys.readouterr().out
 
 
@@ -90,7 +95,7 @@ def test_golden_failure_replay_commands_run_as_printed(monkeypatch, capsys):
     hints = _replay_lines(out)
     assert "0 of 1 cases passed, 1 failed" in out and len(hints) == 1, out
     assert hints[0].endswith("--backend mutants:PlacementBug --splits 1 --xcds 8"), hints
-    assert main(hints[0].split()[3:]) == 1 and "xcds=8" in capsys.readouterr().out
+    assert main(shlex.split(hints[0])[3:]) == 1 and "xcds=8" in capsys.readouterr().out
 
 
 def test_add_of_a_missing_file_exits_2(capsys):
@@ -151,3 +156,102 @@ def test_serving_shape_needs_generated_problems(capsys):
 
     assert main(["check", "--backend", "emulate", "--shape", "serving", "--examples", "0"]) == 2
     assert "--shape serving checks generated problems" in capsys.readouterr().err
+
+
+def _case_file(path, meta, problem=None):
+    """Save a small problem (default a valid one) with ``meta`` at ``path``."""
+    from nvfp4_suite.reference.examples import random_problem
+    from nvfp4_suite.vectors.io import save_case
+
+    save_case(path, random_problem(6, reqs=2, topk=3) if problem is None else problem, meta=meta)
+    return path
+
+
+@pytest.mark.parametrize("spec", ["code:interact", "os:abort", "sys:exit", "this:x"])
+def test_replay_never_loads_a_backend_a_file_names_unless_it_is_registered(tmp_path, spec):
+    # In a subprocess: an import or call of what the file names would show as a
+    # console, an abort (rc 134), exit 0 or the Zen of Python.
+    path = _case_file(tmp_path / "case.npz", {"backend": spec, "launches": [{"splits": 1, "xcds": 0, "order": None}]})
+    r = _run("replay", str(path))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"records backend {spec!r}, which is not a registered name" in r.stderr
+    assert "give --backend explicitly" in r.stderr and r.stdout == ""
+
+
+def test_replay_uses_a_registered_backend_the_file_names(tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    launch = {"splits": 2, "xcds": 0, "order": None}
+    path = _case_file(tmp_path / "case.npz", {"backend": "emulate", "launches": [launch]})
+    assert main(["replay", str(path)]) == 0
+    assert "splits=2 layout=" in capsys.readouterr().out
+
+
+def test_printed_replay_commands_run_as_printed_from_a_folder_named_like_a_shell_command(tmp_path, monkeypatch,
+                                                                                        capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "my repro;touch pwned;x"))
+    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "20", "--no-golden"]) == 1
+    (cmd,) = _replay_lines(capsys.readouterr().out)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "tests"))
+    r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "FAIL" in r.stdout, cmd + "\n" + r.stdout + r.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_replay_of_an_invalid_problem_naming_no_expected_error_is_exit_2_before_any_backend(tmp_path, monkeypatch,
+                                                                                           capsys):
+    from nvfp4_suite import kernels
+    from nvfp4_suite.reference.examples import random_problem
+    from nvfp4_suite.vectors.cli import main
+
+    made = []
+    monkeypatch.setitem(kernels._REGISTRY, "counting", lambda: made.append(1) or kernels.get_backend("emulate"))
+    p = random_problem(6, reqs=2, topk=3)
+    p.q[0, 0, 0] = np.nan
+    path = _case_file(tmp_path / "case.npz", {"backend": "counting"}, problem=p)
+    for args in (["replay", str(path)], ["replay", str(path), "--backend", "counting"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{path}: its problem is invalid (QueryValueError: q[0, 0, 0]" in err and "no backend was run" in err
+    assert made == []
+
+
+def test_add_with_split_count_0_is_a_usage_error(tmp_path):
+    r = _run("add", str(tmp_path / "x.npz"), "--comment", "c", "--flags", "split-merge", "--splits", "0")
+    assert r.returncode == 2 and "split count 0: must be >= 1" in r.stderr and "Traceback" not in r.stderr
+
+
+def _with_meta_text(src, dst, text):
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.frombuffer(text.encode(), np.uint8))
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.namelist():
+            zout.writestr(item, buf.getvalue() if item == "meta.npy" else zin.read(item))
+    return dst
+
+
+@pytest.mark.parametrize("hostile", ["launches of the wrong type", "deeply nested JSON"])
+def test_hostile_metadata_is_exit_2_in_replay_and_add(tmp_path, monkeypatch, hostile, capsys):
+    from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.cli import main
+
+    path = _case_file(tmp_path / "ok.npz", {"launches": 5})
+    if hostile == "deeply nested JSON":
+        path = _with_meta_text(path, tmp_path / "deep.npz", "[" * 100000 + "]" * 100000)
+    # A catalog of its own, in case add got as far as writing.
+    root = tmp_path / "cat"
+    (root / "data").mkdir(parents=True)
+    shutil.copy(catalog.HERE / "manifest.json", root / "manifest.json")
+    monkeypatch.setattr(catalog, "HERE", root)
+    for args in (["replay", str(path), "--backend", "emulate"],
+                 ["add", str(path), "--comment", "c", "--flags", "split-merge"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert ("field 'meta.meta.launches' is a JSON int" in err if hostile.startswith("launches")
+                else "not JSON this reader accepts (RecursionError)" in err), err
+    assert not list((root / "data").iterdir())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import shlex
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from nvfp4_suite.reference.compare import backend_interval, describe_modified_in
 
 from . import catalog
 from .harness import BackendCrash, modified_inputs, private_copy, run_case
-from .io import CaseFileError, load_case
+from .io import CaseFileError
 
 def indent(text: str, pad: str) -> str:
     """``text`` with ``pad`` before each of its lines."""
@@ -149,7 +150,7 @@ def check_case(backend, entry: dict, splits=None) -> CaseResult:
     res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog.HERE / entry["file"],
                      expected_error=entry.get("expected_error"))
     try:
-        problem, _, extra = load_case(res.file, sha256=entry["sha256"])
+        problem, _, extra = catalog.load_entry(entry)
     except CaseFileError as e:
         res.status, res.error = "ERROR", str(e)
         return res
@@ -269,12 +270,13 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
 
 def replay_command(file, spec: str, launch: Launch | None = None) -> str:
     """The command that replays ``file`` against the backend loaded by ``spec``
-    (``launch``: the one failing launch, else the file's own)."""
-    cmd = f"python -m nvfp4_suite.vectors replay {file} --backend {spec}"
+    (``launch``: the one failing launch, else the file's own), each argument
+    shell-quoted: it runs as printed whatever the folder's name."""
+    cmd = f"python -m nvfp4_suite.vectors replay {shlex.quote(str(file))} --backend {shlex.quote(spec)}"
     if launch is not None:
         cmd += f" --splits {launch.splits} --xcds {launch.xcds}"
         if launch.order is not None:
-            cmd += f" --order {launch.order}"
+            cmd += f" --order {shlex.quote(launch.order)}"
     return cmd
 
 

@@ -134,14 +134,30 @@ def cmd_replay(args) -> int:
 
     Runs the launches the file records (a repro's failing launch, a golden
     case's list), with ``--splits``/``--xcds``/``--order`` overriding those fields.
+    The file is data: its problem is validated before any backend is loaded
+    (an invalid problem that names no expected error is a statement about the
+    file, exit 2), and the backend it records is used only when it is a
+    registered name; any other needs ``--backend``.
     """
     problem, meta, _ = load_case(args.file)
-    spec = args.backend or meta.get("backend")
+    expected_error = meta.get("expected_error")
+    if not expected_error:
+        try:
+            problem.validate()
+        except Exception as e:  # noqa: BLE001 - whatever the validator raises, nothing can be judged
+            raise SetupError(f"{args.file}: its problem is invalid ({type(e).__name__}: {e}) and the file names no "
+                             "expected error; no backend was run") from None
+    spec = args.backend
     if spec is None:
-        raise SetupError(f"{args.file} records no backend: give --backend")
+        spec = meta.get("backend")
+        if spec is None:
+            raise SetupError(f"{args.file} records no backend: give --backend")
+        if spec not in kernels.registered():
+            raise SetupError(f"{args.file} records backend {spec!r}, which is not a registered name "
+                             f"({', '.join(kernels.registered())}); a case file never chooses code to import: "
+                             "give --backend explicitly (e.g. the one the printed replay command names)")
     spec, backend = pick_backend(spec)
     print(_describe_backend(spec, backend))
-    expected_error = meta.get("expected_error")
     if expected_error:
         ok, text = check_invalid(problem, expected_error, backend)
         print(text)
@@ -167,26 +183,29 @@ def cmd_replay(args) -> int:
     return 0 if ok else 1
 
 
+def _notice(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def cmd_regen(args) -> int:
     """``regen [--check]``: rewrite the catalog, or compare a fresh regeneration byte for byte."""
-    previous = catalog.load_manifest(versions=args.check) if catalog.exists() else None
     if args.check:
-        if previous is None:
+        if not catalog.exists():
             raise SetupError("regen --check: no manifest to check against")
-        n, bad = catalog.regen_differences(previous, _progress)
+        n, bad = catalog.regen_differences(_progress, notice=_notice)
         for b in bad:
             print(f"regen --check: {b}")
         print(f"regen --check: {'OK' if not bad else 'FAILED'} ({n} cases)")
         return 1 if bad else 0
-    manifest = catalog.regen_write(previous, _progress)
-    size = sum(f.stat().st_size for f in catalog.DATA.iterdir())
+    manifest = catalog.regen_write(_progress, notice=_notice)
+    size = sum(catalog.case_file(c).stat().st_size for c in manifest["cases"])
     print(f"wrote {len(manifest['cases'])} cases, {size / 2**20:.2f} MiB")
     return 0
 
 
 def cmd_verify(args) -> int:
     """``verify``: the reference reproduces every stored expectation (drift detector)."""
-    bad = catalog.verify(_progress)
+    bad = catalog.verify(_progress, notice=_notice)
     for b in bad:
         print(f"verify: {b}")
     print(f"verify: {'OK' if not bad else 'FAILED'}")
@@ -209,9 +228,17 @@ def cmd_list(args) -> int:
 
 def cmd_add(args) -> int:
     """``add FILE --comment C --flags F..``: promote a case file into the catalog."""
-    entry = catalog.add_case(args.file, comment=args.comment, flags=args.flags, name=args.name, splits=args.splits)
+    entry = catalog.add_case(args.file, comment=args.comment, flags=args.flags, name=args.name, splits=args.splits,
+                             notice=_notice)
     print(f"added case {entry['id']} ({entry['file']}), result {entry['result']}")
     return 0
+
+
+def _split_count(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"split count {n}: must be >= 1")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--comment", required=True, help="what the case targets")
     a.add_argument("--flags", nargs="+", required=True, help="its bug-class flags (see `list`)")
     a.add_argument("--name", help="case name (default: the file's stem)")
-    a.add_argument("--splits", type=int, nargs="+", help="split counts to store expectations for")
+    a.add_argument("--splits", type=_split_count, nargs="+", help="split counts (>= 1) to store expectations for")
     a.set_defaults(fn=cmd_add)
     return ap
 
