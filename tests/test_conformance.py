@@ -8,7 +8,12 @@ import pytest
 from hypothesis import settings
 
 from nvfp4_suite import kernels
-from nvfp4_suite.vectors.pytest_plugin import ConformanceFailure, check_generated_or_fail, default_examples, load_backend
+from nvfp4_suite.vectors.pytest_plugin import (
+    ConformanceFailure,
+    check_generated_or_fail,
+    default_examples,
+    load_backend,
+)
 
 
 @pytest.mark.parametrize("spec", kernels.registered())
