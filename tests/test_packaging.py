@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import tomllib
+import uuid
 from pathlib import Path
 
 import pytest
@@ -137,7 +138,8 @@ def test_a_wrong_kernels_golden_test_fails_with_a_replay_command_that_runs(tmp_p
     r = _pytest(project, "-q", "--nvfp4-backend", "kernels.mine:Halved", "-k", "stale-tail-127-splits2",
                 "--junitxml", str(tmp_path / "junit.xml"))
     assert r.returncode == 1 and r.stdout.splitlines()[-1].startswith("1 failed, "), r.stdout + r.stderr
-    replay = [line for line in r.stdout.splitlines() if line.startswith("replay: ")]
+    # (pytest repeats the message in its short summary where CI is set)
+    replay = sorted({line for line in r.stdout.splitlines() if line.startswith("replay: ")})
     assert replay == [f"replay: python -m nvfp4_suite.vectors replay {ROOT / 'vectors/data/010-stale-tail-127.npz'} "
                       "--backend kernels.mine:Halved --splits 2 --xcds 0"], r.stdout
     assert "test_golden[kernels.mine:Halved-010-stale-tail-127-splits2]" in (tmp_path / "junit.xml").read_text()
@@ -290,7 +292,7 @@ def test_mypy_resolves_nvfp4_suite_imports_to_the_folders(tmp_path):
     pytest.importorskip("mypy", reason="the lint extra is not installed")
     # A deliberate type error about a suite class: mypy can only name the class's
     # type if it found nvfp4_suite.reference (reference/problem.py) through the configuration.
-    probe = tmp_path / f"probe_{tmp_path.name}.py"  # a module name mypy's cache has not seen
+    probe = tmp_path / f"probe_{uuid.uuid4().hex}.py"  # a module name mypy's cache has not seen
     probe.write_text("from nvfp4_suite.reference import DecodeProblem\nx: int = DecodeProblem\n")
     r = _run([sys.executable, "-m", "mypy", str(probe)], ROOT)
     want = f'{probe}:2: error: Incompatible types in assignment (expression has type "type[DecodeProblem]"'
