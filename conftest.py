@@ -1,4 +1,5 @@
-"""Root pytest configuration: hypothesis profiles and the --backend option.
+"""Root pytest configuration: hypothesis profiles (the backends to check come
+from the suite's pytest plugin, ``--nvfp4-backend``: nvfp4_suite/vectors/pytest_plugin.py).
 
 Profiles: ``ci`` (derandomized, bounded, no deadline; chosen when CI is set),
 ``dev`` (the default elsewhere), ``thorough`` (many examples, for hand runs).
@@ -32,21 +33,6 @@ settings.register_profile(
     "thorough", max_examples=3000, deadline=None, suppress_health_check=_SLOW_OK
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
-
-
-def pytest_addoption(parser):
-    parser.addoption(
-        "--backend", action="append", default=None,
-        help="backend to check (registered name or module.path:attr); repeatable; default: every registered one",
-    )
-
-
-def pytest_generate_tests(metafunc):
-    if "backend_spec" in metafunc.fixturenames:
-        from nvfp4_suite import kernels
-
-        specs = metafunc.config.getoption("backend") or kernels.registered()
-        metafunc.parametrize("backend_spec", specs)
 
 
 def pytest_configure(config):

@@ -15,13 +15,15 @@ set -u
 mode=${1:-smoke}
 out=${OUT:-gpu-results}
 mkdir -p "$out"
-# The suite imports itself as nvfp4_suite; where it is not installed (a GPU
-# machine that only has this checkout), a folder of links gives that name.
-if ! python3 -c 'import nvfp4_suite.vectors' 2>/dev/null; then
-  mkdir -p .nvfp4-path/nvfp4_suite
-  for pkg in reference kernels vectors; do ln -sfn "$PWD/$pkg" ".nvfp4-path/nvfp4_suite/$pkg"; done
-  export PYTHONPATH=$PWD/.nvfp4-path
+# The suite installed into the machine's own environment, as a user installs
+# it: its ranges accept the numpy, hypothesis, torch and triton there, so pip
+# replaces nothing, and no network is needed (--no-deps, --no-build-isolation:
+# the machine's setuptools >= 70.1 builds it).
+if ! python3 -m pip install -q --no-deps --no-build-isolation -e "$(dirname "$0")/.."; then
+  echo "error: cannot install the suite here (pip install --no-deps --no-build-isolation -e . failed; needs setuptools >= 70.1)" >&2
+  exit 2
 fi
+python3 -m pip check 2>&1 | grep -i nvfp4 && { echo "error: the environment does not satisfy the suite's ranges" >&2; exit 2; }
 export PYTHONUNBUFFERED=1
 # Many shards share the CPU (the references run there): one BLAS/OpenMP thread
 # each, or they oversubscribe the cores and stall.

@@ -259,4 +259,9 @@ the problem's layout) is stored in every saved failure and replayed as it was.
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.protocol",
+                            description="Print the README's 'Writing a backend' section, generated from this "
+                                        "module (tests/test_protocol.py keeps the two equal).").parse_args()
     print(README_SECTION, end="")

@@ -120,23 +120,25 @@ def test_without_the_neutraliser_the_imports_change_the_draws(tmp_path):
     assert len(plain) == len(more) == 12 and plain != more
 
 
-def _logged(tmp_path, name, cmd, extra_env=None) -> list[str]:
+def _logged(tmp_path, name, cmd, extra_env=None, cwd=ROOT) -> list[str]:
     log = tmp_path / f"{name}.drawn"
     env = dict(os.environ, NVFP4_DRAWN=str(log), OMP_NUM_THREADS="1", CI="true", **(extra_env or {}))
     env.pop("HYPOTHESIS_PROFILE", None)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     return log.read_text().split()
 
 
 def test_the_cli_the_pytest_route_and_a_tool_draw_the_same_problems_for_a_seed(tmp_path):
-    # The pytest route runs the CI profile's 30 problems at --hypothesis-seed 3.
     n, seed = 30, 3
     cli = _logged(tmp_path, "cli", [sys.executable, "-m", "nvfp4_suite.vectors", "check", "--backend", "emulate",
                                     "--no-golden", "--examples", str(n), "--seed", str(seed)])
+    # The pytest route: the plugin's generated test, run from a project that is not the suite.
+    project = tmp_path / "project"
+    project.mkdir()
     route = _logged(tmp_path, "pytest", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-                                         "tests/test_conformance.py::test_backend_conforms_on_generated_problems",
-                                         "--backend", "emulate", f"--hypothesis-seed={seed}"])
+                                         "--nvfp4-backend", "emulate", "--nvfp4-seed", str(seed),
+                                         "--nvfp4-examples", str(n), "-k", "test_generated"], cwd=project)
     tool = textwrap.dedent(f"""
         import torch  # a tool's own imports come first
         from nvfp4_suite.kernels import get_backend

@@ -10,8 +10,9 @@ into a correct implementation; they are named by backend specs
 (``module:attr``, as ``nvfp4_suite.kernels.get_backend`` and ``python -m nvfp4_suite.vectors check
 --backend`` take them), so this module imports nothing to list them:
 
-- ``mutants:<attr>``: numpy kernels in ``tests/mutants.py`` (importable with
-  ``tests/`` on ``sys.path``, as under pytest, or with ``PYTHONPATH=tests``);
+- ``mutants:<attr>``: numpy kernels in ``tests/mutants.py``, a test helper that is not
+  installed: ``nvfp4_suite.kernels.get_backend`` loads it from the suite's checkout
+  (an editable install), wherever the command runs;
 - ``nvfp4_suite.kernels.triton.decode:<name>``: the Triton kernel built with one of its ``MUTANTS``;
 - ``nvfp4_suite.kernels.flydsl.sim.backend:<name>_<arch>``: the FlyDSL kernel compiled with
   one of ``nvfp4_suite.kernels.flydsl.decode.MUTANTS`` for ``arch``, run by the simulator.
@@ -20,7 +21,8 @@ into a correct implementation; they are named by backend specs
 fails a golden case carrying its own class's flag, every class has a mutant
 or says why it has none, and every mutant defined anywhere is registered.
 
-    python -m nvfp4_suite.vectors.bugs                    # each class: description, golden cases, mutants
+    python -m nvfp4_suite.vectors bugs                    # each class: description, golden cases, mutants
+    python -m nvfp4_suite.vectors.bugs                    # the same
     python -m nvfp4_suite.vectors.bugs --mutants triton   # the Triton mutants' specs, one a line
     python -m nvfp4_suite.vectors.bugs --contract         # section 9 of reference/CONTRACT.md
 """
@@ -166,14 +168,16 @@ def contract_section() -> str:
     ])
 
 
-def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE | --contract]``; exit 2 on an unknown engine."""
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.bugs", description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``bugs`` (``python -m nvfp4_suite.vectors bugs`` and this module's ``main``)."""
     ap.add_argument("--mutants", metavar="ENGINE", choices=sorted(set(ENGINES.values())) + ["all"],
                     help="print only the specs of this engine's mutants (or all), one a line")
     ap.add_argument("--contract", action="store_true",
                     help="print section 9 of reference/CONTRACT.md (the table of bug classes)")
-    args = ap.parse_args(argv)
+
+
+def run(args) -> int:
+    """Print what ``args`` (from ``add_arguments``) asks for; 0."""
     if args.contract:
         print(contract_section(), end="")
         return 0
@@ -193,6 +197,15 @@ def main(argv=None) -> int:
         if c.no_mutant:
             print(f"  no mutant: {c.no_mutant}")
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE | --contract]``: the same
+    as ``python -m nvfp4_suite.vectors bugs`` (whose entry point handles errors and a
+    reader that goes away, ``| head``); exit 2 on an unknown engine."""
+    from .cli import main as cli_main
+
+    return cli_main(["bugs", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

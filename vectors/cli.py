@@ -241,13 +241,25 @@ def _split_count(text: str) -> int:
     return n
 
 
+def cmd_bugs(args) -> int:
+    """``bugs [--mutants ENGINE | --contract]``: the bug-class registry (``nvfp4_suite.vectors.bugs``)."""
+    from . import bugs
+
+    return bugs.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors", description="NVFP4 sparse decode conformance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     backend_help = (f"registered name ({', '.join(kernels.registered())}) or module.path:attr")
     c = sub.add_parser("check", help="golden vectors + generated problems against a backend",
-                       description="Run the golden vectors and generated problems against one backend.")
+                       description="Run the golden vectors and generated problems against one backend. "
+                                   "The generated problems' statistics line gives the largest |got - pre|/reach: "
+                                   "pre is the reference's unrounded value of an output element and reach the "
+                                   "distance from pre to the far edge of the acceptance interval's last bf16 "
+                                   "rounding cell on got's side, so the ratio is below 1 exactly when the element "
+                                   "is inside its interval (near 1: at the edge of what is accepted).")
     c.add_argument("--backend", help=f"{backend_help}; default: the first available of {', '.join(PREFERENCE)}")
     c.add_argument("--examples", type=int, default=100, help="generated problems (default 100; 0 for none)")
     c.add_argument("--seed", type=int, default=0, help="seed of the generated problems")
@@ -265,12 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--xcds", type=int, help="this XCD placement (default: the file's launches)")
     r.add_argument("--order", help="this workgroup order (default: the file's launches)")
     r.set_defaults(fn=cmd_replay)
-    g = sub.add_parser("regen", help="regenerate every golden case (with --check: compare, change nothing)")
+    g = sub.add_parser("regen", help="regenerate every golden case (with --check: compare, change nothing)",
+                       description="Regenerate the golden catalog from the reference, deterministically: "
+                                   "built-in cases rebuilt, promoted (`add`) cases kept with their expectations "
+                                   "recomputed; written beside data/ and swapped in at the end (an interrupted run "
+                                   "leaves the catalog as it was). With --check: regenerate in a temporary folder "
+                                   "and compare byte for byte, changing nothing (exit 1 on a difference).")
     g.add_argument("--check", action="store_true", help="regenerate in a temporary folder and compare bytes")
     g.set_defaults(fn=cmd_regen)
-    v = sub.add_parser("verify", help="recompute every stored expectation and compare (drift detector)")
+    v = sub.add_parser("verify", help="recompute every stored expectation and compare (drift detector)",
+                       description="Recompute every expectation stored in the golden catalog with the installed "
+                                   "reference and compare bit for bit; exit 1 names each case that drifted.")
     v.set_defaults(fn=cmd_verify)
-    ls = sub.add_parser("list", help="list the golden cases")
+    ls = sub.add_parser("list", help="list the golden cases",
+                        description="One line per golden case (id, name, expected result, bug-class flags) "
+                                    "and its comment; --flag keeps the cases of one bug class (`bugs` lists them).")
     ls.add_argument("--flag", help="only cases with this bug-class flag")
     ls.set_defaults(fn=cmd_list)
     a = sub.add_parser("add", help="promote a saved case file (e.g. from .repro/) into the catalog")
@@ -280,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--name", help="case name (default: the file's stem)")
     a.add_argument("--splits", type=_split_count, nargs="+", help="split counts (>= 1) to store expectations for")
     a.set_defaults(fn=cmd_add)
+    from .bugs import add_arguments
+
+    b = sub.add_parser("bugs", help="the bug classes: description, golden cases, mutants",
+                       description="Each bug class (a golden-case flag): its description, the golden cases "
+                                   "carrying it and its mutants (backend specs that inject that one bug).")
+    add_arguments(b)
+    b.set_defaults(fn=cmd_bugs)
     return ap
 
 
@@ -300,7 +328,9 @@ def main(argv=None) -> int:
         print("error: --examples must be >= 0", file=sys.stderr)
         return 2
     try:
-        return args.fn(args)
+        rc = args.fn(args)
+        sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
+        return rc
     except (SetupError, CaseFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
+import sys
 
 from nvfp4_suite.kernels.bench import _problem, _time, ROOFLINE
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.triton.sweep")
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.triton.sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="256x4x1,64x4x1")
     ap.add_argument("--topk", type=int, default=16)
     ap.add_argument("--deq", default="1,2", help="dequantisation paths (nvfp4_suite.kernels.triton.decode.DEQ)")
@@ -27,6 +28,9 @@ def main(argv=None) -> int:
 
     from nvfp4_suite.kernels.torch import backend as torch_backend
 
+    if not torch.cuda.is_available():
+        print("error: no CUDA/ROCm device", file=sys.stderr)
+        return 2
     mod = importlib.import_module(args.module)
     dev = torch.device("cuda")
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731

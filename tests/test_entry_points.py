@@ -1,0 +1,159 @@
+"""Every ``python -m`` entry point of the suite: its ``--help``, and one real
+small task (on a GPU, under ``-m gpu``, for those that need one; the no-GPU
+path is then exit 2 with the reason). ``kernels.flydsl.sim.*`` are tested
+beside the simulator (tests/test_flydsl_sim_*.py).
+
+Found with ``grep -rln "__main__" --include=*.py reference kernels vectors``;
+``test_every_entry_point_is_listed_here`` keeps the list complete."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ENTRY_POINTS = {
+    "nvfp4_suite.vectors": "vectors/__main__.py",
+    "nvfp4_suite.vectors.bugs": "vectors/bugs.py",
+    "nvfp4_suite.vectors.serving": "vectors/serving.py",
+    "nvfp4_suite.kernels.protocol": "kernels/protocol.py",
+    "nvfp4_suite.kernels.bench": "kernels/bench.py",
+    "nvfp4_suite.kernels.triton.sweep": "kernels/triton/sweep.py",
+    "nvfp4_suite.kernels.flydsl.resources": "kernels/flydsl/resources.py",
+    "nvfp4_suite.reference.bench": "reference/bench.py",
+}
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _m(module, *args, timeout=600, **env):
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def test_every_entry_point_is_listed_here():
+    found = {str(p.relative_to(ROOT)) for top in ("reference", "kernels", "vectors") for p in (ROOT / top).rglob("*.py")
+             if (p.name == "__main__.py" or "__main__" in p.read_text()) and "flydsl/sim" not in p.as_posix()}
+    assert found == set(ENTRY_POINTS.values())
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_help_describes_the_command(module):
+    r = _m(module, "--help", timeout=120)
+    # The module is the CLI's `bugs` subcommand under its own name.
+    prog = "nvfp4_suite.vectors bugs" if module == "nvfp4_suite.vectors.bugs" else module
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: python -m {prog}"), r.stdout + r.stderr
+    description = r.stdout.split("\n\n")[1]
+    assert not description.startswith(("options:", "positional arguments:")), f"{module} --help has no description"
+
+
+def test_vectors_lists_the_cases_of_one_bug_class():
+    r = _m("nvfp4_suite.vectors", "list", "--flag", "stale-tail", timeout=120)
+    assert r.returncode == 0 and r.stdout.count("stale-tail") >= 2, r.stdout + r.stderr
+
+
+def test_vectors_bugs_prints_the_triton_mutants_also_as_a_subcommand():
+    a = _m("nvfp4_suite.vectors.bugs", "--mutants", "triton", timeout=120)
+    b = _m("nvfp4_suite.vectors", "bugs", "--mutants", "triton", timeout=120)
+    assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
+    assert a.stdout.split() == [f"nvfp4_suite.kernels.triton.decode:{name}"
+                                for name in ("causal", "v_scale_linear", "minus_one", "merge_no_rescale")]
+
+
+@pytest.mark.parametrize("argv", [["nvfp4_suite.vectors", "bugs"], ["nvfp4_suite.vectors.bugs"]])
+def test_bugs_under_head_stops_quietly(argv):
+    # `| head -1`: the reader takes one line and goes away while the command still writes.
+    p = subprocess.Popen([sys.executable, "-m", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().startswith("first-invalid-nan: ")
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) in (0, 2) and "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_mutant_specs_load_without_the_tests_folder_on_the_path(tmp_path):
+    # From another directory, PYTHONPATH unset: `mutants:` resolves to the checkout's tests/mutants.py.
+    case = ROOT / "vectors/data/010-stale-tail-127.npz"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", "replay", str(case), "--backend",
+                        "mutants:numpy_stale_tail", "--splits", "1"], cwd=tmp_path, capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 1 and "backend: mutant:stale_tail" in r.stdout and "FAIL" in r.stdout, r.stdout + r.stderr
+
+
+def test_serving_bench_times_one_problem_on_the_cpu():
+    pytest.importorskip("torch")
+    # The first bench problem is the small one (64 rows x Hkv 2 x TOPK 16): the numpy
+    # reference, the torch reference and the torch backend, on the CPU; the two
+    # references' intervals must be equal.
+    r = _m("nvfp4_suite.vectors.serving", "--bench", "--backend", "torch", "--examples", "1", "--numpy-examples", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    row = r.stdout.strip().splitlines()[-1].split()
+    assert row[:4] == ["1", "64", "2", "16"] and row[-1] == "equal", r.stdout
+
+
+def test_serving_refuses_an_unavailable_backend_with_exit_2():
+    r = _m("nvfp4_suite.vectors.serving", "--backend", "flydsl", "--examples", "1", timeout=120)
+    assert r.returncode == 2 and "is not available here" in r.stderr, r.stdout + r.stderr
+
+
+def test_protocol_prints_the_readme_section():
+    from nvfp4_suite.kernels.protocol import README_SECTION
+
+    r = _m("nvfp4_suite.kernels.protocol", timeout=120)
+    assert r.returncode == 0 and r.stdout == README_SECTION
+
+
+def test_reference_bench_times_the_emulation_against_the_floor():
+    r = _m("nvfp4_suite.reference.bench", "--reps", "1", "--what", "emulate")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.split()}
+    assert float(lines["floor"][2]) == 1.0 and float(lines["emulate"][2]) > 0
+
+
+@pytest.mark.parametrize("module", ["nvfp4_suite.kernels.bench", "nvfp4_suite.kernels.triton.sweep"])
+def test_gpu_commands_without_a_gpu_exit_2_with_the_reason(module):
+    if _cuda():
+        pytest.skip("a GPU is present: the commands run (test_gpu_commands_run_small)")
+    r = _m(module, timeout=120)
+    assert r.returncode == 2 and "no CUDA/ROCm device" in r.stdout + r.stderr and "Traceback" not in r.stderr, \
+        r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("args", [["nvfp4_suite.kernels.bench", "--topk", "16", "--reps", "1", "--calls", "1"],
+                                  ["nvfp4_suite.kernels.triton.sweep", "--sizes", "64x1x1", "--deq", "1",
+                                   "--warps", "4", "--splits", "1"]])
+def test_gpu_commands_run_small(args):
+    if not _cuda():
+        pytest.skip("needs a CUDA or ROCm GPU")
+    r = _m(*args)
+    assert r.returncode == 0 and "FAILED" not in r.stdout and " us" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.compile_only
+def test_resources_compiles_one_configuration():
+    from nvfp4_suite.kernels.flydsl.backend import flydsl_missing
+    from nvfp4_suite.kernels.flydsl.resources import rocm_path
+
+    rocm, note = rocm_path()
+    why = flydsl_missing() or (None if rocm else note)
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+    r = _m("nvfp4_suite.kernels.flydsl.resources", "--arch", "gfx950", "--topk", "1", "--splits", "1", "--xcds", "0",
+           "--jobs", "1")
+    assert r.returncode == 0 and "1 of 1 configurations pass" in r.stderr, r.stdout + r.stderr
+    row = r.stdout.splitlines()[-1]
+    assert row.split()[:5] == ["gfx950", "token_rows", "1", "1", "0"] and row.endswith("ok"), r.stdout
