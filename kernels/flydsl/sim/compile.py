@@ -34,8 +34,7 @@ from pathlib import Path
 from nvfp4_suite.reference import paged_cache
 
 from .. import lanes
-from ..backend import flydsl_missing
-from ..resources import rocm_path
+from ..host import flydsl_missing, rocm_path
 from ..targets import ARCHS
 
 _SOURCES = ("decode.py", "lanes.py", "targets.py")
@@ -119,6 +118,19 @@ def store(dump: Path, arch: str, topk: int, splits: int, xcds: int, layout: str,
     return path
 
 
+def stem(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
+         mutant: str | None = None) -> str:
+    """The cache's name of one configuration (without the FlyDSL version)."""
+    return _stem(arch, topk, splits, xcds, layout, mutant)
+
+
+def cached(name: str) -> Path | None:
+    """The cached assembly (with its argument-order record) of configuration
+    ``name`` (a ``stem``) compiled by any FlyDSL version, or None."""
+    found = sorted(p for p in cache_dir().glob(f"{name}-*.s") if p.with_suffix(".json").exists())
+    return found[-1] if found else None
+
+
 def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
                   mutant: str | None = None) -> Path:
     """The cached assembly of one configuration (``mutant``: one of
@@ -135,9 +147,9 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     stem = _stem(arch, topk, splits, xcds, layout, mutant)
     missing = flydsl_missing()
     if missing:
-        cached = sorted(p for p in cache_dir().glob(f"{stem}-*.s") if p.with_suffix(".json").exists())
-        if cached:
-            return cached[-1]
+        found = cached(stem)
+        if found is not None:
+            return found
         raise CompileError(f"{missing}; and {stem} is not in the cache {cache_dir()}")
     path = cache_dir() / f"{stem}-fly{_flydsl_version()}.s"
     if path.exists() and path.with_suffix(".json").exists():

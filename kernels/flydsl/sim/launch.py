@@ -71,6 +71,9 @@ class Kernel:
 
     def __init__(self, program: Program):
         self.program = program
+        # Simulator steps executed (one step runs one instruction for the waves
+        # it is issued to; one wave each here, so it equals the wave-instructions).
+        self.steps = 0
         self.handlers = [handler_for(ins) for ins in program.instrs]
         d = program.descriptor
         for kind in _UNSUPPORTED_USER_SGPRS:
@@ -128,7 +131,9 @@ class Kernel:
             for w in live:
                 self.run_wave(w, budget)
             live = [w for w in order if w.state != "end"]
-        return sum(w.count for w in waves)
+        n = sum(w.count for w in waves)
+        self.steps += n
+        return n
 
 
 def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, int, int], block: int = 256,
