@@ -146,6 +146,11 @@ def _clamp_f32(ins: Instr, x: np.ndarray) -> np.ndarray:
 
 # ---- exact fused multiply-add ----------------------------------------------------------------
 
+# A deliberate independent model: ``nvfp4_suite.reference.emulate`` has its own
+# fused multiply-add, and this one is written apart from it on purpose (not
+# imported). The simulator checks the compiled kernel against the reference,
+# so a rounding mistake shared by both would hide itself. This one is tested
+# against exact rational arithmetic (``tests/test_flydsl_sim_vfloat.py``).
 def fma_f32(a, b, c, scale=None) -> np.ndarray:
     """float32 ``(a * b + c) * scale`` with one rounding; a, b, c float32, scale
     a float64 power of two per lane (or None for 1).
@@ -445,6 +450,12 @@ def _pack_b32_f16(w: Wave, ins: Instr) -> None:
     w.vset(ins, halves[0] | (halves[1] << np.uint32(16)))
 
 
+# A deliberate independent model of the fp8 bytes (not imported from
+# ``nvfp4_suite.reference.formats``, which decodes the same bytes for the
+# reference): what the hardware's conversion instruction returns is written
+# here from the ISA's description of E4M3FNUZ and OCP E4M3FN, so a wrong table
+# in the reference cannot make the simulated kernel agree with it. The
+# simulator's tests compare it with ml_dtypes' conversion for all 256 bytes.
 def _fp8_table(fnuz: bool) -> np.ndarray:
     """float32 bit patterns of the 256 E4M3FNUZ (``fnuz``) or OCP E4M3FN bytes."""
     out = np.zeros(256, np.uint32)
