@@ -13,6 +13,9 @@ Two tables, each against a floor measured in the same run:
   and the ratio to the floor, the same problem through
   ``nvfp4_suite.reference.emulate`` (numpy, the seed's arithmetic).
 
+Times are CPU seconds of this process (``time.process_time``), the best of a
+few runs, so that other processes on the machine move them little.
+
 The golden catalog's time per target is measured by
 ``python -m nvfp4_suite.vectors.sim_bench --golden``, which runs the check engine.
 """
@@ -48,9 +51,11 @@ INSTRUCTIONS = {
 
 
 def _timed(fn) -> float:
-    t = time.perf_counter()
+    """CPU seconds of this process spent in ``fn()``: the figures and their floors
+    stay comparable on a machine other processes share."""
+    t = time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def bench_problem():
@@ -74,10 +79,11 @@ def instruction_us(arch: str, text: str, n: int = 2000) -> float:
     ins = parse_instruction(text)
     h = handler_for(ins)
     h(w, ins)
-    t = time.perf_counter()
-    for _ in range(n):
-        h(w, ins)
-    return (time.perf_counter() - t) / n * 1e6
+
+    def loop():
+        for _ in range(n):
+            h(w, ins)
+    return min(_timed(loop) for _ in range(3)) / n * 1e6
 
 
 def launch_figures(arch: str, problem, splits: int = 1) -> dict:

@@ -134,6 +134,12 @@ class Wave:
         return self._exec_mask
 
     @property
+    def exec_full(self) -> bool:
+        """Whether EXEC enables every lane (the common case, written without a mask)."""
+        s = self.s
+        return s[126] == 0xFFFFFFFF and s[127] == 0xFFFFFFFF
+
+    @property
     def exec_bits(self) -> int:
         return int(self.s[126]) | int(self.s[127]) << 32
 
@@ -222,12 +228,16 @@ class Wave:
         if o.kind != "v":
             raise SimError(f"{o.text} is not a vector destination at {ins.where()}")
         dst = self.v[o.index]
-        value = np.asarray(value)
-        if value.dtype != np.uint32:
-            value = value.astype(np.uint32) if value.dtype.kind in "iub" else value.view(np.uint32)
+        if type(value) is not np.ndarray or value.dtype != np.uint32:
+            value = np.asarray(value)
+            if value.dtype != np.uint32:
+                value = value.astype(np.uint32) if value.dtype.kind in "iub" else value.view(np.uint32)
         if ins.enc == "sdwa":
             value = self._sdwa_dst(ins, dst, value)
-        np.copyto(dst, value, where=self.exec_mask)
+        if self.exec_full:
+            dst[...] = value
+        else:
+            np.copyto(dst, value, where=self.exec_mask)
 
     @staticmethod
     def _sdwa_dst(ins: Instr, old: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -259,8 +269,11 @@ class Wave:
         """Write uint32 ``[count, 64]`` to a multi-register destination, active lanes only."""
         if o.kind != "v":
             raise SimError(f"{o.text} is not a vector destination")
-        np.copyto(self.v[o.index:o.index + o.count], words.astype(np.uint32, copy=False),
-                  where=self.exec_mask[None, :])
+        if self.exec_full:
+            self.v[o.index:o.index + o.count] = words
+        else:
+            np.copyto(self.v[o.index:o.index + o.count], words.astype(np.uint32, copy=False),
+                      where=self.exec_mask[None, :])
 
     def vset64(self, o: Operand, value: np.ndarray) -> None:
         """Write uint64 ``[64]`` to a VGPR pair, active lanes only."""

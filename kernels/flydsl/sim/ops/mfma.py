@@ -70,7 +70,9 @@ def round_fraction_to_f32(q: Fraction) -> np.float32:
 
 
 def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
-    """bool ``[16, 16]``: float64 sums the element's (finite) terms exactly, in
+    """bool ``terms.shape[:-1]`` (``terms``: float64, the terms of each element on
+    the last axis; ``abs_sum`` the sums of their magnitudes, shaped as the
+    result): float64 sums the element's (finite) terms exactly, in
     any order. With ``2**q`` the lowest set bit among the terms, every partial
     sum is a multiple of ``2**q``, so it is exact while the magnitudes add up
     to less than ``2**(q + 53)`` (the float64 ``abs_sum`` passes that bound
@@ -80,7 +82,7 @@ def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
     mant, exp = np.frexp(finite)
     ints = np.abs(mant * 2.0 ** 53).astype(np.int64)
     _, low = np.frexp((ints & -ints).astype(np.float64))
-    lsb = np.where(finite != 0, exp - 54 + low, 1 << 20).min(axis=2)
+    lsb = np.where(finite != 0, exp - 54 + low, 1 << 20).min(axis=-1)
     _, top = np.frexp(abs_sum)
     return top <= lsb + 53
 
@@ -102,13 +104,17 @@ def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
         hi = np.nextafter(s + bound, np.inf).astype(np.float32)
         doubt = np.isfinite(abs_sum) & (lo.view(np.uint32) != hi.view(np.uint32))
-        if doubt.any() or not np.all(abs_sum):
-            terms = np.concatenate([a[:, None, :] * b.T[None, :, :], c[:, :, None]], axis=2)
-            doubt &= ~float64_sum_is_exact(terms, abs_sum)
-            zero = abs_sum == 0
-            out[zero] = np.where(np.signbit(terms[zero]).all(axis=1), np.float32(-0.0), np.float32(0.0))
-            for i, j in zip(*np.nonzero(doubt)):
-                out[i, j] = round_fraction_to_f32(sum((Fraction(float(t)) for t in terms[i, j]), Fraction(0)))
+        zero = abs_sum == 0
+        if doubt.any() or zero.any():
+            # The terms of the elements in doubt or exactly zero only (a few of
+            # the 256 as a rule): each proven exact in float64 or summed exactly.
+            ii, jj = np.nonzero(doubt | zero)
+            terms = np.concatenate([a[ii] * b.T[jj], c[ii, jj][:, None]], axis=1)
+            z = zero[ii, jj]
+            out[ii[z], jj[z]] = np.where(np.signbit(terms[z]).all(axis=1), np.float32(-0.0), np.float32(0.0))
+            d = doubt[ii, jj] & ~float64_sum_is_exact(terms[:, None, :], abs_sum[ii, jj][:, None])[:, 0]
+            for i, j, t in zip(ii[d], jj[d], terms[d]):
+                out[i, j] = round_fraction_to_f32(sum((Fraction(float(x)) for x in t), Fraction(0)))
     return out
 
 

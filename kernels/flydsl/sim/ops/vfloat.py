@@ -121,7 +121,8 @@ def _vop(*names: str, nops: int, mods: tuple = ("clamp",), sdwa: bool = False):
 
 def _f32(w: Wave, ins: Instr, i: int) -> np.ndarray:
     """Source ``ins.ops[i]`` as float32 ``[64]`` (abs/neg and SDWA select applied)."""
-    return np.broadcast_to(w.vget_f32(ins, i), (LANES,))
+    x = w.vget_f32(ins, i)
+    return x if x.shape == (LANES,) else np.broadcast_to(x, (LANES,))
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
