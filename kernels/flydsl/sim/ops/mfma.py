@@ -139,9 +139,9 @@ def _mfma(w: Wave, ins: Instr, k: int) -> None:
     kl = k // 4
 
     def elements(o) -> np.ndarray:
-        """float64 ``[64, KL]``: each lane's bf16 values of A or B, low halves first."""
-        words = w.v[o.index:o.index + o.count].T
-        halves = np.stack([words & np.uint32(0xFFFF), words >> np.uint32(16)], axis=2)
+        """float64 ``[64, KL]``: each lane's bf16 values of A or B, low halves first
+        (a little-endian word's two 16-bit halves, read in memory order)."""
+        halves = np.ascontiguousarray(w.v[o.index:o.index + o.count].T).view(np.uint16)
         return bf16_to_f64(halves.reshape(LANES, kl))
 
     amat = elements(a).reshape(4, 16, kl).transpose(1, 0, 2).reshape(16, k)
