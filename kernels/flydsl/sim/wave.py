@@ -8,6 +8,15 @@ mnemonic without its encoding suffix (``@op("v_add_f32")`` serves ``_e32``,
 methods here, which apply what the encoding says: EXEC (inactive lanes keep
 their value), SDWA operand and destination selects, the floating-point
 source modifiers ``neg``/``abs`` and ``clamp``.
+
+Execution goes through ``decode``: each instruction of a program is decoded
+once into a closure ``fn(wave)``. For the forms the kernel executes most (the
+integer, float, f16, packed and MFMA families register ``decoder``s) the
+closure binds its source readers (register views, SDWA source selects,
+constants as arrays) and destination, and writes without a mask when EXEC is
+full; on a partial EXEC, and for every other form, it calls the handler, so
+the handlers stay the one statement of each instruction's meaning and the
+unit tests, which execute through ``decode``, check both.
 """
 
 from __future__ import annotations
