@@ -9,7 +9,8 @@ numpy's cheapest whole-wave operation, and ``nvfp4_suite.reference.emulate``);
 ``--golden`` adds, per target, the wall time of checking the whole golden
 catalog at every launch (split count and XCD placement) its manifest lists
 (``vectors.sim_sweep``'s golden tasks on ``--jobs`` processes), with the
-wave-instructions simulated and the verdict. Exit 0, or 1 when the catalog
+wave-instructions simulated and the verdict (a line per finished task on
+stderr). Exit 0, or 1 when the catalog
 does not conform, 2 when the kernel cannot be had here.
 """
 
@@ -49,7 +50,8 @@ def main(argv=None) -> int:
     failed_any = False
     for arch in archs:
         tasks = tasks_for(arch, True, args.case)
-        failed, n, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: None)
+        # The per-task lines (minutes of work) go to stderr, the table to stdout.
+        failed, n, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: print(s, file=sys.stderr, flush=True))
         failed_any |= bool(failed)
         print(f"{arch:8} {dt:8.1f} {len(tasks):6d} {n:12d} {n / max(dt, 1e-9):13.0f}  "
               + ("CONFORMANT" if not failed else f"FAILED: {', '.join(failed)}"), flush=True)
