@@ -29,4 +29,4 @@ def test_the_bench_prints_launch_and_catalog_figures(capsys):
     out = capsys.readouterr().out
     assert "instr/s" in out and "wave-instr/s" in out and "x floor" in out
     row = next(line for line in out.splitlines() if line.startswith("gfx950") and "CONFORMANT" in line)
-    assert row.split()[2] == "1"  # one task: the invalid case
+    assert row.split()[3] == "1"  # one task: the invalid case

@@ -85,7 +85,8 @@ def tasks_for(arch: str, golden: bool, cases=None, splits=None, examples: int = 
 
 def run_tasks(tasks, jobs: int, out=print) -> tuple[list[str], int, float]:
     """Run ``tasks`` on ``jobs`` worker processes (1: in this process), printing a
-    line per finished task through ``out``: ``(names failed, wave-instructions, seconds)``."""
+    line per finished task through ``out``: ``(names failed, wave-instructions,
+    wall seconds)``."""
     # Most splits first: those tasks run longest, so the pool ends together.
     tasks = sorted(tasks, key=lambda t: -(t[2][2] or 0) if t[1] is golden_task else -8)
     t0 = time.perf_counter()
