@@ -156,24 +156,25 @@ def sim_missing(archs=ARCHS, mutant: str | None = None, topks=TOPK_BUCKETS) -> s
     """None when the simulator can get every compiled kernel it may be asked
     for here, else the reason naming what is missing.
 
-    With FlyDSL (and the torch its compiler imports) and ``ld.lld`` >= 19 any
-    configuration compiles on first use. Without them it runs only from the
-    compile cache, which must then hold every configuration of ``archs``
+    Enough is a compile cache holding every configuration of ``archs``
     (``mutant``: that kernel mutant) a launch may need: each compiled TOPK width
     in ``topks`` (None: every width 1..64) at every split count, XCD placement
-    and layout."""
+    and layout (any FlyDSL version's compile). Otherwise FlyDSL (and the torch
+    its compiler imports) and ``ld.lld`` >= 19 must be here to compile the
+    missing ones on first use."""
+    widths = range(1, TOPKS[-1] + 1) if topks is None else topks
+    need = [stem(a, t, s, x, lay, mutant) for a in archs for t in widths for s in SPLITS for x in XCDS
+            for lay in LAYOUTS]
+    # A complete cache is enough, and looking needs no FlyDSL import (which imports torch).
+    absent = [n for n in need if cached(n) is None]
+    if not absent:
+        return None
     missing = flydsl_missing()
     if missing is None:
         rocm, note = rocm_path()
         if rocm is not None:
             return None
         missing = note
-    widths = range(1, TOPKS[-1] + 1) if topks is None else topks
-    need = [stem(a, t, s, x, lay, mutant) for a in archs for t in widths for s in SPLITS for x in XCDS
-            for lay in LAYOUTS]
-    absent = [n for n in need if cached(n) is None]
-    if not absent:
-        return None
     shown = ", ".join(absent[:4]) + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")
     return (f"{missing}; so the simulator runs only from its compile cache {cache_dir()}, which lacks "
             f"{len(absent)} of the {len(need)} compiled configurations its launches need: {shown}")

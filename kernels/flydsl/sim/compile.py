@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -59,10 +60,14 @@ def _source_key() -> str:
     return h.hexdigest()[:16]
 
 
-def _flydsl_version() -> str:
-    import flydsl
-
-    return str(getattr(flydsl, "__version__", "?"))
+def _flydsl_version() -> str | None:
+    """The installed FlyDSL's version from its package metadata (importing
+    FlyDSL imports torch, seconds per process: a cached kernel needs neither),
+    or None when it is not installed."""
+    try:
+        return importlib.metadata.version("flydsl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _worker(topk: int, splits: int, xcds: int, layout: str, mutant: str | None) -> None:
@@ -136,8 +141,8 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     """The cached assembly of one configuration (``mutant``: one of
     ``decode.MUTANTS`` or None), compiling it first when needed.
 
-    Where FlyDSL is not installed, an assembly cached from these kernel sources
-    (by any FlyDSL version) is used: the simulator itself needs no FlyDSL, so a
+    Where FlyDSL or the linker is missing, an assembly cached from these kernel
+    sources (by any FlyDSL version) is used: the simulator itself needs no FlyDSL, so a
     cache folder copied to another machine runs there. Raises CompileError
     when the configuration is not cached and FlyDSL or ``ld.lld`` >= 19 is
     missing, or the compile fails."""
@@ -145,18 +150,18 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
         raise ValueError(f"arch must be one of {ARCHS} and layout one of {paged_cache.LAYOUTS}, "
                          f"got {arch!r}, {layout!r}")
     stem = _stem(arch, topk, splits, xcds, layout, mutant)
+    version = _flydsl_version()
+    path = cache_dir() / f"{stem}-fly{version}.s"
+    if version is not None and path.exists() and path.with_suffix(".json").exists():
+        return path
     missing = flydsl_missing()
-    if missing:
+    rocm, note = (None, missing) if missing else rocm_path()
+    if rocm is None:
+        # Nothing to compile with here: a compile by another FlyDSL version will do.
         found = cached(stem)
         if found is not None:
             return found
-        raise CompileError(f"{missing}; and {stem} is not in the cache {cache_dir()}")
-    path = cache_dir() / f"{stem}-fly{_flydsl_version()}.s"
-    if path.exists() and path.with_suffix(".json").exists():
-        return path
-    rocm, note = rocm_path()
-    if rocm is None:
-        raise CompileError(note)
+        raise CompileError(f"{note}; and {stem} is not in the cache {cache_dir()}")
     with tempfile.TemporaryDirectory(prefix=f"nvfp4-sim-{arch}-") as dump:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm)
