@@ -50,9 +50,7 @@ def test_every_entry_point_is_listed_here():
 @pytest.mark.parametrize("module", ENTRY_POINTS)
 def test_help_describes_the_command(module):
     r = _m(module, "--help", timeout=120)
-    # The module is the CLI's `bugs` subcommand under its own name.
-    prog = "nvfp4_suite.vectors bugs" if module == "nvfp4_suite.vectors.bugs" else module
-    assert r.returncode == 0 and r.stdout.startswith(f"usage: python -m {prog}"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: python -m {module}"), r.stdout + r.stderr
     description = r.stdout.split("\n\n")[1]
     assert not description.startswith(("options:", "positional arguments:")), f"{module} --help has no description"
 

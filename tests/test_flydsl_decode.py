@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from nvfp4_suite.kernels.flydsl.backend import flydsl_missing
-from nvfp4_suite.kernels.flydsl.resources import ARCHS, SPLITS, TOPKS, XCDS, compile_configs, format_table, problems, rocm_path
+from nvfp4_suite.kernels.flydsl.host import TOPKS, XCDS, flydsl_missing, rocm_path
+from nvfp4_suite.kernels.flydsl.resources import ARCHS, SPLITS, compile_configs, format_table, problems
 
 pytestmark = pytest.mark.compile_only
 

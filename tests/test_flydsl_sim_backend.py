@@ -143,3 +143,67 @@ def test_workgroup_orders_agree_bitwise_and_tickets_return_to_zero(toolchain):
     for o in outs[1:]:
         assert np.array_equal(o.view(np.uint32), outs[0].view(np.uint32))
     assert not ws.tickets(2).any()
+
+
+# --- availability: what a call needs, named when missing ------------------------
+
+def _no_flydsl(monkeypatch):
+    monkeypatch.setattr(SB, "flydsl_missing", lambda: "FlyDSL is not installed (test)")
+
+
+def _fake_cache(folder, names):
+    for n in names:
+        (folder / f"{n}-fly0.0.s").write_text("")
+        (folder / f"{n}-fly0.0.json").write_text('{"launch_args": []}')
+
+
+def test_an_incomplete_compile_cache_is_unavailable_naming_the_missing_configurations(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVFP4_SIM_CACHE", str(tmp_path))
+    _no_flydsl(monkeypatch)
+    need = [SB.stem("gfx950", t, s, x, lay) for t in SB.TOPK_BUCKETS for s in SB.SPLITS for x in SB.XCDS
+            for lay in SB.LAYOUTS]
+    _fake_cache(tmp_path, need[:-1])
+    why = SB.FlydslSimBackend("gfx950").available()
+    assert why is not None and "FlyDSL is not installed (test)" in why and need[-1] in why
+    assert f"lacks 1 of the {len(need)}" in why
+    _fake_cache(tmp_path, need[-1:])
+    assert SB.FlydslSimBackend("gfx950").available() is None
+    # The other target and a mutant need their own compiles.
+    assert "lacks" in SB.FlydslSimBackend("gfx942").available()
+    assert "lacks" in SB.FlydslSimBackend("gfx950", mutant="ticket_not_reset").available()
+
+
+def test_check_with_an_incomplete_cache_is_exit_2_with_the_reason_not_a_verdict(tmp_path, monkeypatch, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    monkeypatch.setenv("NVFP4_SIM_CACHE", str(tmp_path))
+    _no_flydsl(monkeypatch)
+    _fake_cache(tmp_path, [SB.stem("gfx950", 16, 1, 0, "token_rows")])
+    assert main(["check", "--backend", "flydsl-sim-gfx950", "--examples", "1"]) == 2
+    err = capsys.readouterr()
+    assert "not available here" in err.err and "lacks" in err.err
+    assert "CONFORMANT" not in err.out + err.err
+
+
+def test_flydsl_whose_compiler_cannot_import_is_missing_with_the_reason(monkeypatch):
+    import sys
+
+    from nvfp4_suite.kernels.flydsl import host
+
+    pytest.importorskip("flydsl")
+    monkeypatch.setitem(sys.modules, "flydsl.compiler", None)
+    why = host.flydsl_missing()
+    assert why is not None and "compiler" in why and "torch" in why
+
+
+def test_the_simulator_and_the_resource_check_import_neither_torch_nor_vectors():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import nvfp4_suite.kernels.flydsl.sim.backend, nvfp4_suite.kernels.flydsl.sim.bench\n"
+            "import nvfp4_suite.kernels.flydsl.resources, nvfp4_suite.kernels.flydsl.host\n"
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('nvfp4_suite.vectors', 'flydsl'))]\n"
+            "print(bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr

@@ -17,18 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "nvfp4_suite"
 LAYERS = ("reference", "kernels", "vectors")
 
-# Upward imports that another branch removes; delete each entry when that branch is merged.
-KNOWN_UPWARD = {
-    "nvfp4_suite.kernels.flydsl.sim.sweep",  # removed by the sim branch
-    "nvfp4_suite.kernels.flydsl.sim.bench",  # removed by the sim branch
-}
-# An import cycle that another branch removes (both directions' edges); delete it when merged.
-KNOWN_CYCLE = {
-    ("nvfp4_suite.kernels.flydsl.resources", "nvfp4_suite.kernels.flydsl.sim.compile"),  # removed by the sim branch
-    ("nvfp4_suite.kernels.flydsl.sim.compile", "nvfp4_suite.kernels.flydsl.resources"),  # removed by the sim branch
-}
-
-
 def _modules() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the three folders."""
     out = {}
@@ -110,28 +98,15 @@ def test_the_graph_is_read_from_every_module_of_the_three_layers():
 
 
 def test_no_module_imports_itself_back_through_a_cycle():
-    graph = {n: {m for m in deps if (n, m) not in KNOWN_CYCLE} for n, deps in _graph().items()}
-    cycle = _cycle(graph)
+    cycle = _cycle(_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
-
-
-def test_the_known_cycle_is_still_there_until_its_branch_removes_it():
-    graph = _graph()
-    assert all(m in graph.get(n, ()) for n, m in KNOWN_CYCLE), "the known cycle is gone: empty KNOWN_CYCLE"
 
 
 def test_no_module_imports_a_layer_above_its_own():
     graph = _graph()
     upward = sorted(f"{n} -> {m}" for n, deps in graph.items() for m in deps
-                    if _layer(m) > _layer(n) and n not in KNOWN_UPWARD)
+                    if _layer(m) > _layer(n))
     assert not upward, "upward imports (reference < kernels < vectors):\n" + "\n".join(upward)
-
-
-def test_the_known_upward_imports_are_still_there_until_their_branch_removes_them():
-    graph = _graph()
-    for n in KNOWN_UPWARD:
-        assert n in graph and any(_layer(m) > _layer(n) for m in graph[n]), (
-            f"{n} no longer imports upward: delete it from KNOWN_UPWARD")
 
 
 def test_the_cycle_finder_finds_a_planted_cycle():

@@ -166,7 +166,7 @@ def test_the_simulator_sweep_draws_what_check_draws_for_its_shard_seed(tmp_path)
     if why:
         pytest.skip(f"the FlyDSL simulator cannot run here: {why}")
     # --seed 0: the first shard's seed is 0 * 100003 + 0 = 0 (sweep's docstring: a seed per shard).
-    sweep = _logged(tmp_path, "sweep", [sys.executable, "-m", "nvfp4_suite.kernels.flydsl.sim.sweep", "--arch",
+    sweep = _logged(tmp_path, "sweep", [sys.executable, "-m", "nvfp4_suite.vectors.sim_sweep", "--arch",
                                         "gfx950", "--examples", "1", "--shard-size", "1", "--seed", "0", "--jobs", "1"])
     cli = _logged(tmp_path, "cli", [sys.executable, "-m", "nvfp4_suite.vectors", "check", "--backend",
                                     "flydsl-sim-gfx950", "--no-golden", "--examples", "1", "--seed", "0"])

@@ -34,6 +34,10 @@ import dataclasses
 import sys
 
 from .bug_classes import CLASSES, BugClass
+from .entry import reader_gone
+
+DESCRIPTION = ("Each bug class (a golden-case flag): its description, the golden cases carrying it and its "
+               "mutants (backend specs that inject that one bug).")
 
 __all__ = ["CLASSES", "ENGINES", "MUTANTS", "BugClass", "Mutant", "classes", "contract_section", "golden_cases",
            "main", "mutants"]
@@ -200,12 +204,18 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE | --contract]``: the same
-    as ``python -m nvfp4_suite.vectors bugs`` (whose entry point handles errors and a
-    reader that goes away, ``| head``); exit 2 on an unknown engine."""
-    from .cli import main as cli_main
-
-    return cli_main(["bugs", *(sys.argv[1:] if argv is None else argv)])
+    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE | --contract]``, the
+    same as ``python -m nvfp4_suite.vectors bugs``; exit 2 on an unknown engine
+    or when the reader goes away (``| head``)."""
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.bugs", description=DESCRIPTION)
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    try:
+        rc = run(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return rc
+    except BrokenPipeError:
+        return reader_gone()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from nvfp4_suite import kernels
 from . import catalog
 from .check import (PREFERENCE, indent, SetupError, check_golden, check_generated, check_invalid, pick_backend,
                     replay_command, replay_launches, rounding_lines)
+from .entry import reader_gone
 from .harness import BackendCrash, run_case, save_repro
 from .io import CaseFileError, load_case
 
@@ -301,12 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--name", help="case name (default: the file's stem)")
     a.add_argument("--splits", type=_split_count, nargs="+", help="split counts (>= 1) to store expectations for")
     a.set_defaults(fn=cmd_add)
-    from .bugs import add_arguments
+    from . import bugs
 
     b = sub.add_parser("bugs", help="the bug classes: description, golden cases, mutants",
-                       description="Each bug class (a golden-case flag): its description, the golden cases "
-                                   "carrying it and its mutants (backend specs that inject that one bug).")
-    add_arguments(b)
+                       description=bugs.DESCRIPTION)
+    bugs.add_arguments(b)
     b.set_defaults(fn=cmd_bugs)
     return ap
 
@@ -338,7 +338,4 @@ def main(argv=None) -> int:
         print("\ninterrupted: no verdict", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly, without a second
-        # BrokenPipeError when Python flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 2
+        return reader_gone()

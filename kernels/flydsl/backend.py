@@ -9,37 +9,24 @@ missing. The kernel itself is ``nvfp4_suite.kernels.flydsl.decode``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem
-from nvfp4_suite.reference.emulate import LOG2E, SEED_GEOMETRY
+from nvfp4_suite.reference.emulate import SEED_GEOMETRY
 from nvfp4_suite.reference.paged_cache import D, LAYOUTS, page_bytes
 from nvfp4_suite.reference.problem import HG
 
 from ..protocol import Capabilities
-from .lanes import PART_F, SPLITS, grid_x, k_table
+from .host import XCDS, flydsl_missing, launch_plan, require
+from .lanes import PART_F, SPLITS, k_table
 from .targets import ARCHS, target
 
 try:
     import torch
 except ImportError:
     torch = None
-
-# XCD placements offered: none, and the 8 XCDs of MI300 (gfx942) and MI355 (gfx950).
-XCDS = (0, 8)
-
-
-def flydsl_missing() -> str | None:
-    """None when FlyDSL imports, else the reason."""
-    try:
-        import flydsl  # noqa: F401
-    except ImportError as e:
-        return f"FlyDSL is not installed ({e}); pip install flydsl==0.5.0"
-    return None
-
 
 def _arch(device) -> str:
     """The gfx target of a torch ROCm device, without feature suffixes."""
@@ -113,39 +100,6 @@ class Workspace:
 _WORKSPACE = Workspace()
 
 
-@dataclasses.dataclass(frozen=True)
-class LaunchPlan:
-    """What the host computes for one launch: ``grid`` (x, Hkv, splits), ``n``
-    (partial/ticket slots: ``grid_x * Hkv`` when split, else 1), ``scalars``
-    (the launcher's arguments after the 11 buffer addresses: ``i64_part_bytes,
-    i32_rows, i32_ql, i32_H, i32_hkv, i32_topk_hs, i32_bt_s, i32_page_b, f32_c,
-    i32_grid_x``)."""
-
-    grid: tuple[int, int, int]
-    n: int
-    scalars: tuple
-
-
-def launch_plan(rows: int, q_len: int, H: int, hkv: int, topk_hs: int, bt_stride: int, splits: int, xcds: int,
-                sm_scale: float) -> LaunchPlan:
-    """The grid, workspace size and scalar arguments of one launch (shared by the
-    ROCm launch and the simulator's); ValueError when the partials overflow
-    the kernel's 32-bit offsets."""
-    gx = grid_x(rows, q_len, xcds)
-    n = gx * hkv if splits > 1 else 1
-    part_bytes = n * splits * 64 * PART_F * 4
-    _require(part_bytes < 2**31,
-             f"split partials of {part_bytes} bytes exceed the kernel's 32-bit offsets; use fewer splits")
-    scalars = (part_bytes, rows, q_len, H, hkv, topk_hs, bt_stride, page_bytes(hkv),
-               float(np.float32(sm_scale * LOG2E)), gx)
-    return LaunchPlan((gx, hkv, splits), n, scalars)
-
-
-def _require(cond: bool, what: str) -> None:
-    if not cond:
-        raise ValueError(what)
-
-
 def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: int, sm_scale: float,
            k_global_scale: float, v_global_scale: float, layout: str = "token_rows", splits: int = 1,
            xcds: int = 0, out=None, workspace: Workspace | None = None):
@@ -164,37 +118,37 @@ def decode(q, pool, topk, block_table, seq_lens, *, num_kv_heads: int, q_len: in
     """
     rows, H, d = q.shape
     hkv = int(num_kv_heads)
-    _require(q.dtype == torch.bfloat16 and d == D and q.is_contiguous(),
+    require(q.dtype == torch.bfloat16 and d == D and q.is_contiguous(),
              f"q must be contiguous bf16 [rows, H, {D}], got {q.dtype} {tuple(q.shape)}")
-    _require(H == HG * hkv, f"q has H={H} heads; num_kv_heads={hkv} needs H={HG * hkv}")
-    _require(pool.dtype == torch.uint8 and pool.dim() == 2 and pool.shape[1] == page_bytes(hkv)
+    require(H == HG * hkv, f"q has H={H} heads; num_kv_heads={hkv} needs H={HG * hkv}")
+    require(pool.dtype == torch.uint8 and pool.dim() == 2 and pool.shape[1] == page_bytes(hkv)
              and pool.is_contiguous(),
              f"pool must be contiguous uint8 [pages, {page_bytes(hkv)}], got {pool.dtype} {tuple(pool.shape)}")
-    _require(topk.dtype == torch.int32 and topk.dim() == 3 and topk.shape[0] == hkv and topk.shape[1] >= rows
+    require(topk.dtype == torch.int32 and topk.dim() == 3 and topk.shape[0] == hkv and topk.shape[1] >= rows
              and 1 <= topk.shape[2] <= 64 and topk.stride(2) == 1 and topk.stride(1) == topk.shape[2],
              f"topk must be int32 [{hkv}, >= {rows}, 1..64] with contiguous rows, got {topk.dtype} "
              f"{tuple(topk.shape)} strides {topk.stride()}")
     reqs = seq_lens.shape[0]
-    _require(seq_lens.dtype == torch.int32 and seq_lens.dim() == 1 and seq_lens.is_contiguous(),
+    require(seq_lens.dtype == torch.int32 and seq_lens.dim() == 1 and seq_lens.is_contiguous(),
              f"seq_lens must be contiguous int32 [reqs], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
-    _require(q_len >= 1 and rows == reqs * q_len, f"rows={rows} must equal reqs={reqs} * q_len={q_len}")
-    _require(block_table.dtype == torch.int32 and block_table.dim() == 2 and block_table.shape[0] == reqs
+    require(q_len >= 1 and rows == reqs * q_len, f"rows={rows} must equal reqs={reqs} * q_len={q_len}")
+    require(block_table.dtype == torch.int32 and block_table.dim() == 2 and block_table.shape[0] == reqs
              and block_table.stride(1) == 1,
              f"block_table must be int32 [{reqs}, max_blocks] with unit column stride, got "
              f"{block_table.dtype} {tuple(block_table.shape)}")
     for name, v in (("sm_scale", sm_scale), ("k_global_scale", k_global_scale),
                     ("v_global_scale", v_global_scale)):
-        _require(np.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
-    _require(layout in LAYOUTS, f"layout must be 'token_rows' or 'planar', got {layout!r}")
-    _require(splits in SPLITS, f"splits={splits}: the kernel is built and checked for {SPLITS}")
-    _require(xcds >= 0, f"xcds must be >= 0, got {xcds}")
-    _require(rows * H * D * 2 < 2**31, f"q of {rows * H * D * 2} bytes exceeds the kernel's 32-bit offsets")
+        require(np.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
+    require(layout in LAYOUTS, f"layout must be 'token_rows' or 'planar', got {layout!r}")
+    require(splits in SPLITS, f"splits={splits}: the kernel is built and checked for {SPLITS}")
+    require(xcds >= 0, f"xcds must be >= 0, got {xcds}")
+    require(rows * H * D * 2 < 2**31, f"q of {rows * H * D * 2} bytes exceeds the kernel's 32-bit offsets")
     dev = q.device
     for name, t in (("pool", pool), ("topk", topk), ("block_table", block_table), ("seq_lens", seq_lens)):
-        _require(t.device == dev, f"{name} is on {t.device}, q on {dev}")
+        require(t.device == dev, f"{name} is on {t.device}, q on {dev}")
     if out is None:
         out = torch.empty_like(q)
-    _require(out.shape == q.shape and out.dtype == torch.bfloat16 and out.is_contiguous() and out.device == dev,
+    require(out.shape == q.shape and out.dtype == torch.bfloat16 and out.is_contiguous() and out.device == dev,
              f"out must be contiguous bf16 {tuple(q.shape)} on {dev}")
 
     plan = launch_plan(rows, q_len, H, hkv, topk.stride(0), block_table.stride(0), splits, xcds, sm_scale)

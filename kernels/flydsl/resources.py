@@ -30,7 +30,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,45 +38,11 @@ from pathlib import Path
 
 from nvfp4_suite.reference.paged_cache import LAYOUTS
 
-from .backend import flydsl_missing
+from .host import TOPKS, XCDS, flydsl_missing, rocm_path
 from .lanes import NDT, SPLITS
 from .targets import ARCHS, target
 
-TOPKS = (1, 16, 33, 64)
-XCDS = (0, 8)
 MAX_REGS = 256
-
-_LLD_CANDIDATES = [f"/usr/lib/llvm-{v}/bin/ld.lld" for v in range(25, 18, -1)] + \
-    [f"ld.lld-{v}" for v in range(25, 18, -1)]
-
-
-def _lld_version(path: str) -> int:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except OSError:
-        return 0
-    m = re.search(r"LLD (\d+)", out)
-    return int(m.group(1)) if m else 0
-
-
-def rocm_path() -> tuple[str | None, str]:
-    """``(ROCM_PATH to use, note)``; None with the reason when no ld.lld >= 19 is found."""
-    current = os.environ.get("ROCM_PATH", "/opt/rocm")
-    lld = os.path.join(current, "llvm", "bin", "ld.lld")
-    if os.path.exists(lld) and _lld_version(lld) >= 19:
-        return current, f"ld.lld from {current}"
-    for cand in _LLD_CANDIDATES:
-        found = cand if os.path.isabs(cand) else shutil.which(cand)
-        version = _lld_version(found) if found and os.path.exists(found) else 0
-        if version >= 19:
-            shim = Path(tempfile.gettempdir()) / f"nvfp4-rocm-shim-{version}"
-            (shim / "llvm" / "bin").mkdir(parents=True, exist_ok=True)
-            link = shim / "llvm" / "bin" / "ld.lld"
-            if not link.exists():
-                link.symlink_to(found)
-            return str(shim), f"ld.lld {found} through {shim}"
-    return None, ("no ld.lld >= 19: install Debian's lld-19 (apt-get install lld-19) or point "
-                  "ROCM_PATH at a folder with llvm/bin/ld.lld")
 
 
 def expected_lds(shared, splits: int) -> int:

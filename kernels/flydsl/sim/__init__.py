@@ -8,8 +8,11 @@ LDS; ``ops`` the instruction families (each module states its semantic
 decisions and where hardware may differ); ``launch`` the dispatch of
 workgroups (in a chosen order) and waves (to barriers); ``compile`` the
 on-disk cache of compiled configurations; ``backend`` the
-``flydsl-sim-gfx942``/``-gfx950`` backends; ``sweep`` the by-hand full check
-over worker processes; ``bench`` the speed benchmark.
+``flydsl-sim-gfx942``/``-gfx950`` backends; ``bench`` the speed benchmark
+(per instruction and per launch). The drivers that run the check engine
+over it live with it, above the kernels: ``nvfp4_suite.vectors.sim_sweep``
+(the full check over worker processes) and ``nvfp4_suite.vectors.sim_bench``
+(the benchmark with the catalog's time per target).
 
 An instruction without semantics here stops the run (``UnknownInstruction``)
 naming its mnemonic and its place: the instruction's index in the program

@@ -28,11 +28,10 @@ from nvfp4_suite.reference.emulate import SEED_GEOMETRY
 from nvfp4_suite.reference.formats import bf16_bits, from_bf16_bits
 
 from ...protocol import INTERPRETED_LIMITS, Capabilities
-from ..backend import XCDS, flydsl_missing, launch_plan
+from ..host import TOPKS, XCDS, flydsl_missing, launch_plan, rocm_path
 from ..lanes import LAYOUTS, PART_F, SPLITS, k_table
-from ..resources import TOPKS, rocm_path
 from ..targets import ARCHS
-from .compile import CompileError, arg_order, assembly_path, cache_dir
+from .compile import CompileError, arg_order, assembly_path, cache_dir, cached, stem
 from .launch import Kernel, dispatch
 from .memory import Memory
 from .program import parse_program
@@ -108,7 +107,8 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
         mutant: str | None = None, buckets=TOPK_BUCKETS) -> dict:
     """Launch the kernel for ``arch`` on a validated ``problem`` in the simulator.
 
-    Returns ``{"out": float32 [rows, H, 128], "instructions": int}``. ``out``
+    Returns ``{"out": float32 [rows, H, 128], "instructions": int, "steps": int}``
+    (wave-instructions executed, and simulator steps: ``launch.Kernel.steps``). ``out``
     (float32 ``[rows, H, 128]`` of bf16 values or NaN, optional) is the output
     buffer's prior contents, so rows the kernel never stores keep them.
     ``order`` is the workgroup order (``launch.workgroup_order``); ``options``
@@ -144,23 +144,40 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     addr += [scale_addr, scale_addr + 4, mem.alloc("k_table", k_table().view(np.int32).copy()),
              mem.alloc("partials", ws.partials(plan.n, splits)), mem.alloc("tickets", tickets)]
     kernargs = pack_kernargs(kern.program, order_args, addr + list(plan.scalars))
+    steps = kern.steps
     count = dispatch(kern, mem, kernargs, plan.grid, BLOCK, order=order, options=options)
     if tickets.any():
         bad = int(np.flatnonzero(tickets)[0])
         raise SimError(f"ticket {bad} is {int(tickets[bad])} after the launch; the kernel must reset it to 0")
-    return {"out": from_bf16_bits(dev_out), "instructions": count}
+    return {"out": from_bf16_bits(dev_out), "instructions": count, "steps": kern.steps - steps}
 
 
-def sim_missing() -> str | None:
-    """None when the simulator can get compiled kernels here (FlyDSL and
-    ``ld.lld`` >= 19 to compile them, or a cache of compiled ones), else the reason."""
+def sim_missing(archs=ARCHS, mutant: str | None = None, topks=TOPK_BUCKETS) -> str | None:
+    """None when the simulator can get every compiled kernel it may be asked
+    for here, else the reason naming what is missing.
+
+    Enough is a compile cache holding every configuration of ``archs``
+    (``mutant``: that kernel mutant) a launch may need: each compiled TOPK width
+    in ``topks`` (None: every width 1..64) at every split count, XCD placement
+    and layout (any FlyDSL version's compile). Otherwise FlyDSL (and the torch
+    its compiler imports) and ``ld.lld`` >= 19 must be here to compile the
+    missing ones on first use."""
+    widths = range(1, TOPKS[-1] + 1) if topks is None else topks
+    need = [stem(a, t, s, x, lay, mutant) for a in archs for t in widths for s in SPLITS for x in XCDS
+            for lay in LAYOUTS]
+    # A complete cache is enough, and looking needs no FlyDSL import (which imports torch).
+    absent = [n for n in need if cached(n) is None]
+    if not absent:
+        return None
     missing = flydsl_missing()
-    if missing:
-        if any(cache_dir().glob("*.s")):
+    if missing is None:
+        rocm, note = rocm_path()
+        if rocm is not None:
             return None
-        return f"{missing}, and no compiled kernels are cached in {cache_dir()}"
-    rocm, note = rocm_path()
-    return None if rocm else note
+        missing = note
+    shown = ", ".join(absent[:4]) + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")
+    return (f"{missing}; so the simulator runs only from its compile cache {cache_dir()}, which lacks "
+            f"{len(absent)} of the {len(need)} compiled configurations its launches need: {shown}")
 
 
 class FlydslSimBackend:
@@ -182,11 +199,13 @@ class FlydslSimBackend:
         # Executing every instruction in Python is slow: small generated problems.
         self.capabilities = Capabilities(layouts=LAYOUTS, splits=SPLITS, xcds=XCDS, orders=WORKGROUP_ORDERS,
                                          out=True, targets=(arch,), limits=INTERPRETED_LIMITS)
-        self.instructions = 0
+        self.instructions = 0  # wave-instructions executed by every call so far
+        self.steps = 0  # simulator steps of every call so far
 
     def available(self) -> str | None:
-        """None when FlyDSL and ``ld.lld`` >= 19 are here to compile the kernel, else the reason."""
-        return sim_missing()
+        """None when every kernel configuration this backend's launches may need can
+        be had here (compiled now, or cached), else the reason (``sim_missing``)."""
+        return sim_missing((self.arch,), self.mutant, self.buckets)
 
     def __call__(self, problem: DecodeProblem, *, splits: int = 1, xcds: int = 0, order: str = "forward",
                  out=None) -> np.ndarray:
@@ -199,6 +218,7 @@ class FlydslSimBackend:
         except CompileError as e:
             raise SimError(f"cannot compile the kernel for {self.arch}: {e}") from e
         self.instructions += res["instructions"]
+        self.steps += res["steps"]
         if out is None:
             return res["out"]
         out[...] = res["out"]

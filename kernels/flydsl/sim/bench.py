@@ -1,13 +1,23 @@
 """``python -m nvfp4_suite.kernels.flydsl.sim.bench``: how fast the simulator runs the kernel.
 
-For each target it times one launch of a one-row, one-KV-head, 16-block
-problem (TOPK 16, every slot valid; the issue's yardstick, goal under 2 s)
-after a warm-up launch that parses the program, and prints the simulated
-instructions per second. The floor, measured in the same run, is the same
-problem through ``nvfp4_suite.reference.emulate`` (numpy, the seed's arithmetic): the
-ratio says how many times slower executing the compiled kernel is than
-emulating its arithmetic. ``--golden`` adds the time to check the whole
-golden catalog per target (slow: minutes).
+Two tables, each against a floor measured in the same run:
+
+- per instruction: the time of one execution of each of a few instructions
+  the kernel is made of (the most frequent ALU forms, an SDWA form, the
+  MFMA), on a wave with every lane active, in microseconds;
+- per launch: one launch of a one-row, one-KV-head, 16-block problem (TOPK
+  16, every slot valid) per target, after a warm-up launch that parses the
+  program: seconds, instructions per second (simulator steps: one step
+  executes one instruction for every wave it is issued to), wave-instructions
+  per second (an instruction counted once per wave, as hardware counts them),
+  and the ratio to the floor, the same problem through
+  ``nvfp4_suite.reference.emulate`` (numpy, the seed's arithmetic).
+
+Times are CPU seconds of this process (``time.process_time``), the best of a
+few runs, so that other processes on the machine move them little.
+
+The golden catalog's time per target is measured by
+``python -m nvfp4_suite.vectors.sim_bench --golden``, which runs the check engine.
 """
 
 from __future__ import annotations
@@ -16,48 +26,110 @@ import argparse
 import sys
 import time
 
+import numpy as np
+
 from nvfp4_suite.reference import emulate
 from nvfp4_suite.reference.examples import random_problem
 
 from ..targets import ARCHS
 from .backend import FlydslSimBackend, sim_missing
+from .launch import make_test_wave
+from .program import parse_instruction
+from .wave import decode
+
+# A few instructions the kernel is made of (its most frequent forms; the MFMA
+# of each target), in the assembly syntax of its compiles.
+INSTRUCTIONS = {
+    "v_and_b32_e32 v1, 15, v0": ARCHS,
+    "v_mul_f32_e32 v1, s3, v2": ARCHS,
+    "v_pk_mul_f32 v[4:5], v[4:5], s[40:41] op_sel_hi:[1,0]": ARCHS,
+    "v_lshlrev_b32_sdwa v3, v6, sext(v7) dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:WORD_1": ARCHS,
+    "v_exp_f32_e32 v8, v9": ARCHS,
+    "v_mfma_f32_16x16x32_bf16 v[20:23], v[24:27], v[28:31], v[20:23]": ("gfx950",),
+    "v_mfma_f32_16x16x16_bf16 v[20:23], v[24:25], v[28:29], v[20:23]": ("gfx942",),
+}
 
 
 def _timed(fn) -> float:
-    t = time.perf_counter()
+    """CPU seconds of this process spent in ``fn()``: the figures and their floors
+    stay comparable on a machine other processes share."""
+    t = time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.process_time() - t
+
+
+def bench_problem():
+    """The benchmark's problem: 1 row, Hkv 1, TOPK 16, 16 blocks, every slot valid."""
+    return random_problem(0, reqs=1, topk=16, seq_lens=[16 * 128], invalid_fraction=0.0)
+
+
+def emulate_floor(problem, splits: int = 1, repeat: int = 3) -> float:
+    """Seconds of the fastest of ``repeat`` ``reference.emulate`` runs of ``problem``."""
+    return min(_timed(lambda: emulate(problem, splits=splits)) for _ in range(repeat))
+
+
+def instruction_us(arch: str, text: str, n: int = 2000) -> float:
+    """Microseconds per execution of instruction ``text`` on a full-EXEC wave of
+    ``arch`` (registers filled with small random bf16/float32 bit patterns)."""
+    w = make_test_wave(arch)
+    rng = np.random.default_rng(0)
+    w.v[:] = (rng.integers(0x3C00, 0x4000, w.v.shape, dtype=np.uint32) << 16) | \
+        rng.integers(0x3C00, 0x4000, w.v.shape, dtype=np.uint32)
+    w.s[:100] = 0x3F800000
+    fn = decode(parse_instruction(text))  # as a launch executes it
+
+    def loop():
+        with np.errstate(all="ignore"):
+            for _ in range(n):
+                fn(w)
+    return min(_timed(loop) for _ in range(3)) / n * 1e6
+
+
+def launch_figures(arch: str, problem, splits: int = 1) -> dict:
+    """One launch of ``problem`` on ``arch`` (best of two after a warm-up):
+    ``seconds``, ``steps`` (simulator instruction steps), ``wave_instructions``."""
+    b = FlydslSimBackend(arch)
+    b(problem, splits=splits)
+    before = (b.instructions, b.steps)
+    t = min(_timed(lambda: b(problem, splits=splits)) for _ in range(2))
+    return {"seconds": t, "wave_instructions": (b.instructions - before[0]) // 2, "steps": (b.steps - before[1]) // 2}
 
 
 def main(argv=None) -> int:
-    """Print the benchmark table; exit 2 when the kernel cannot be compiled here."""
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.bench", description=__doc__.split("\n\n")[0])
+    """Print the benchmark tables; exit 2 when the kernel cannot be had here."""
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.bench",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--splits", type=int, default=1)
-    ap.add_argument("--golden", action="store_true", help="also time the golden catalog per target")
+    ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")
     args = ap.parse_args(argv)
-    missing = sim_missing()
+    archs = args.arch or list(ARCHS)
+    missing = sim_missing(tuple(archs))
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    problem = random_problem(0, reqs=1, topk=16, seq_lens=[16 * 128], invalid_fraction=0.0)
-    floor = min(_timed(lambda: emulate(problem, splits=args.splits)) for _ in range(3))
-    print(f"problem: 1 row, Hkv 1, TOPK 16, 16 blocks, splits {args.splits}; "
+    problem = bench_problem()
+    floor = emulate_floor(problem, args.splits)
+    if not args.no_instructions:
+        # The floor of an instruction: numpy's cheapest whole-wave operation.
+        a, b = np.arange(64, dtype=np.uint32), np.arange(64, dtype=np.uint32)
+        np_us = min(_timed(lambda: [np.bitwise_and(a, b) for _ in range(2000)]) for _ in range(3)) / 2000 * 1e6
+        print(f"per instruction (us per execution, one full wave; floor: numpy uint32[64] & = {np_us:.2f} us)")
+        print(f"{'target':8} {'us':>8} {'x floor':>8}  instruction")
+        for arch in archs:
+            for text, where in INSTRUCTIONS.items():
+                if arch in where:
+                    us = instruction_us(arch, text)
+                    print(f"{arch:8} {us:8.2f} {us / np_us:8.1f}  {text}")
+    print(f"per launch: 1 row, Hkv 1, TOPK 16, 16 blocks, splits {args.splits}; "
           f"floor (nvfp4_suite.reference.emulate) {floor * 1e3:.1f} ms")
-    print(f"{'target':8} {'launch s':>9} {'instructions':>13} {'instr/s':>10} {'x floor':>8}")
-    for arch in args.arch or ARCHS:
-        b = FlydslSimBackend(arch)
-        b(problem, splits=args.splits)
-        before = b.instructions
-        t = min(_timed(lambda: b(problem, splits=args.splits)) for _ in range(2))
-        n = (b.instructions - before) // 2
-        print(f"{arch:8} {t:9.3f} {n:13d} {n / t:10.0f} {t / floor:8.1f}")
-        if args.golden:
-            from nvfp4_suite.vectors.catalog import check_all
-
-            t0 = time.perf_counter()
-            ok, _ = check_all(b)
-            print(f"{arch:8} golden catalog: {'CONFORMANT' if ok else 'FAILED'} in {time.perf_counter() - t0:.1f} s")
+    print(f"{'target':8} {'launch s':>9} {'steps':>9} {'wave-instr':>11} {'instr/s':>10} {'wave-instr/s':>13} "
+          f"{'x floor':>8}")
+    for arch in archs:
+        f = launch_figures(arch, problem, args.splits)
+        t = f["seconds"]
+        print(f"{arch:8} {t:9.3f} {f['steps']:9d} {f['wave_instructions']:11d} {f['steps'] / t:10.0f} "
+              f"{f['wave_instructions'] / t:13.0f} {t / floor:8.1f}")
     return 0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -34,8 +35,7 @@ from pathlib import Path
 from nvfp4_suite.reference import paged_cache
 
 from .. import lanes
-from ..backend import flydsl_missing
-from ..resources import rocm_path
+from ..host import flydsl_missing, rocm_path
 from ..targets import ARCHS
 
 _SOURCES = ("decode.py", "lanes.py", "targets.py")
@@ -60,10 +60,14 @@ def _source_key() -> str:
     return h.hexdigest()[:16]
 
 
-def _flydsl_version() -> str:
-    import flydsl
-
-    return str(getattr(flydsl, "__version__", "?"))
+def _flydsl_version() -> str | None:
+    """The installed FlyDSL's version from its package metadata (importing
+    FlyDSL imports torch, seconds per process: a cached kernel needs neither),
+    or None when it is not installed."""
+    try:
+        return importlib.metadata.version("flydsl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _worker(topk: int, splits: int, xcds: int, layout: str, mutant: str | None) -> None:
@@ -119,13 +123,26 @@ def store(dump: Path, arch: str, topk: int, splits: int, xcds: int, layout: str,
     return path
 
 
+def stem(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
+         mutant: str | None = None) -> str:
+    """The cache's name of one configuration (without the FlyDSL version)."""
+    return _stem(arch, topk, splits, xcds, layout, mutant)
+
+
+def cached(name: str) -> Path | None:
+    """The cached assembly (with its argument-order record) of configuration
+    ``name`` (a ``stem``) compiled by any FlyDSL version, or None."""
+    found = sorted(p for p in cache_dir().glob(f"{name}-*.s") if p.with_suffix(".json").exists())
+    return found[-1] if found else None
+
+
 def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
                   mutant: str | None = None) -> Path:
     """The cached assembly of one configuration (``mutant``: one of
     ``decode.MUTANTS`` or None), compiling it first when needed.
 
-    Where FlyDSL is not installed, an assembly cached from these kernel sources
-    (by any FlyDSL version) is used: the simulator itself needs no FlyDSL, so a
+    Where FlyDSL or the linker is missing, an assembly cached from these kernel
+    sources (by any FlyDSL version) is used: the simulator itself needs no FlyDSL, so a
     cache folder copied to another machine runs there. Raises CompileError
     when the configuration is not cached and FlyDSL or ``ld.lld`` >= 19 is
     missing, or the compile fails."""
@@ -133,18 +150,18 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
         raise ValueError(f"arch must be one of {ARCHS} and layout one of {paged_cache.LAYOUTS}, "
                          f"got {arch!r}, {layout!r}")
     stem = _stem(arch, topk, splits, xcds, layout, mutant)
-    missing = flydsl_missing()
-    if missing:
-        cached = sorted(p for p in cache_dir().glob(f"{stem}-*.s") if p.with_suffix(".json").exists())
-        if cached:
-            return cached[-1]
-        raise CompileError(f"{missing}; and {stem} is not in the cache {cache_dir()}")
-    path = cache_dir() / f"{stem}-fly{_flydsl_version()}.s"
-    if path.exists() and path.with_suffix(".json").exists():
+    version = _flydsl_version()
+    path = cache_dir() / f"{stem}-fly{version}.s"
+    if version is not None and path.exists() and path.with_suffix(".json").exists():
         return path
-    rocm, note = rocm_path()
+    missing = flydsl_missing()
+    rocm, note = (None, missing) if missing else rocm_path()
     if rocm is None:
-        raise CompileError(note)
+        # Nothing to compile with here: a compile by another FlyDSL version will do.
+        found = cached(stem)
+        if found is not None:
+            return found
+        raise CompileError(f"{note}; and {stem} is not in the cache {cache_dir()}")
     with tempfile.TemporaryDirectory(prefix=f"nvfp4-sim-{arch}-") as dump:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm)

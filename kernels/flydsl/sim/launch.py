@@ -30,7 +30,7 @@ from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
 from .memory import Lds, Memory
 from .program import Program, parse_instruction
-from .wave import LANES, SimError, Wave, handler_for, mask_to_int
+from .wave import LANES, SimError, Wave, decode, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
 
@@ -67,11 +67,15 @@ def workgroup_order(grid: tuple[int, int, int], order: str) -> list[tuple[int, i
 
 
 class Kernel:
-    """A parsed program ready to run: handlers resolved once per instruction."""
+    """A parsed program ready to run: each instruction decoded once (``wave.decode``)."""
 
     def __init__(self, program: Program):
         self.program = program
-        self.handlers = [handler_for(ins) for ins in program.instrs]
+        # Simulator steps executed (one step runs one instruction for the waves
+        # it is issued to; one wave each here, so it equals the wave-instructions).
+        self.steps = 0
+        # Each instruction decoded once into a closure over its operands.
+        self.fns = [decode(ins) for ins in program.instrs]
         d = program.descriptor
         for kind in _UNSUPPORTED_USER_SGPRS:
             if d.get(f"user_sgpr_{kind}", 0):
@@ -103,17 +107,21 @@ class Kernel:
 
     def run_wave(self, w: Wave, budget: int) -> None:
         """Run ``w`` until it waits at a barrier or ends; SimError past ``budget`` instructions."""
-        instrs, handlers = self.program.instrs, self.handlers
+        instrs, fns = self.program.instrs, self.fns
+        n = len(instrs)
         w.state = "run"
-        while w.state == "run":
-            pc = w.pc
-            if not 0 <= pc < len(instrs):
-                raise SimError(f"wave {w.wave_id} ran off the program (pc {pc})")
-            w.pc = pc + 1
-            handlers[pc](w, instrs[pc])
-            w.count += 1
-            if w.count > budget:
-                raise SimError(f"wave {w.wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
+        # Floating-point exceptions are the instructions' results (NaN, inf), not
+        # warnings: ignored for the whole run rather than per instruction.
+        with np.errstate(all="ignore"):
+            while w.state == "run":
+                pc = w.pc
+                if not 0 <= pc < n:
+                    raise SimError(f"wave {w.wave_id} ran off the program (pc {pc})")
+                w.pc = pc + 1
+                fns[pc](w)
+                w.count += 1
+                if w.count > budget:
+                    raise SimError(f"wave {w.wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
 
     def run_group(self, group: Group, kernarg_addr: int, block: int, reverse: bool = False,
                   budget: int = 10_000_000) -> int:
@@ -128,7 +136,9 @@ class Kernel:
             for w in live:
                 self.run_wave(w, budget)
             live = [w for w in order if w.state != "end"]
-        return sum(w.count for w in waves)
+        n = sum(w.count for w in waves)
+        self.steps += n
+        return n
 
 
 def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, int, int], block: int = 256,
@@ -169,4 +179,5 @@ def execute(w: Wave, text: str, labels: dict[str, int] | None = None) -> None:
                 raise SimError(f"execute(): label {o.text} not in labels")
             ins.target = labels[o.text]
     w.pc += 1
-    handler_for(ins)(w, ins)
+    with np.errstate(all="ignore"):
+        decode(ins)(w)

@@ -8,10 +8,20 @@ mnemonic without its encoding suffix (``@op("v_add_f32")`` serves ``_e32``,
 methods here, which apply what the encoding says: EXEC (inactive lanes keep
 their value), SDWA operand and destination selects, the floating-point
 source modifiers ``neg``/``abs`` and ``clamp``.
+
+Execution goes through ``decode``: each instruction of a program is decoded
+once into a closure ``fn(wave)``. For the forms the kernel executes most (the
+integer, float, f16, packed and MFMA families register ``decoder``s) the
+closure binds its source readers (register views, SDWA source selects,
+constants as arrays) and destination, and writes without a mask when EXEC is
+full; on a partial EXEC, and for every other form, it calls the handler, so
+the handlers stay the one statement of each instruction's meaning and the
+unit tests, which execute through ``decode``, check both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -69,6 +79,82 @@ def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) 
     extra = set(ins.mods) - mods - (SDWA_MODS if ins.enc == "sdwa" else frozenset())
     if extra:
         raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
+
+
+# Decoders: for a mnemonic, ``decode(ins)`` returns a closure ``fn(wave)`` with the
+# instruction's operands bound once (register indices, constants as arrays),
+# or None when this form is not one it binds. A closure handles full-EXEC
+# waves itself and calls the handler otherwise, so it never changes meaning.
+Decoder = Callable[[Instr], "Callable[[Wave], None] | None"]
+DECODERS: dict[str, Decoder] = {}
+
+
+def decoder(*names: str) -> Callable[[Decoder], Decoder]:
+    """Register the decorated decoder for each mnemonic in ``names`` (without the
+    encoding suffix); its handler must be registered too (``op``)."""
+    def deco(fn: Decoder) -> Decoder:
+        for n in names:
+            if n in DECODERS:
+                raise ValueError(f"decoder for {n} registered twice")
+            DECODERS[n] = fn
+        return fn
+    return deco
+
+
+def decode(ins: Instr) -> Callable[["Wave"], None]:
+    """``fn(wave)`` executing ``ins``: its decoder's closure where one binds this
+    form, else its handler with the instruction bound; UnknownInstruction when
+    there is none."""
+    h = handler_for(ins)
+    dec = DECODERS.get(ins.base) or DECODERS.get(ins.mnemonic)
+    fn = dec(ins) if dec is not None else None
+    if fn is None:
+        def fn(w: Wave, h=h, ins=ins) -> None:
+            h(w, ins)
+    return fn
+
+
+FULL = np.uint32(0xFFFFFFFF)
+
+
+def plain_source(o: Operand, as_f32: bool = False):
+    """A reader ``fn(wave)`` of a 32-bit source without modifiers (uint32, or
+    float32 with ``as_f32``): a VGPR's lanes (a view), an SGPR as a scalar, a
+    constant as a read-only array of 64 lanes; None for any other operand."""
+    if o.neg or o.abs or o.sext:
+        return None
+    idx = o.index
+    if o.kind == "v":
+        if as_f32:
+            return lambda w: w.v[idx].view(np.float32)
+        return lambda w: w.v[idx]
+    if o.kind == "s":
+        if as_f32:
+            return lambda w: np.full(LANES, w.s[idx], np.uint32).view(np.float32)
+        return lambda w: w.s[idx]
+    if o.kind == "const":
+        c = np.full(LANES, o.bits32, np.uint32)
+        c = c.view(np.float32) if as_f32 else c
+        c.flags.writeable = False
+        return lambda w: c
+    return None
+
+
+def sdwa_source(o: Operand, sel: str):
+    """A reader ``fn(wave)`` of an SDWA source: ``plain_source`` for a DWORD
+    select, else the VGPR's field ``sel`` zero- or sign-extended (uint32
+    ``[64]``, as ``_select``); None for any other operand."""
+    shift, width = _SEL_SHIFT[sel]
+    if width == 32:
+        return plain_source(dataclasses.replace(o, sext=False))
+    if o.kind != "v" or o.neg or o.abs:
+        return None
+    idx = o.index
+    if not o.sext:
+        sh, mask = np.uint32(shift), np.uint32((1 << width) - 1)
+        return lambda w: (w.v[idx] >> sh) & mask
+    up, down = np.uint32(32 - shift - width), np.int32(32 - width)
+    return lambda w: ((w.v[idx] << up).view(np.int32) >> down).view(np.uint32)
 
 
 def handler_for(ins: Instr) -> Handler:
@@ -132,6 +218,12 @@ class Wave:
             self._exec_key = key
             self._exec_mask = int_to_mask(key[0] | key[1] << 32)
         return self._exec_mask
+
+    @property
+    def exec_full(self) -> bool:
+        """Whether EXEC enables every lane (the common case, written without a mask)."""
+        s = self.s
+        return s[126] == 0xFFFFFFFF and s[127] == 0xFFFFFFFF
 
     @property
     def exec_bits(self) -> int:
@@ -222,12 +314,16 @@ class Wave:
         if o.kind != "v":
             raise SimError(f"{o.text} is not a vector destination at {ins.where()}")
         dst = self.v[o.index]
-        value = np.asarray(value)
-        if value.dtype != np.uint32:
-            value = value.astype(np.uint32) if value.dtype.kind in "iub" else value.view(np.uint32)
+        if type(value) is not np.ndarray or value.dtype != np.uint32:
+            value = np.asarray(value)
+            if value.dtype != np.uint32:
+                value = value.astype(np.uint32) if value.dtype.kind in "iub" else value.view(np.uint32)
         if ins.enc == "sdwa":
             value = self._sdwa_dst(ins, dst, value)
-        np.copyto(dst, value, where=self.exec_mask)
+        if self.exec_full:
+            dst[...] = value
+        else:
+            np.copyto(dst, value, where=self.exec_mask)
 
     @staticmethod
     def _sdwa_dst(ins: Instr, old: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -259,8 +355,11 @@ class Wave:
         """Write uint32 ``[count, 64]`` to a multi-register destination, active lanes only."""
         if o.kind != "v":
             raise SimError(f"{o.text} is not a vector destination")
-        np.copyto(self.v[o.index:o.index + o.count], words.astype(np.uint32, copy=False),
-                  where=self.exec_mask[None, :])
+        if self.exec_full:
+            self.v[o.index:o.index + o.count] = words
+        else:
+            np.copyto(self.v[o.index:o.index + o.count], words.astype(np.uint32, copy=False),
+                      where=self.exec_mask[None, :])
 
     def vset64(self, o: Operand, value: np.ndarray) -> None:
         """Write uint64 ``[64]`` to a VGPR pair, active lanes only."""

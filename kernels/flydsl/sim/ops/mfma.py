@@ -39,7 +39,8 @@ from fractions import Fraction
 import numpy as np
 
 from ..program import Instr
-from ..wave import LANES, SimError, Wave, op
+from ..wave import FULL as _FULL
+from ..wave import LANES, OPS, SimError, Wave, decoder, op
 
 _ALL_LANES = (1 << LANES) - 1
 _QNAN = np.uint32(0x7FC00000)
@@ -70,7 +71,9 @@ def round_fraction_to_f32(q: Fraction) -> np.float32:
 
 
 def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
-    """bool ``[16, 16]``: float64 sums the element's (finite) terms exactly, in
+    """bool ``terms.shape[:-1]`` (``terms``: float64, the terms of each element on
+    the last axis; ``abs_sum`` the sums of their magnitudes, shaped as the
+    result): float64 sums the element's (finite) terms exactly, in
     any order. With ``2**q`` the lowest set bit among the terms, every partial
     sum is a multiple of ``2**q``, so it is exact while the magnitudes add up
     to less than ``2**(q + 53)`` (the float64 ``abs_sum`` passes that bound
@@ -80,7 +83,7 @@ def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
     mant, exp = np.frexp(finite)
     ints = np.abs(mant * 2.0 ** 53).astype(np.int64)
     _, low = np.frexp((ints & -ints).astype(np.float64))
-    lsb = np.where(finite != 0, exp - 54 + low, 1 << 20).min(axis=2)
+    lsb = np.where(finite != 0, exp - 54 + low, 1 << 20).min(axis=-1)
     _, top = np.frexp(abs_sum)
     return top <= lsb + 53
 
@@ -102,18 +105,23 @@ def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
         hi = np.nextafter(s + bound, np.inf).astype(np.float32)
         doubt = np.isfinite(abs_sum) & (lo.view(np.uint32) != hi.view(np.uint32))
-        if doubt.any() or not np.all(abs_sum):
-            terms = np.concatenate([a[:, None, :] * b.T[None, :, :], c[:, :, None]], axis=2)
-            doubt &= ~float64_sum_is_exact(terms, abs_sum)
-            zero = abs_sum == 0
-            out[zero] = np.where(np.signbit(terms[zero]).all(axis=1), np.float32(-0.0), np.float32(0.0))
-            for i, j in zip(*np.nonzero(doubt)):
-                out[i, j] = round_fraction_to_f32(sum((Fraction(float(t)) for t in terms[i, j]), Fraction(0)))
+        zero = abs_sum == 0
+        if doubt.any() or zero.any():
+            # The terms of the elements in doubt or exactly zero only (a few of
+            # the 256 as a rule): each proven exact in float64 or summed exactly.
+            ii, jj = np.nonzero(doubt | zero)
+            terms = np.concatenate([a[ii] * b.T[jj], c[ii, jj][:, None]], axis=1)
+            z = zero[ii, jj]
+            out[ii[z], jj[z]] = np.where(np.signbit(terms[z]).all(axis=1), np.float32(-0.0), np.float32(0.0))
+            d = doubt[ii, jj] & ~float64_sum_is_exact(terms[:, None, :], abs_sum[ii, jj][:, None])[:, 0]
+            for i, j, t in zip(ii[d], jj[d], terms[d]):
+                out[i, j] = round_fraction_to_f32(sum((Fraction(float(x)) for x in t), Fraction(0)))
     return out
 
 
-def _mfma(w: Wave, ins: Instr, k: int) -> None:
-    """``v_mfma_f32_16x16xK_bf16 D, A, B, C`` on the whole wave."""
+def _checked(ins: Instr, k: int) -> tuple:
+    """``(D, A, B, C)`` of an MFMA of depth ``k``; SimError for a modifier or
+    operand form not modelled."""
     dec = ins.__dict__.get("_mfma")
     if dec is None:
         bad = [m for m, v in ins.mods.items() if m not in ("cbsz", "abid", "blgp") or v != 0]
@@ -127,15 +135,20 @@ def _mfma(w: Wave, ins: Instr, k: int) -> None:
                 or not (c.kind == "const" or (c.kind == "v" and c.count == 4)):
             raise SimError(f"{ins.mnemonic}: unsupported operand form at {ins.where()}")
         dec = ins.__dict__["_mfma"] = (d, a, b, c)
-    d, a, b, c = dec
+    return dec
+
+
+def _mfma(w: Wave, ins: Instr, k: int) -> None:
+    """``v_mfma_f32_16x16xK_bf16 D, A, B, C`` on the whole wave."""
+    d, a, b, c = _checked(ins, k)
     if w.exec_bits != _ALL_LANES:
         raise SimError(f"{ins.mnemonic} with a partial EXEC ({w.exec_bits:#018x}) is not modelled at {ins.where()}")
     kl = k // 4
 
     def elements(o) -> np.ndarray:
-        """float64 ``[64, KL]``: each lane's bf16 values of A or B, low halves first."""
-        words = w.v[o.index:o.index + o.count].T
-        halves = np.stack([words & np.uint32(0xFFFF), words >> np.uint32(16)], axis=2)
+        """float64 ``[64, KL]``: each lane's bf16 values of A or B, low halves first
+        (a little-endian word's two 16-bit halves, read in memory order)."""
+        halves = np.ascontiguousarray(w.v[o.index:o.index + o.count].T).view(np.uint16)
         return bf16_to_f64(halves.reshape(LANES, kl))
 
     amat = elements(a).reshape(4, 16, kl).transpose(1, 0, 2).reshape(16, k)
@@ -148,6 +161,53 @@ def _mfma(w: Wave, ins: Instr, k: int) -> None:
     res = mfma_f32_bf16(amat, bmat, cmat).view(np.uint32)
     res = np.where(np.isnan(res.view(np.float32)), _QNAN, res)
     w.v[d.index:d.index + 4] = res.reshape(4, 4, 16).transpose(1, 0, 2).reshape(4, LANES)
+
+
+def _layout(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gather indices of the operand layout (module docstring): ``ab [16, K]``
+    into an A or B register block read as uint16 halves (``[K/8 regs, 128]``,
+    flattened), A's ``[i, k]`` and B's ``[k, i]``; ``cd [16, 16]`` into a C or D
+    block of four registers (``[4, 64]``, flattened)."""
+    kl = k // 4
+    i, kk = np.meshgrid(np.arange(16), np.arange(k), indexing="ij")
+    lane, e = 16 * (kk // kl) + i, kk % kl
+    ab = (e // 2) * 2 * LANES + 2 * lane + e % 2
+    r, j = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+    cd = (r % 4) * LANES + 16 * (r // 4) + j
+    return ab, cd
+
+
+_LAYOUT = {16: _layout(16), 32: _layout(32)}
+
+
+def _decoder(k: int):
+    """The decoder of ``v_mfma_f32_16x16xK_bf16``: the operand layout bound as
+    gather indices (the handler's checks first; a form it refuses is left to it)."""
+    def decode(ins: Instr):
+        try:
+            d, a, b, c = _checked(ins, k)
+        except SimError:
+            return None
+        ab, cd = _LAYOUT[k]
+        h = OPS[ins.base]
+        cconst = None if c.kind != "const" else np.full((16, 16), np.uint32(c.bits32).view(np.float32), np.float64)
+
+        def run(w: Wave) -> None:
+            s = w.s
+            if not (s[126] == _FULL and s[127] == _FULL) or (k == 32 and w.group.target.mfma_bf16_k != 32):
+                h(w, ins)  # the handler refuses these, naming why
+                return
+            v = w.v
+            amat = bf16_to_f64(v[a.index:a.index + a.count].view(np.uint16).ravel().take(ab))
+            bmat = bf16_to_f64(v[b.index:b.index + b.count].view(np.uint16).ravel().take(ab)).T
+            cmat = cconst if cconst is not None else \
+                v[c.index:c.index + 4].view(np.float32).ravel().take(cd).astype(np.float64)
+            res = mfma_f32_bf16(amat, bmat, cmat).view(np.uint32)
+            res = np.where(res.view(np.float32) != res.view(np.float32), _QNAN, res)
+            out = v[d.index:d.index + 4].reshape(-1)
+            out[cd] = res
+        return run
+    return decode
 
 
 @op("v_mfma_f32_16x16x16_bf16")
@@ -164,3 +224,7 @@ def _mfma_16x16x32(w: Wave, ins: Instr) -> None:
         raise SimError(f"{ins.mnemonic} needs the K = 32 bf16 MFMA; {tgt.arch}'s widest is K = {tgt.mfma_bf16_k} "
                        f"at {ins.where()}")
     _mfma(w, ins, 32)
+
+
+decoder("v_mfma_f32_16x16x16_bf16")(_decoder(16))
+decoder("v_mfma_f32_16x16x32_bf16")(_decoder(32))

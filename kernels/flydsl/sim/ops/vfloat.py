@@ -79,7 +79,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import LANES, SimError, Wave, check_form, op
+from ..wave import FULL, LANES, OPS, SDWA_MODS, SimError, Wave, check_form, decoder, op, plain_source, sdwa_source
 
 _VCC = Operand("s", *SPECIAL_SGPRS["vcc"], text="vcc")
 _SIGN = np.uint32(0x80000000)
@@ -121,7 +121,8 @@ def _vop(*names: str, nops: int, mods: tuple = ("clamp",), sdwa: bool = False):
 
 def _f32(w: Wave, ins: Instr, i: int) -> np.ndarray:
     """Source ``ins.ops[i]`` as float32 ``[64]`` (abs/neg and SDWA select applied)."""
-    return np.broadcast_to(w.vget_f32(ins, i), (LANES,))
+    x = w.vget_f32(ins, i)
+    return x if x.shape == (LANES,) else np.broadcast_to(x, (LANES,))
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -146,6 +147,11 @@ def _clamp_f32(ins: Instr, x: np.ndarray) -> np.ndarray:
 
 # ---- exact fused multiply-add ----------------------------------------------------------------
 
+# A deliberate independent model: ``nvfp4_suite.reference.emulate`` has its own
+# fused multiply-add, and this one is written apart from it on purpose (not
+# imported). The simulator checks the compiled kernel against the reference,
+# so a rounding mistake shared by both would hide itself. This one is tested
+# against exact rational arithmetic (``tests/test_flydsl_sim_vfloat.py``).
 def fma_f32(a, b, c, scale=None) -> np.ndarray:
     """float32 ``(a * b + c) * scale`` with one rounding; a, b, c float32, scale
     a float64 power of two per lane (or None for 1).
@@ -185,8 +191,69 @@ def _binary(fn):
     return h
 
 
+def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
+    """The decoder of an op writing ``compute(*sources)`` (float32 ``[64]``) to
+    its destination: sources as float32 (uint32 with ``raw``), readers and
+    destination bound once, for the forms without ``clamp``, ``abs``/``neg``
+    or an SDWA destination select; it runs the handler on a partial EXEC."""
+    def decode(ins: Instr):
+        try:
+            _validate(ins, nsrc + 1, frozenset({"clamp"}), sdwa)
+        except SimError:
+            return None
+        if ins.ops[0].kind != "v" or ins.ops[0].count != 1 or ins.mods.get("clamp"):
+            return None
+        srcs = ins.ops[1:]
+        if ins.enc == "sdwa":
+            if set(ins.mods) - SDWA_MODS or ins.mods.get("dst_sel", "DWORD") != "DWORD" \
+                    or any(o.kind != "v" for o in srcs):
+                return None
+            readers = [sdwa_source(o, ins.mods.get(f"src{k}_sel", "DWORD")) for k, o in enumerate(srcs)]
+            if not raw and all(r is not None for r in readers):
+                readers = [lambda w, r=r: r(w).view(np.float32) for r in readers]
+        elif ins.enc in ("e32", "e64", "") and not ins.mods:
+            readers = [plain_source(o, as_f32=not raw) for o in srcs]
+            if raw and any(o.kind == "s" for o in srcs):
+                return None
+        else:
+            return None
+        if any(r is None for r in readers):
+            return None
+        d, h = ins.ops[0].index, OPS[ins.base]
+        if nsrc == 1:
+            (ra,) = readers
+
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    w.v[d] = compute(ra(w)).view(np.uint32)
+                else:
+                    h(w, ins)
+        elif nsrc == 2:
+            ra, rb = readers
+
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    w.v[d] = compute(ra(w), rb(w)).view(np.uint32)
+                else:
+                    h(w, ins)
+        else:
+            ra, rb, rc = readers
+
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    w.v[d] = compute(ra(w), rb(w), rc(w)).view(np.uint32)
+                else:
+                    h(w, ins)
+        return run
+    return decode
+
+
 for _name, _fn in _BINARY.items():
     _vop(_name, nops=3, sdwa=True)(_binary(_fn))
+    decoder(_name)(_decoder(2, _fn, True))
 
 
 @_vop("v_fma_f32", nops=4)
@@ -237,6 +304,11 @@ _vop("v_max_f32", nops=3, sdwa=True)(_minmax(True, False))
 _vop("v_min_f32", nops=3, sdwa=True)(_minmax(False, False))
 _vop("v_max3_f32", nops=4)(_minmax(True, True))
 _vop("v_min3_f32", nops=4)(_minmax(False, True))
+decoder("v_max_f32")(_decoder(2, lambda a, b: _max2(a, b, True), True))
+decoder("v_min_f32")(_decoder(2, lambda a, b: _max2(a, b, False), True))
+decoder("v_max3_f32")(_decoder(3, lambda a, b, c: _max2(_max2(a, b, True), c, True), False))
+decoder("v_min3_f32")(_decoder(3, lambda a, b, c: _max2(_max2(a, b, False), c, False), False))
+decoder("v_fma_f32")(_decoder(3, fma_f32, False))
 
 
 @_vop("v_exp_f32", nops=2, sdwa=True)
@@ -395,6 +467,10 @@ def _cvt_f32_f16(w: Wave, ins: Instr) -> None:
     w.vset_f32(ins, _f16_source(w, ins, 1).view(np.float16).astype(np.float32))
 
 
+decoder("v_cvt_f32_f16")(_decoder(
+    1, lambda x: (x & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32), True, raw=True))
+
+
 @_vop("v_cvt_f16_f32", nops=2, mods=(), sdwa=True)
 def _cvt_f16_f32(w: Wave, ins: Instr) -> None:
     """D.f16 = S0 rounded to nearest even (upper half zero, see the module note)."""
@@ -445,6 +521,12 @@ def _pack_b32_f16(w: Wave, ins: Instr) -> None:
     w.vset(ins, halves[0] | (halves[1] << np.uint32(16)))
 
 
+# A deliberate independent model of the fp8 bytes (not imported from
+# ``nvfp4_suite.reference.formats``, which decodes the same bytes for the
+# reference): what the hardware's conversion instruction returns is written
+# here from the ISA's description of E4M3FNUZ and OCP E4M3FN, so a wrong table
+# in the reference cannot make the simulated kernel agree with it. The
+# simulator's tests compare it with ml_dtypes' conversion for all 256 bytes.
 def _fp8_table(fnuz: bool) -> np.ndarray:
     """float32 bit patterns of the 256 E4M3FNUZ (``fnuz``) or OCP E4M3FN bytes."""
     out = np.zeros(256, np.uint32)
@@ -534,10 +616,75 @@ def _pk_f32(n: int, fn):
     return h
 
 
+def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
+    """The decoder of a packed op (``_pk_f32``, or ``v_pk_mul_f16`` with ``f16``):
+    each source's selects and negations bound as ``[2, ...]`` rows, for the
+    forms without ``clamp`` that read at least one VGPR (SGPRs and constants
+    too for f32); it runs the handler on a partial EXEC."""
+    def decode(ins: Instr):
+        try:
+            _validate(ins, n + 1, frozenset(mods), False)
+            plan = _pk_plan(ins, n)
+        except SimError:
+            return None
+        dst = ins.ops[0]
+        if ins.mods.get("clamp") or dst.kind != "v" or dst.count != (1 if f16 else 2):
+            return None
+        srcs = ins.ops[1:]
+        if not any(o.kind == "v" for o in srcs) or (f16 and any(o.kind != "v" for o in srcs)):
+            return None
+        readers = []
+        for o, (sel, sel_hi, neg_lo, neg_hi) in zip(srcs, plan):
+            idx = o.index
+            if f16:
+                sh = np.array([[16 * sel], [16 * sel_hi]], np.uint32)
+                neg = np.array([[0x8000 * neg_lo], [0x8000 * neg_hi]], np.uint16)
+
+                def r(w, idx=idx, sh=sh, neg=neg):
+                    return ((w.v[idx] >> sh).astype(np.uint16) ^ neg).view(np.float16).astype(np.float32)
+                readers.append(r)
+                continue
+            neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
+            if o.kind == "const":
+                c = (np.full((2, LANES), o.bits32, np.uint32) ^ neg).view(np.float32)
+                readers.append(lambda w, c=c: c)
+            elif o.kind == "v":
+                rows = None if (sel, sel_hi) == (0, 1) else [sel, sel_hi]
+                readers.append(lambda w, idx=idx, rows=rows, neg=neg: (
+                    (w.v[idx:idx + 2] if rows is None else w.v[idx:idx + 2][rows]) ^ neg).view(np.float32))
+            else:
+                pick = [idx + sel, idx + sel_hi]
+                readers.append(lambda w, pick=pick, neg=neg: (w.s[pick][:, None] ^ neg).view(np.float32))
+        d, h = dst.index, OPS[ins.base]
+        if f16:
+            ra, rb = readers
+
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    # The product of two fp16 values is exact in float32: one rounding.
+                    r = _to_f16_bits(ra(w) * rb(w))
+                    w.v[d] = r[0] | (r[1] << np.uint32(16))
+                else:
+                    h(w, ins)
+        else:
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    w.v[d:d + 2] = np.asarray(fn(*[r(w) for r in readers]), np.float32).view(np.uint32)
+                else:
+                    h(w, ins)
+        return run
+    return decode
+
+
 _PK_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp")
 _vop("v_pk_add_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.add))
 _vop("v_pk_mul_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.multiply))
 _vop("v_pk_fma_f32", nops=4, mods=_PK_MODS)(_pk_f32(3, fma_f32))
+decoder("v_pk_add_f32")(_pk_decoder(2, np.add, _PK_MODS))
+decoder("v_pk_mul_f32")(_pk_decoder(2, np.multiply, _PK_MODS))
+decoder("v_pk_fma_f32")(_pk_decoder(3, fma_f32, _PK_MODS))
 
 
 @_vop("v_pk_mul_f16", nops=3, mods=_PK_MODS[:-1])
@@ -554,3 +701,6 @@ def _pk_mul_f16(w: Wave, ins: Instr) -> None:
     # The product of two fp16 values is exact in float32, so this is one rounding.
     r = _to_f16_bits(factors[0] * factors[1])
     w.vset(ins, r[0] | (r[1] << np.uint32(16)))
+
+
+decoder("v_pk_mul_f16")(_pk_decoder(2, None, _PK_MODS[:-1], f16=True))

@@ -36,7 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..program import Instr, Operand, SPECIAL_SGPRS
-from ..wave import LANES, SimError, Wave, check_form, op
+from ..wave import (FULL, LANES, OPS, SDWA_MODS, SimError, Wave, check_form, decoder, op, plain_source,
+                    sdwa_source)
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _LANE = np.arange(LANES, dtype=np.uint64)
@@ -201,12 +202,71 @@ def _make(fn, nsrc: int):
     return run
 
 
+def _decoder(fn, nsrc: int, sdwa: bool):
+    """The decoder of a ``_make`` op: a closure with its sources' readers and its
+    destination bound, for the forms without SDWA or modifiers that read at
+    least one VGPR; it runs the handler on a wave whose EXEC is partial."""
+    def decode(ins: Instr):
+        try:
+            _validate(ins, nsrc + 1, frozenset(), sdwa, False)
+        except SimError:
+            return None
+        if ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+            return None
+        if nsrc > 1 and not any(o.kind == "v" for o in ins.ops[1:]):
+            return None  # scalar arithmetic would not wrap silently; the handler makes lanes
+        if ins.enc == "sdwa":
+            # Source selects bound; a destination select other than DWORD is the handler's.
+            if set(ins.mods) - SDWA_MODS or ins.mods.get("dst_sel", "DWORD") != "DWORD":
+                return None
+            readers = [sdwa_source(o, ins.mods.get(f"src{k}_sel", "DWORD")) for k, o in enumerate(ins.ops[1:])]
+        elif ins.enc in ("e32", "e64", "") and not ins.mods:
+            readers = [plain_source(o) for o in ins.ops[1:]]
+        else:
+            return None
+        if any(r is None for r in readers):
+            return None
+        d, h = ins.ops[0].index, OPS[ins.base]
+        if nsrc == 1:
+            (ra,) = readers
+
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    w.v[d] = fn(ra(w))
+                else:
+                    h(w, ins)
+        elif nsrc == 2:
+            ra, rb = readers
+
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    w.v[d] = fn(ra(w), rb(w))
+                else:
+                    h(w, ins)
+        else:
+            ra, rb, rc = readers
+
+            def run(w: Wave) -> None:
+                s = w.s
+                if s[126] == FULL and s[127] == FULL:
+                    w.v[d] = fn(ra(w), rb(w), rc(w))
+                else:
+                    h(w, ins)
+        return run
+    return decode
+
+
 for _name, _fn in _UNARY.items():
     _vop(_name, nops=2, sdwa=True)(_make(_fn, 1))
+    decoder(_name)(_decoder(_fn, 1, True))
 for _name, _fn in _BINARY.items():
     _vop(_name, nops=3, sdwa=_name not in _VOP3_ONLY)(_make(_fn, 2))
+    decoder(_name)(_decoder(_fn, 2, _name not in _VOP3_ONLY))
 for _name, _fn in _TERNARY.items():
     _vop(_name, nops=4)(_make(_fn, 3))
+    decoder(_name)(_decoder(_fn, 3, False))
 
 
 @_vop("v_bitop3_b32", nops=4, mods=("bitop3",))

@@ -1,0 +1,73 @@
+"""nvfp4_suite.vectors.sim_sweep: the simulator's full check over worker
+processes, run on one small golden case (valid and invalid) and one
+generated problem; ``--help`` and the setup errors (exit 2)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nvfp4_suite.kernels.flydsl.lanes import SPLITS
+from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
+from nvfp4_suite.vectors import catalog, sim_sweep
+
+
+def _case_id(name: str) -> int:
+    return next(c["id"] for c in catalog.load_manifest()["cases"] if c["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    why = sim_missing(("gfx950",))
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+
+
+def test_help_runs_as_a_module():
+    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.sim_sweep", "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--golden" in r.stdout and "--examples" in r.stdout
+
+
+def test_a_valid_golden_case_is_scheduled_per_split_count_and_conforms(toolchain, capsys):
+    cid = _case_id("split-rescale")
+    tasks = sim_sweep.tasks_for("gfx950", True, cases={cid})
+    entry = next(c for c in catalog.load_manifest()["cases"] if c["id"] == cid)
+    # Split counts outside the kernel's (3, 5, ...) are the backend's to refuse: no task.
+    counts = sorted({x["splits"] for x in entry["launches"]} & set(SPLITS))
+    assert len(counts) > 1 and [t[2] for t in tasks] == [("gfx950", cid, s) for s in counts]
+    assert sim_sweep.main(["--golden", "--case", str(cid), "--splits", "2", "--arch", "gfx950", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"PASS gfx950 golden case {cid} split-rescale splits 2" in out and "1 of 1 tasks conform" in out
+
+
+def test_an_invalid_golden_case_runs_the_validator_and_conforms(toolchain, capsys):
+    cid = _case_id("invalid-rows")
+    assert sim_sweep.tasks_for("gfx950", True, cases={cid}) == [
+        (f"gfx950 golden case {cid} invalid-rows", sim_sweep.golden_task, ("gfx950", cid, None))]
+    assert sim_sweep.main(["--golden", "--case", str(cid), "--arch", "gfx950", "--jobs", "1"]) == 0
+    assert "1 of 1 tasks conform" in capsys.readouterr().out
+
+
+def test_one_generated_problem_runs_and_conforms(toolchain, capsys):
+    assert sim_sweep.main(["--examples", "1", "--arch", "gfx950", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS gfx950 generated 0..0" in out and "1 of 1 tasks conform" in out
+
+
+def test_a_failing_task_is_reported_by_name_with_its_lines(monkeypatch):
+    lines = []
+    failed, n, _ = sim_sweep.run_tasks([("broken task", lambda: 1 / 0, ())], 1, out=lines.append)
+    assert failed == ["broken task"] and n == 0
+    assert any("FAIL broken task" in x for x in lines) and any("ZeroDivisionError" in x for x in lines)
+
+
+def test_nothing_to_check_and_an_unknown_case_are_exit_2(capsys):
+    assert sim_sweep.main([]) == 2
+    assert "nothing to check" in capsys.readouterr().err
+    if sim_missing(("gfx950",)) is None:
+        assert sim_sweep.main(["--golden", "--case", "9999", "--arch", "gfx950"]) == 2
+        assert "9999" in capsys.readouterr().err

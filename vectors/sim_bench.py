@@ -1,0 +1,68 @@
+"""``python -m nvfp4_suite.vectors.sim_bench``: the simulator's speed on the kernel,
+with the golden catalog's time per target.
+
+    python -m nvfp4_suite.vectors.sim_bench [--arch gfx950] [--golden [--jobs N]] [--no-instructions]
+
+Prints the tables of ``python -m nvfp4_suite.kernels.flydsl.sim.bench`` (per
+instruction and per launch, each against a floor measured in the same run:
+numpy's cheapest whole-wave operation, and ``nvfp4_suite.reference.emulate``);
+``--golden`` adds, per target, the wall time of checking the whole golden
+catalog at every launch (split count and XCD placement) its manifest lists
+(``vectors.sim_sweep``'s golden tasks on ``--jobs`` processes), with the
+wave-instructions simulated (per CPU second with ``--jobs 1``, per wall
+second otherwise) and the verdict (a line per finished task on stderr). Exit 0, or 1 when the catalog
+does not conform, 2 when the kernel cannot be had here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from nvfp4_suite.kernels.flydsl.sim import bench
+from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
+from nvfp4_suite.kernels.flydsl.targets import ARCHS
+
+from .sim_sweep import run_tasks, tasks_for
+
+
+def main(argv=None) -> int:
+    """The command line; see the module docstring."""
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.sim_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
+    ap.add_argument("--golden", action="store_true", help="also time the golden catalog per target")
+    ap.add_argument("--case", type=int, action="append", help="with --golden: only this case id (repeatable)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for --golden")
+    ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")
+    args = ap.parse_args(argv)
+    archs = list(args.arch or ARCHS)
+    missing = sim_missing(tuple(archs))
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    rc = bench.main(sum((["--arch", a] for a in archs), [])
+                    + (["--no-instructions"] if args.no_instructions else []))
+    if rc or not args.golden:
+        return rc
+    print(f"golden catalog, every launch its manifest lists ({args.jobs} worker processes)")
+    print(f"{'target':8} {'wall s':>8} {'cpu s':>8} {'tasks':>6} {'wave-instr':>12} {'wave-instr/s':>13}  verdict")
+    failed_any = False
+    for arch in archs:
+        tasks = tasks_for(arch, True, args.case)
+        cpu = time.process_time()
+        # The per-task lines (minutes of work) go to stderr, the table to stdout.
+        failed, n, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: print(s, file=sys.stderr, flush=True))
+        # CPU seconds of this process: the work itself when --jobs 1 (a shared
+        # machine slows the wall time), not counted for worker processes.
+        cpu = f"{time.process_time() - cpu:8.1f}" if args.jobs <= 1 else f"{'-':>8}"
+        failed_any |= bool(failed)
+        rate = n / max(float(cpu) if args.jobs <= 1 else dt, 1e-9)
+        print(f"{arch:8} {dt:8.1f} {cpu} {len(tasks):6d} {n:12d} {rate:13.0f}  "
+              + ("CONFORMANT" if not failed else f"FAILED: {', '.join(failed)}"), flush=True)
+    return 1 if failed_any else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
