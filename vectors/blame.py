@@ -281,29 +281,44 @@ def _what(spec: str) -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.blame --signatures [--check]``: record (or
-    check) the numpy mutants' failure patterns on the catalog; needs the suite's
-    ``tests/`` folder (the mutants live there)."""
+    """``python -m nvfp4_suite.vectors.blame --signatures [--check] [--mutant SPEC ...]``."""
     from . import bugs
 
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.blame", description=main.__doc__.split(";")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m nvfp4_suite.vectors.blame",
+        description="Record (or check) the failure patterns of the numpy mutants on the golden catalog, which "
+                    "check reports match against a failing run. Needs the suite's checkout: the mutants live "
+                    "in its tests/ folder.")
     ap.add_argument("--signatures", action="store_true", required=True,
                     help=f"run every detectable numpy mutant over the catalog and write {SIGNATURES.name}")
     ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
+    ap.add_argument("--mutant", action="append", metavar="SPEC",
+                    help="with --check: only this mutant's entry (repeatable)")
     args = ap.parse_args(argv)
     tests = HERE.parent / "tests"
     if not (tests / "mutants.py").exists():
         print(f"the mutants live in the suite's checkout ({tests}/mutants.py); not found", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(tests))
     specs = [m.spec for m in bugs.mutants("numpy") if not m.undetectable]
+    if args.mutant:
+        bad = [s for s in args.mutant if s not in specs]
+        if bad or not args.check:
+            print(f"--mutant {bad[0] if bad else args.mutant[0]}: " + (
+                f"not a detectable numpy mutant (python -m nvfp4_suite.vectors bugs --mutants numpy)"
+                if bad else "only with --check (the file records every mutant)"), file=sys.stderr)
+            return 2
+        specs = args.mutant
+    sys.path.insert(0, str(tests))
     rec = record_signatures(specs, progress=lambda s: print(s, file=sys.stderr))
-    text = json.dumps(rec, indent=1, sort_keys=True) + "\n"
     if args.check:
-        same = SIGNATURES.exists() and SIGNATURES.read_text() == text
-        print("signatures: up to date" if same else f"signatures: {SIGNATURES} differs from a fresh recording")
-        return 0 if same else 1
-    SIGNATURES.write_text(text)
+        old = load_signatures()
+        stale = [s for s in specs if old["mutants"].get(s) != rec["mutants"][s]]
+        if old["catalog"] != rec["catalog"]:
+            stale.insert(0, "the catalog itself")
+        print("signatures: up to date" if not stale else "signatures differ from a fresh recording for: "
+              + ", ".join(stale) + " (python -m nvfp4_suite.vectors.blame --signatures)")
+        return 0 if not stale else 1
+    SIGNATURES.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     print(f"wrote {SIGNATURES} ({len(rec['mutants'])} mutants)")
     return 0
 
