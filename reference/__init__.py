@@ -82,6 +82,8 @@ __all__ = [
     "unswizzle_v_scales",
 ]
 
-from .emulate import SEED_GEOMETRY, Emulation, Geometry, emulate, emulate_details  # noqa: E402
+from .arithmetic import EXACT_P_BF16, SEED_GEOMETRY, Exact, Geometry, arithmetic_name, parse_arithmetic  # noqa: E402
+from .emulate import Emulation, emulate, emulate_details  # noqa: E402
 
-__all__ += ["SEED_GEOMETRY", "Emulation", "Geometry", "emulate", "emulate_details"]
+__all__ += ["EXACT_P_BF16", "SEED_GEOMETRY", "Emulation", "Exact", "Geometry", "arithmetic_name", "emulate",
+            "emulate_details", "parse_arithmetic"]

@@ -105,7 +105,8 @@ import dataclasses
 
 import numpy as np
 
-from ..emulate import F32_EPS, SEED_GEOMETRY, Geometry, emulate_details, kernel_constant
+from ..arithmetic import SEED_GEOMETRY, Exact, Geometry, p_rounded
+from ..emulate import F32_EPS, emulate_details, kernel_constant
 from ..formats import bf16_round
 from ..oracle import oracle_details
 from ..paged_cache import BLK, D
@@ -239,19 +240,20 @@ def interval_from_emulation(problem: DecodeProblem, e, *, splits: int, geometry:
     return _interval(e.pre_round.astype(np.float64), delta, shared=e.flip_risk)
 
 
-def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
-                       splits: int = 1) -> Interval:
+def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None,
+                       geometry: Geometry | Exact | None = None, splits: int = 1) -> Interval:
     """The acceptance interval of every element against the exact oracle (module note).
 
     p_bf16: the implementation rounds P to bf16 before the PV product (adds
     ``2**-8 (1 + 2**-7) A`` to ``delta``); None: as ``geometry`` says, False
-    for the exact class. geometry None: the exact class.
+    for the exact class. geometry None or an ``Exact``: the exact class's gamma;
+    a ``Geometry``: its chain's.
     """
     return interval_from_oracle(problem, oracle_details(problem), p_bf16=p_bf16, geometry=geometry, splits=splits)
 
 
 def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None = None,
-                         geometry: Geometry | None = None, splits: int = 1) -> Interval:
+                         geometry: Geometry | Exact | None = None, splits: int = 1) -> Interval:
     """The acceptance interval from ``details``, the tuple ``oracle_details`` returns
     (from either reference) for ``problem``; p_bf16, geometry: as for
     ``interval_vs_oracle``."""
@@ -259,32 +261,34 @@ def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None
     out, _, mag, sabs, vsum = details
     c = float(kernel_constant(problem))
     eta = (2 * np.log(2) * c * D * F32_EPS * sabs)[..., None]
-    gamma = gamma_exact(problem, F32_EPS) if geometry is None else gamma_emulated(problem, geometry, splits)
+    exact = geometry is None or isinstance(geometry, Exact)
+    gamma = gamma_exact(problem, F32_EPS) if exact else gamma_emulated(problem, geometry, splits)
     delta = (gamma + 2 * eta) * mag * (1 + P_BF16_REL) + (P_BF16_REL * mag if p_bf16 else 0.0)
     delta = delta + _underflow(problem, vsum) + oracle_noise(problem, mag, sabs, vsum)
     return _interval(out, delta, shared=P_BF16_REL * mag if p_bf16 else 0.0)
 
 
+def resolve_p_bf16(p_bf16: bool | None, geometry) -> bool:
+    """``p_bf16``, or where None what ``geometry`` (None, ``Exact``, ``Geometry``)
+    says (False for the exact class)."""
+    return p_rounded(geometry) if p_bf16 is None else bool(p_bf16)
 
 
-def resolve_p_bf16(p_bf16: bool | None, geometry: Geometry | None) -> bool:
-    """``p_bf16``, or where None what ``geometry`` says (False for the exact class)."""
-    if p_bf16 is None:
-        return geometry is not None and geometry.p_bf16
-    return bool(p_bf16)
-
-
-def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1) -> tuple[Interval, str]:
-    """``(interval, against)``: the acceptance interval for a backend of ``geometry``
-    (the exact oracle's for None, otherwise the emulation of that geometry) and
-    how reports name it."""
-    if geometry is None:
+def backend_interval(problem: DecodeProblem, *, geometry: Geometry | Exact | None,
+                     splits: int = 1) -> tuple[Interval, str]:
+    """The interval for a problem and a declared arithmetic: ``(interval, against)``,
+    the acceptance interval for a backend of ``geometry`` (the exact oracle's
+    for None; the exact oracle's with P's bf16 rounding for ``Exact(p_bf16=True)``;
+    otherwise the emulation of that ``Geometry`` at ``splits``) and how reports name it."""
+    if geometry is None or geometry == Exact(False):
         return interval_vs_oracle(problem, p_bf16=False), "oracle"
+    if isinstance(geometry, Exact):
+        return interval_vs_oracle(problem, geometry=geometry), "oracle (exact class, P in bf16)"
     return (interval_vs_emulation(problem, splits=splits, geometry=geometry),
             f"emulation({geometry_name(geometry)}, splits={splits})")
 
 
-
 def geometry_name(g: Geometry) -> str:
-    """How reports name a geometry, e.g. ``32x8, P bf16``."""
-    return f"{g.keys_per_max}x{g.keys_per_lane}{', P bf16' if g.p_bf16 else ''}"
+    """How reports name a geometry, e.g. ``32x8, P bf16`` or ``128x32, P bf16, split by position``."""
+    return (f"{g.keys_per_max}x{g.keys_per_lane}{', P bf16' if g.p_bf16 else ''}"
+            + (", split by position" if g.split_rule == "position" else ""))
