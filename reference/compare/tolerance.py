@@ -70,7 +70,17 @@ relative half-ulp ``2**-8`` of ``p``; ``A`` with rounded weights is within
 ``2**-7`` of the exact one), so ``delta = (gamma + 2 eta) A (1 + 2**-8 (1 + 2**-7))
 + [2**-8 (1 + 2**-7) A] + U + E``. For the exact class (geometry None:
 arithmetic at least float32 in an unknown order, P unrounded) gamma covers a
-summation over every key: ``gamma = (2 * 128 * TOPK + 64) u``.
+summation over every key: ``gamma = (2 * 128 * TOPK + 64) u``. A kernel of
+the exact class that rounds P to bf16 (``Exact(p_bf16=True)``) has the same
+gamma and the ``2**-8 (1 + 2**-7) A`` term: each ``bf16(p)`` is within a
+relative ``2**-8`` of its float32 ``p`` whatever running max ``p`` is
+relative to (one per 128 keys, a wave's, a split's: the later rescales by
+``alpha`` keep a relative error relative), ``l`` is summed from unrounded
+P, so the numerator moves by at most ``2**-8 A``; a ``p`` below 2**-126,
+where bf16's error is absolute (at most 2**-134), lies inside term 4's
+2**-126 per key. The split rule (CONTRACT.md section 6.4) enters no term:
+every rule has ``S`` partials and ``TOPK`` blocks, and an emulated geometry
+is emulated with its own rule.
 
 5. The oracle's own noise (oracle only). ``pre`` is the oracle's float64
    result, itself within float64 noise of the real one: terms 1, 2 and 4 of
