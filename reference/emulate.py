@@ -35,7 +35,7 @@ import numpy as np
 from .arithmetic import SEED_GEOMETRY, Geometry
 from .arrays import NUMPY, ProblemArrays
 from .formats import bf16_rne_bits, bf16_ulp
-from .paged_cache import BLK, D
+from .paged_cache import D
 from .problem import HG, DecodeProblem
 
 LOG2E = 1.4426950408889634

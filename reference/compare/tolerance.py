@@ -116,6 +116,7 @@ import dataclasses
 import numpy as np
 
 from ..arithmetic import SEED_GEOMETRY, Exact, Geometry, p_rounded
+from ..arrays import NUMPY
 from ..emulate import F32_EPS, emulate_details, kernel_constant
 from ..formats import bf16_round
 from ..oracle import oracle_details
@@ -234,10 +235,11 @@ def _underflow(problem: DecodeProblem, abs_v_sum: np.ndarray) -> np.ndarray:
 
 
 def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1,
-                          geometry: Geometry = SEED_GEOMETRY) -> Interval:
-    """The acceptance interval of every element against the emulation (module note)."""
-    return interval_from_emulation(problem, emulate_details(problem, splits=splits, geometry=geometry),
-                                   splits=splits, geometry=geometry)
+                          geometry: Geometry = SEED_GEOMETRY, ops=NUMPY, pool=None) -> Interval:
+    """The acceptance interval of every element against the emulation (module note);
+    ops, pool: where the emulation runs (``nvfp4_suite.reference.arrays``)."""
+    e = emulate_details(problem, splits=splits, geometry=geometry, ops=ops, pool=pool)
+    return interval_from_emulation(problem, e, splits=splits, geometry=geometry)
 
 
 def interval_from_emulation(problem: DecodeProblem, e, *, splits: int, geometry: Geometry) -> Interval:
@@ -251,15 +253,17 @@ def interval_from_emulation(problem: DecodeProblem, e, *, splits: int, geometry:
 
 
 def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None,
-                       geometry: Geometry | Exact | None = None, splits: int = 1) -> Interval:
+                       geometry: Geometry | Exact | None = None, splits: int = 1, ops=NUMPY,
+                       pool=None) -> Interval:
     """The acceptance interval of every element against the exact oracle (module note).
 
     p_bf16: the implementation rounds P to bf16 before the PV product (adds
     ``2**-8 (1 + 2**-7) A`` to ``delta``); None: as ``geometry`` says, False
     for the exact class. geometry None or an ``Exact``: the exact class's gamma;
-    a ``Geometry``: its chain's.
+    a ``Geometry``: its chain's. ops, pool: where the oracle runs.
     """
-    return interval_from_oracle(problem, oracle_details(problem), p_bf16=p_bf16, geometry=geometry, splits=splits)
+    details = oracle_details(problem, ops=ops, pool=pool)
+    return interval_from_oracle(problem, details, p_bf16=p_bf16, geometry=geometry, splits=splits)
 
 
 def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None = None,
@@ -284,17 +288,18 @@ def resolve_p_bf16(p_bf16: bool | None, geometry) -> bool:
     return p_rounded(geometry) if p_bf16 is None else bool(p_bf16)
 
 
-def backend_interval(problem: DecodeProblem, *, geometry: Geometry | Exact | None,
-                     splits: int = 1) -> tuple[Interval, str]:
+def backend_interval(problem: DecodeProblem, *, geometry: Geometry | Exact | None, splits: int = 1,
+                     ops=NUMPY, pool=None) -> tuple[Interval, str]:
     """The interval for a problem and a declared arithmetic: ``(interval, against)``,
     the acceptance interval for a backend of ``geometry`` (the exact oracle's
     for None; the exact oracle's with P's bf16 rounding for ``Exact(p_bf16=True)``;
-    otherwise the emulation of that ``Geometry`` at ``splits``) and how reports name it."""
+    otherwise the emulation of that ``Geometry`` at ``splits``) and how reports
+    name it. ops, pool: where the references run (``nvfp4_suite.reference.arrays``)."""
     if geometry is None or geometry == Exact(False):
-        return interval_vs_oracle(problem, p_bf16=False), "oracle"
+        return interval_vs_oracle(problem, p_bf16=False, ops=ops, pool=pool), "oracle"
     if isinstance(geometry, Exact):
-        return interval_vs_oracle(problem, geometry=geometry), "oracle (exact class, P in bf16)"
-    return (interval_vs_emulation(problem, splits=splits, geometry=geometry),
+        return interval_vs_oracle(problem, geometry=geometry, ops=ops, pool=pool), "oracle (exact class, P in bf16)"
+    return (interval_vs_emulation(problem, splits=splits, geometry=geometry, ops=ops, pool=pool),
             f"emulation({geometry_name(geometry)}, splits={splits})")
 
 
