@@ -112,6 +112,17 @@ def test_the_thirdparty_model_is_conformant_when_it_declares_its_arithmetic():
     assert gen.ok, gen.failing and gen.failing[2]
 
 
+def test_the_thirdparty_model_also_meets_its_whole_geometry_and_only_with_its_split_rule():
+    # One max per 128 keys, l summed over them, P in bf16, split by position: the
+    # emulation of that chain judges it to float32 noise; the rank rule does not fit.
+    mine = Geometry(128, 128, True, "position")
+    run = check_golden(ThirdPartyKernel(mine))
+    assert run.ok, run.text()
+    assert check_generated(ThirdPartyKernel(mine), examples=10, seed=1, shrink=False).ok
+    wrong = ThirdPartyKernel(dataclasses.replace(mine, split_rule="rank"))
+    assert not check_golden(wrong, cases=_cases("minus-one", "stale-tail")).ok
+
+
 def _cases(*flags):
     return {c["id"] for c in catalog.load_manifest()["cases"] if set(flags) & set(c["flags"])}
 
