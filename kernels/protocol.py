@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from nvfp4_suite.reference import LAYOUTS, DecodeProblem, Geometry
+from nvfp4_suite.reference import LAYOUTS, DecodeProblem, Exact, Geometry
 
 # The contract's largest slot count (reference/CONTRACT.md, TOPK_MAX; the validator refuses more).
 TOPK_MAX = 64
@@ -173,7 +173,8 @@ class Backend(Protocol):
     name: str, how reports name it. geometry: the ``nvfp4_suite.reference.Geometry`` of its
     arithmetic, judged against the emulation of that geometry; or None for the
     exact class (at least float32, P unrounded, output rounded once to bf16),
-    judged against the exact oracle. capabilities: its ``Capabilities``.
+    judged against the exact oracle; or ``nvfp4_suite.reference.Exact`` (the
+    exact class with P rounded to bf16: ``EXACT_P_BF16``). capabilities: its ``Capabilities``.
     available(): None when usable on this machine, otherwise the reason.
     __call__(problem, **launch): the output for one launch; it receives
     ``splits`` always, ``xcds`` and ``order`` only when its capabilities
@@ -186,7 +187,7 @@ class Backend(Protocol):
     """
 
     name: str
-    geometry: Geometry | None
+    geometry: Geometry | Exact | None
     capabilities: Capabilities
 
     def available(self) -> str | None:
@@ -234,7 +235,9 @@ described once in `kernels/protocol.py`; this section is generated from it by
 - `geometry`: the `nvfp4_suite.reference.Geometry` of its arithmetic (it is then judged
   against the emulation of that geometry, to the last bf16 rounding), or
   `None` for the exact class (at least float32, P unrounded, output rounded
-  once to bf16; judged against the exact oracle).
+  once to bf16; judged against the exact oracle), or
+  `nvfp4_suite.reference.EXACT_P_BF16` for the exact class with P rounded to
+  bf16 before the PV product (`reference/CONTRACT.md` section 7.1).
 - `capabilities`: a `nvfp4_suite.kernels.Capabilities` record declaring what it supports:
   `layouts` (page layouts it reads), `splits` (split counts), `xcds` (XCD
   placements; `(0,)` for none), `orders` (workgroup arrival orders it can be

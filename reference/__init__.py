@@ -1,8 +1,11 @@
 """The suite's source of truth, in pure numpy: codecs, the NVFP4 paged cache
 (its writer ``quantize_nvfp4``/``build_pool`` and its readers ``page_views``,
 ``read_pages``, ``dequantize_pages``), the decode problem and its validator,
-the exact oracle, and the emulation of the seed kernel's arithmetic. The
-tolerance model and the report are in ``nvfp4_suite.reference.compare``."""
+the exact oracle, and the emulation of the seed kernel's arithmetic (both
+written once over the array namespace of ``nvfp4_suite.reference.arrays``),
+and the arithmetic a kernel declares (``Geometry``, ``Exact``;
+``nvfp4_suite.reference.arithmetic``). The tolerance model and the report are
+in ``nvfp4_suite.reference.compare``."""
 
 from .formats import (
     bf16_bits,
@@ -82,6 +85,8 @@ __all__ = [
     "unswizzle_v_scales",
 ]
 
-from .emulate import SEED_GEOMETRY, Emulation, Geometry, emulate, emulate_details  # noqa: E402
+from .arithmetic import EXACT_P_BF16, SEED_GEOMETRY, Exact, Geometry, arithmetic_name, parse_arithmetic  # noqa: E402
+from .emulate import Emulation, emulate, emulate_details  # noqa: E402
 
-__all__ += ["SEED_GEOMETRY", "Emulation", "Geometry", "emulate", "emulate_details"]
+__all__ += ["EXACT_P_BF16", "SEED_GEOMETRY", "Emulation", "Exact", "Geometry", "arithmetic_name", "emulate",
+            "emulate_details", "parse_arithmetic"]

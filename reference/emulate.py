@@ -32,49 +32,14 @@ import math
 
 import numpy as np
 
+from .arithmetic import SEED_GEOMETRY, Geometry
 from .arrays import NUMPY, ProblemArrays
 from .formats import bf16_rne_bits, bf16_ulp
-from .paged_cache import BLK, D
+from .paged_cache import D
 from .problem import HG, DecodeProblem
 
 LOG2E = 1.4426950408889634
 F32_EPS = 2.0**-24  # unit roundoff of float32
-
-
-@dataclasses.dataclass(frozen=True)
-class Geometry:
-    """How a kernel cuts one 128-key block and rounds P.
-
-    keys_per_max: keys that share one running max (the seed: a wave's 32);
-    128 // keys_per_max independent streams are merged at the end like waves.
-    keys_per_lane: keys a lane sums into its partial ``l`` per block, in order
-    (the seed: 8); ``keys_per_max // keys_per_lane`` lane partials per head,
-    added pairwise at the end. p_bf16: P rounded to bf16 before the PV product.
-    """
-
-    keys_per_max: int = 32
-    keys_per_lane: int = 8
-    p_bf16: bool = True
-
-    def __post_init__(self):
-        if BLK % self.keys_per_max or self.keys_per_max % self.keys_per_lane:
-            raise ValueError(f"Geometry {self}: 128 must divide into keys_per_max, and that into keys_per_lane")
-        lanes = self.keys_per_max // self.keys_per_lane
-        if lanes & (lanes - 1):
-            raise ValueError(f"Geometry {self}: lanes per head ({lanes}) must be a power of two")
-
-    @property
-    def streams(self) -> int:
-        """Independent running-max streams per 128-key block (the seed's 4 waves)."""
-        return BLK // self.keys_per_max
-
-    @property
-    def lanes(self) -> int:
-        """Lane partial sums of l per head and stream."""
-        return self.keys_per_max // self.keys_per_lane
-
-
-SEED_GEOMETRY = Geometry(32, 8, True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,24 +129,39 @@ def kernel_constant(problem: DecodeProblem) -> np.float32:
     return softmax_constant(problem.sm_scale, problem.k_global_scale)
 
 
-def split_schedule(valid, splits: int, ops=NUMPY):
+def split_schedule(valid, splits: int, ops=NUMPY, rule: str = "rank"):
     """The slots each (pair, split) attends, in order: the contract's split schedule.
 
-    valid: bool ``[P, TOPK]``; splits: S >= 1. Valid slots are ranked in slot
-    order; split z takes ranks ``[z*chunk, (z+1)*chunk)`` with
-    ``chunk = ceil(n_valid / S)``. Returns ``(slots, T)``: slots int64
-    ``[P, S, max(T, 1)]`` (-1 past a split's end), T the longest chunk.
+    valid: bool ``[P, TOPK]``; splits: S >= 1; rule: ``"rank"`` (the valid
+    slots ranked in slot order, split z taking ranks ``[z*chunk, (z+1)*chunk)``
+    with ``chunk = ceil(n_valid / S)``) or ``"position"`` (split z taking the
+    valid slots among positions ``[z*chunk, (z+1)*chunk)`` with
+    ``chunk = ceil(TOPK / S)``), each split in slot order. Returns ``(slots, T)``:
+    slots int64 ``[P, S, max(T, 1)]`` (-1 past a split's end), T the longest split.
     """
     xp = ops.xp
     P, K = valid.shape
-    order = ops.argsort_stable(~valid, 1)
-    n_valid = ops.sum(ops.astype(valid, ops.int64), 1)
-    chunk = -(-n_valid // splits)
-    T = int(ops.amax(chunk, 0)) if P else 0
     z = ops.arange(splits)[None, :, None]
+    if rule == "rank":
+        # Valid slots first, each group in slot order; split z starts at rank z * chunk.
+        order = ops.argsort_stable(~valid, 1)
+        n_valid = ops.sum(ops.astype(valid, ops.int64), 1)[:, None]
+        chunk = -(-n_valid // splits)
+        start = ops.arange(splits)[None, :] * chunk
+        count = xp.where(n_valid - start < chunk, n_valid - start, chunk)
+        count = xp.where(count > 0, count, 0)
+    else:
+        # Slots sorted by their split (invalid ones last), in slot order within it.
+        chunk = -(-K // splits)
+        split_of = ops.arange(K) // chunk
+        order = ops.argsort_stable(xp.where(valid, split_of[None, :], splits), 1)
+        mine = valid[:, None, :] & (split_of[None, None, :] == z)
+        count = ops.sum(ops.astype(mine, ops.int64), 2)
+        start = xp.cumsum(count, 1) - count
+    T = int(ops.amax(ops.amax(count, 1), 0)) if P else 0
     t = ops.arange(max(T, 1))[None, None, :]
-    rank = z * chunk[:, None, None] + t
-    live = (t < chunk[:, None, None]) & (rank < n_valid[:, None, None])
+    rank = start[:, :, None] + t
+    live = t < count[:, :, None]
     slot = ops.take_along_axis(order, xp.where(rank < K - 1, rank, K - 1).reshape(P, -1), 1).reshape(rank.shape)
     return xp.where(live, slot, -1), T
 
@@ -226,7 +206,7 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     f32, f64 = ops.float32, ops.float64
     P = a.P
     mask = a.mask.reshape(P, topk, W, KPW)
-    slots, T = split_schedule(a.valid, S, ops)
+    slots, T = split_schedule(a.valid, S, ops, G.split_rule)
 
     m = ops.full((P, S, W, HG), -math.inf, f32)
     l = ops.zeros((P, S, W, HG, L), f32)

@@ -71,15 +71,23 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool):
         # Invalid slots were gathered from page 0, which may hold anything (even
         # NaN scales): their keys are masked, but 0 * NaN would still leak.
         dead = ~a.valid[sel].reshape(-1)[:, None, None]
-        k = xp.where(dead, 0.0, k).reshape(n, topk * BLK, D)
-        v = xp.where(dead, 0.0, v).reshape(n, topk * BLK, D)
+        if ops.any(dead):
+            k, v = xp.where(dead, 0.0, k), xp.where(dead, 0.0, v)
+        k = k.reshape(n, topk * BLK, D)
+        v = v.reshape(n, topk * BLK, D)
         q = a.q[sel]
         see = mask[sel][:, None, :]
-        s = xp.where(see, xp.matmul(q, xp.swapaxes(k, 1, 2)) * kscale, -math.inf)
+        s = xp.matmul(q, xp.swapaxes(k, 1, 2)) * kscale
+        if ops.any(~see):
+            s = xp.where(see, s, -math.inf)
         m = ops.amax(s, -1)[..., None]
-        p = xp.exp(s - m)
+        # In place (both libraries): the chunk's largest temporaries are reused.
+        s -= m
+        p = xp.exp(s, out=s)
         denom = ops.sum(p, -1)[..., None]
-        out[sel] = xp.matmul(p, v) * (vg / denom)
+        o = xp.matmul(p, v)
+        o *= vg / denom
+        out[sel] = o
         lse[sel] = (m + xp.log(denom))[..., 0]
         if details:
             mag[sel] = xp.matmul(p, xp.abs(v)) * (vg / denom)

@@ -8,6 +8,7 @@ and recomputed from the code, so changing either side alone fails here.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import json
 import re
@@ -380,3 +381,29 @@ def test_section_9_is_the_bug_registrys_table():
     from nvfp4_suite.vectors.bugs import contract_section
 
     assert contract_section() in DOC.read_text(encoding="utf-8")
+
+
+# --- section 7.1: the declared arithmetic ---------------------------------------
+
+def test_section_7_1_names_every_arithmetic_the_cli_reads_and_what_each_declares():
+    from nvfp4_suite.reference import arithmetic as A
+
+    body = subsection(section("Accuracy and acceptance"), "Declared arithmetic")
+    rows = {row[0].strip("`"): row[1].strip("`") for row in table_rows(body)}
+    pattern = "geometry:KxL[,p-bf16][,position]"
+    assert set(rows) == {"exact", "exact-p-bf16", "seed", pattern}
+    # Every form the table names is the one parse_arithmetic reads and refuses others with.
+    for name in rows:
+        assert name in str(pytest.raises(ValueError, A.parse_arithmetic, "bogus").value)
+    assert A.parse_arithmetic("exact") is None and rows["exact"] == "None"
+    assert A.parse_arithmetic("exact-p-bf16") == A.Exact(p_bf16=True) and rows["exact-p-bf16"] == "Exact(p_bf16=True)"
+    g = A.SEED_GEOMETRY
+    assert A.parse_arithmetic("seed") == g
+    assert rows["seed"] == f'Geometry({g.keys_per_max}, {g.keys_per_lane}, {g.p_bf16}, "{g.split_rule}")'
+    assert A.parse_arithmetic("geometry:64x16,position") == A.Geometry(64, 16, False, "position")
+    # Every field of Geometry and every split rule is defined in the text.
+    for f in dataclasses.fields(A.Geometry):
+        assert f"`{f.name}`" in body, f"section 7.1 does not define Geometry.{f.name}"
+    splits = subsection(section("The seed kernel's arithmetic"), "Splits")
+    for rule in A.SPLIT_RULES:
+        assert f'`"{rule}"`' in splits and f'`"{rule}"`' in body, f"split rule {rule!r} undefined"

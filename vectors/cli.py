@@ -14,6 +14,7 @@ import sys
 import time
 
 from nvfp4_suite import kernels
+from nvfp4_suite.reference.arithmetic import arithmetic_name, parse_arithmetic
 
 from . import catalog
 from .check import (PREFERENCE, indent, SetupError, check_golden, check_generated, check_invalid, pick_backend,
@@ -32,7 +33,7 @@ def _progress(msg: str) -> None:
 
 def _describe_backend(spec: str, b) -> str:
     c = b.capabilities
-    parts = [f"geometry {b.geometry or 'exact class'}", f"layouts {list(c.layouts)}", f"splits {list(c.splits)}"]
+    parts = [f"arithmetic {arithmetic_name(b.geometry)}", f"layouts {list(c.layouts)}", f"splits {list(c.splits)}"]
     if c.xcds != (0,):
         parts.append(f"xcds {list(c.xcds)}")
     if c.orders:
@@ -60,6 +61,7 @@ def cmd_check(args) -> int:
     if args.no_golden and args.examples == 0:
         raise SetupError("nothing to check: --no-golden with --examples 0")
     spec, backend = pick_backend(args.backend)
+    backend = judged_in(backend, args.arithmetic)
     if args.shape == "serving":
         return _check_serving(spec, backend, args)
     caps = backend.capabilities
@@ -249,6 +251,40 @@ def cmd_bugs(args) -> int:
     return bugs.run(args)
 
 
+def add_arithmetic_option(parser: argparse.ArgumentParser) -> None:
+    """``--arithmetic NAME``: judge the backend in the arithmetic NAME names instead
+    of the one its ``geometry`` declares (reference/CONTRACT.md section 7.1)."""
+    parser.add_argument("--arithmetic", metavar="NAME",
+                        help="judge the backend in this arithmetic, not the one it declares: exact, exact-p-bf16, "
+                             "seed or geometry:KxL[,p-bf16][,position] (reference/CONTRACT.md 7.1)")
+
+
+class Declared:
+    """A backend judged in another arithmetic than the one it declares: every
+    attribute and the call are the backend's, ``geometry`` is the given one."""
+
+    def __init__(self, backend, geometry):
+        self._backend = backend
+        self.geometry = geometry
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def __call__(self, problem, **launch):
+        return self._backend(problem, **launch)
+
+
+def judged_in(backend, name: str | None):
+    """``backend``, or where ``name`` is given a ``Declared`` of it in the arithmetic
+    ``name`` names (``parse_arithmetic``); SetupError for a name it does not read."""
+    if name is None:
+        return backend
+    try:
+        return Declared(backend, parse_arithmetic(name))
+    except ValueError as e:
+        raise SetupError(str(e)) from e
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors", description="NVFP4 sparse decode conformance")
@@ -269,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--shape", choices=("small", "serving"), default="small",
                    help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
                         "references on the backend's GPU when it has one); default small")
+    add_arithmetic_option(c)
     c.set_defaults(fn=cmd_check)
     r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend",
                        description="Rerun a saved failure or a golden case file and print its report.")

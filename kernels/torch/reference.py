@@ -208,32 +208,21 @@ def sparse_decode(problem: DecodeProblem, *, device=None, pool=None) -> tuple[np
 def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1, geometry: Geometry = SEED_GEOMETRY,
                           device=None, pool=None) -> compare.Interval:
     """``nvfp4_suite.reference.compare.interval_vs_emulation`` from the torch emulation."""
-    e = emulate_details(problem, splits=splits, geometry=geometry, device=device, pool=pool)
-    return compare.interval_from_emulation(problem, e, splits=splits, geometry=geometry)
+    ops = _ops(problem, device, pool)
+    return compare.interval_vs_emulation(problem, splits=splits, geometry=geometry, ops=ops, pool=pool)
 
 
-def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
+def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry=None,
                        splits: int = 1, device=None, pool=None) -> compare.Interval:
-    """``nvfp4_suite.reference.compare.interval_vs_oracle`` from the torch oracle (p_bf16 None:
-    as ``geometry`` says, False for the exact class)."""
-    details = oracle_details(problem, device=device, pool=pool)
-    return compare.interval_from_oracle(problem, details, p_bf16=p_bf16, geometry=geometry, splits=splits)
+    """``nvfp4_suite.reference.compare.interval_vs_oracle`` from the torch oracle."""
+    ops = _ops(problem, device, pool)
+    return compare.interval_vs_oracle(problem, p_bf16=p_bf16, geometry=geometry, splits=splits, ops=ops, pool=pool)
 
 
-def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1, device=None,
+def backend_interval(problem: DecodeProblem, *, geometry, splits: int = 1, device=None,
                      pool=None) -> tuple[compare.Interval, str]:
     """``nvfp4_suite.reference.compare.backend_interval`` with the torch references: ``(interval,
-    against)`` for a backend of ``geometry`` (the exact oracle's for None,
-    otherwise the emulation of that geometry at ``splits``)."""
-    if geometry is None:
-        return interval_vs_oracle(problem, p_bf16=False, device=device, pool=pool), "oracle"
-    iv = interval_vs_emulation(problem, splits=splits, geometry=geometry, device=device, pool=pool)
-    return iv, f"emulation({compare.geometry_name(geometry)}, splits={splits})"
+    against)`` for a backend of the arithmetic ``geometry`` declares."""
+    ops = _ops(problem, device, pool)
+    return compare.backend_interval(problem, geometry=geometry, splits=splits, ops=ops, pool=pool)
 
-
-def compare_backend_output(problem: DecodeProblem, got, *, geometry: Geometry | None, splits: int = 1,
-                           device=None, pool=None) -> compare.Report:
-    """``nvfp4_suite.reference.compare.compare_backend_output`` with the torch references: the
-    exact oracle for geometry None, otherwise the emulation of ``geometry``."""
-    iv, against = backend_interval(problem, geometry=geometry, splits=splits, device=device, pool=pool)
-    return compare.compare_with_interval(problem, got, iv, against)

@@ -18,7 +18,7 @@ The three ``compare_*`` functions here are the two steps in one call.
 
 from __future__ import annotations
 
-from ..emulate import SEED_GEOMETRY, Geometry
+from ..arithmetic import SEED_GEOMETRY, Exact, Geometry
 from ..problem import DecodeProblem
 from .bias import BIAS_ALPHA, BIAS_SIDES, bias_false_alarm, bias_verdict
 from .diagnosis import MIN_BLOCK, MIN_EVIDENCE, diagnose
@@ -82,7 +82,8 @@ def compare_with_oracle(problem: DecodeProblem, got, *, p_bf16: bool | None = No
     p_bf16 = resolve_p_bf16(p_bf16, geometry)
     iv = interval_vs_oracle(problem, p_bf16=p_bf16, geometry=geometry, splits=splits)
     g = geometry
-    cls = "exact class" if g is None else f"geometry {g.keys_per_max}x{g.keys_per_lane}, splits={splits}"
+    cls = ("exact class" if g is None or isinstance(g, Exact)
+           else f"geometry {g.keys_per_max}x{g.keys_per_lane}, splits={splits}")
     return compare_with_interval(problem, got, iv, f"oracle ({cls}, P {'in bf16' if p_bf16 else 'not rounded'})")
 
 

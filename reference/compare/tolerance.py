@@ -70,7 +70,17 @@ relative half-ulp ``2**-8`` of ``p``; ``A`` with rounded weights is within
 ``2**-7`` of the exact one), so ``delta = (gamma + 2 eta) A (1 + 2**-8 (1 + 2**-7))
 + [2**-8 (1 + 2**-7) A] + U + E``. For the exact class (geometry None:
 arithmetic at least float32 in an unknown order, P unrounded) gamma covers a
-summation over every key: ``gamma = (2 * 128 * TOPK + 64) u``.
+summation over every key: ``gamma = (2 * 128 * TOPK + 64) u``. A kernel of
+the exact class that rounds P to bf16 (``Exact(p_bf16=True)``) has the same
+gamma and the ``2**-8 (1 + 2**-7) A`` term: each ``bf16(p)`` is within a
+relative ``2**-8`` of its float32 ``p`` whatever running max ``p`` is
+relative to (one per 128 keys, a wave's, a split's: the later rescales by
+``alpha`` keep a relative error relative), ``l`` is summed from unrounded
+P, so the numerator moves by at most ``2**-8 A``; a ``p`` below 2**-126,
+where bf16's error is absolute (at most 2**-134), lies inside term 4's
+2**-126 per key. The split rule (CONTRACT.md section 6.4) enters no term:
+every rule has ``S`` partials and ``TOPK`` blocks, and an emulated geometry
+is emulated with its own rule.
 
 5. The oracle's own noise (oracle only). ``pre`` is the oracle's float64
    result, itself within float64 noise of the real one: terms 1, 2 and 4 of
@@ -105,7 +115,9 @@ import dataclasses
 
 import numpy as np
 
-from ..emulate import F32_EPS, SEED_GEOMETRY, Geometry, emulate_details, kernel_constant
+from ..arithmetic import SEED_GEOMETRY, Exact, Geometry, p_rounded
+from ..arrays import NUMPY
+from ..emulate import F32_EPS, emulate_details, kernel_constant
 from ..formats import bf16_round
 from ..oracle import oracle_details
 from ..paged_cache import BLK, D
@@ -223,10 +235,11 @@ def _underflow(problem: DecodeProblem, abs_v_sum: np.ndarray) -> np.ndarray:
 
 
 def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1,
-                          geometry: Geometry = SEED_GEOMETRY) -> Interval:
-    """The acceptance interval of every element against the emulation (module note)."""
-    return interval_from_emulation(problem, emulate_details(problem, splits=splits, geometry=geometry),
-                                   splits=splits, geometry=geometry)
+                          geometry: Geometry = SEED_GEOMETRY, ops=NUMPY, pool=None) -> Interval:
+    """The acceptance interval of every element against the emulation (module note);
+    ops, pool: where the emulation runs (``nvfp4_suite.reference.arrays``)."""
+    e = emulate_details(problem, splits=splits, geometry=geometry, ops=ops, pool=pool)
+    return interval_from_emulation(problem, e, splits=splits, geometry=geometry)
 
 
 def interval_from_emulation(problem: DecodeProblem, e, *, splits: int, geometry: Geometry) -> Interval:
@@ -239,19 +252,22 @@ def interval_from_emulation(problem: DecodeProblem, e, *, splits: int, geometry:
     return _interval(e.pre_round.astype(np.float64), delta, shared=e.flip_risk)
 
 
-def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None, geometry: Geometry | None = None,
-                       splits: int = 1) -> Interval:
+def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None,
+                       geometry: Geometry | Exact | None = None, splits: int = 1, ops=NUMPY,
+                       pool=None) -> Interval:
     """The acceptance interval of every element against the exact oracle (module note).
 
     p_bf16: the implementation rounds P to bf16 before the PV product (adds
     ``2**-8 (1 + 2**-7) A`` to ``delta``); None: as ``geometry`` says, False
-    for the exact class. geometry None: the exact class.
+    for the exact class. geometry None or an ``Exact``: the exact class's gamma;
+    a ``Geometry``: its chain's. ops, pool: where the oracle runs.
     """
-    return interval_from_oracle(problem, oracle_details(problem), p_bf16=p_bf16, geometry=geometry, splits=splits)
+    details = oracle_details(problem, ops=ops, pool=pool)
+    return interval_from_oracle(problem, details, p_bf16=p_bf16, geometry=geometry, splits=splits)
 
 
 def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None = None,
-                         geometry: Geometry | None = None, splits: int = 1) -> Interval:
+                         geometry: Geometry | Exact | None = None, splits: int = 1) -> Interval:
     """The acceptance interval from ``details``, the tuple ``oracle_details`` returns
     (from either reference) for ``problem``; p_bf16, geometry: as for
     ``interval_vs_oracle``."""
@@ -259,32 +275,35 @@ def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None
     out, _, mag, sabs, vsum = details
     c = float(kernel_constant(problem))
     eta = (2 * np.log(2) * c * D * F32_EPS * sabs)[..., None]
-    gamma = gamma_exact(problem, F32_EPS) if geometry is None else gamma_emulated(problem, geometry, splits)
+    exact = geometry is None or isinstance(geometry, Exact)
+    gamma = gamma_exact(problem, F32_EPS) if exact else gamma_emulated(problem, geometry, splits)
     delta = (gamma + 2 * eta) * mag * (1 + P_BF16_REL) + (P_BF16_REL * mag if p_bf16 else 0.0)
     delta = delta + _underflow(problem, vsum) + oracle_noise(problem, mag, sabs, vsum)
     return _interval(out, delta, shared=P_BF16_REL * mag if p_bf16 else 0.0)
 
 
+def resolve_p_bf16(p_bf16: bool | None, geometry) -> bool:
+    """``p_bf16``, or where None what ``geometry`` (None, ``Exact``, ``Geometry``)
+    says (False for the exact class)."""
+    return p_rounded(geometry) if p_bf16 is None else bool(p_bf16)
 
 
-def resolve_p_bf16(p_bf16: bool | None, geometry: Geometry | None) -> bool:
-    """``p_bf16``, or where None what ``geometry`` says (False for the exact class)."""
-    if p_bf16 is None:
-        return geometry is not None and geometry.p_bf16
-    return bool(p_bf16)
-
-
-def backend_interval(problem: DecodeProblem, *, geometry: Geometry | None, splits: int = 1) -> tuple[Interval, str]:
-    """``(interval, against)``: the acceptance interval for a backend of ``geometry``
-    (the exact oracle's for None, otherwise the emulation of that geometry) and
-    how reports name it."""
-    if geometry is None:
-        return interval_vs_oracle(problem, p_bf16=False), "oracle"
-    return (interval_vs_emulation(problem, splits=splits, geometry=geometry),
+def backend_interval(problem: DecodeProblem, *, geometry: Geometry | Exact | None, splits: int = 1,
+                     ops=NUMPY, pool=None) -> tuple[Interval, str]:
+    """The interval for a problem and a declared arithmetic: ``(interval, against)``,
+    the acceptance interval for a backend of ``geometry`` (the exact oracle's
+    for None; the exact oracle's with P's bf16 rounding for ``Exact(p_bf16=True)``;
+    otherwise the emulation of that ``Geometry`` at ``splits``) and how reports
+    name it. ops, pool: where the references run (``nvfp4_suite.reference.arrays``)."""
+    if geometry is None or geometry == Exact(False):
+        return interval_vs_oracle(problem, p_bf16=False, ops=ops, pool=pool), "oracle"
+    if isinstance(geometry, Exact):
+        return interval_vs_oracle(problem, geometry=geometry, ops=ops, pool=pool), "oracle (exact class, P in bf16)"
+    return (interval_vs_emulation(problem, splits=splits, geometry=geometry, ops=ops, pool=pool),
             f"emulation({geometry_name(geometry)}, splits={splits})")
 
 
-
 def geometry_name(g: Geometry) -> str:
-    """How reports name a geometry, e.g. ``32x8, P bf16``."""
-    return f"{g.keys_per_max}x{g.keys_per_lane}{', P bf16' if g.p_bf16 else ''}"
+    """How reports name a geometry, e.g. ``32x8, P bf16`` or ``128x32, P bf16, split by position``."""
+    return (f"{g.keys_per_max}x{g.keys_per_lane}{', P bf16' if g.p_bf16 else ''}"
+            + (", split by position" if g.split_rule == "position" else ""))
