@@ -192,5 +192,5 @@ def test_minimising_reports_its_progress_and_ends_at_the_problem_it_reports():
     assert not run.ok
     shrink = [ln for ln in lines if ln.startswith("  minimising: ")]
     assert len(shrink) > 1 and "1 tries" not in shrink[-1]
-    small = run.failing[0]
+    small = run.failing.problem
     assert shrink[-1].endswith(f"rows {small.rows}, Hkv {small.num_kv_heads}, TOPK {small.TOPK}, q_len {small.q_len}")
