@@ -28,7 +28,7 @@ import numpy as np
 
 from .formats import bf16_round, bf16_ulp
 from .paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
-from .problem import HG, DecodeProblem
+from .problem import HG, DecodeProblem, check_reference_budget
 
 LOG2E = 1.4426950408889634
 _CHUNK_BLOCKS = 16
@@ -214,6 +214,8 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     q = problem.q.reshape(rows, hk, HG, D).transpose(1, 0, 2, 3).reshape(hk * rows, HG, D).astype(np.float64)
     slots, T = split_schedule(valid, S)
     P = hk * rows
+    # m, l (per lane), O: float32; Oabs, Fabs: float64 -- per (pair, split, stream, head).
+    check_reference_budget(f"the emulation at splits={S}", problem, P * S * W * HG * (4 + 4 * L + D * 20))
 
     m = np.full((P, S, W, HG), -np.inf, np.float32)
     l = np.zeros((P, S, W, HG, L), np.float32)

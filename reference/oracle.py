@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .paged_cache import BLK, D, dequantize, page_views, unswizzle_v_scales
-from .problem import HG, DecodeProblem
+from .problem import HG, DecodeProblem, check_reference_budget
 
 # Bound on the float64 working set of one chunk of (row, KV head) pairs.
 _CHUNK_BYTES = 16 * 2**20
@@ -44,6 +44,8 @@ def oracle_details(problem: DecodeProblem) -> tuple[np.ndarray, ...]:
 def _attend(problem: DecodeProblem, details: bool):
     problem.validate()
     hk, rows, topk = problem.num_kv_heads, problem.rows, problem.TOPK
+    # The key mask (one byte per key, twice), out, lse and the details' float64 arrays.
+    check_reference_budget("the oracle", problem, hk * rows * (2 * topk * BLK + HG * (2 * D + 2) * 8 + D * 8))
     views = page_views(problem.pool, problem.layout, hk)
     mask = problem.key_mask()
     pages = np.maximum(problem.slot_pages(), 0)

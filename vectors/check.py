@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Launch
-from nvfp4_suite.reference import DecodeProblem, ProblemError
+from nvfp4_suite.reference import DecodeProblem, ProblemError, ReferenceBudgetError
 from nvfp4_suite.reference.compare import Report, backend_interval, describe_modified_inputs
 
 from . import catalog, interrupts
@@ -208,7 +208,7 @@ def check_case(backend, entry: dict, splits=None) -> CaseResult:
         res.ran.append(launch)
         try:
             expected = _expected(backend, problem, extra, launch, cache)
-        except CaseFileError as e:
+        except (CaseFileError, ReferenceBudgetError) as e:
             res.status, res.error = Status.ERROR, str(e)
             return res
         try:

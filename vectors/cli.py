@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from nvfp4_suite import kernels
+from nvfp4_suite.reference import ReferenceBudgetError
 
 from . import catalog, interrupts, isolate
 from .check import (PREFERENCE, SetupError, Status, check_golden, check_generated, check_invalid, pick_backend,
@@ -332,7 +333,7 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     try:
         return args.fn(args)
-    except (SetupError, CaseFileError) as e:
+    except (SetupError, CaseFileError, ReferenceBudgetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:

@@ -32,6 +32,7 @@ before the two are compared.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -189,15 +190,22 @@ def save_repro(spec: str, problem: DecodeProblem, launch: Launch, report_text: s
     case file named by its content hash; returns the path. Its meta holds the
     backend ``spec`` (as given to ``--backend``) and the launch record that
     failed, which ``python -m nvfp4_suite.vectors replay PATH`` reruns with no other
-    argument; ``python -m nvfp4_suite.vectors add PATH`` makes it a golden case."""
+    argument; ``python -m nvfp4_suite.vectors add PATH`` makes it a golden case.
+    Raises OSError when the folder cannot hold it (a file, unwritable, not
+    creatable), leaving no partial file behind; callers print the report anyway."""
     from .io import save_case
 
     folder = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"incoming-{os.getpid()}.npz"
     meta = {"backend": spec, "launches": [launch.to_json()], "report": report_text}
-    digest = save_case(tmp, problem, meta=meta)
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
-    path = folder / f"{safe}-{digest[:12]}.npz"
-    tmp.replace(path)
+    try:
+        digest = save_case(tmp, problem, meta=meta)
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
+        path = folder / f"{safe}-{digest[:12]}.npz"
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     return path
