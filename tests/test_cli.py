@@ -265,7 +265,7 @@ def test_an_interruption_while_minimising_saves_and_prints_the_smallest_failure_
     p.send_signal(sig)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 1, out + err
-    assert "FIRST FAILING PROBLEM (smallest found before the run stopped; not fully minimised)" in out
+    assert f"FIRST FAILING PROBLEM (smallest found before the run stopped ({sig.name}); not fully minimised)" in out
     assert f"stopped early: {sig.name}" in out and "Traceback" not in err
     (saved,) = tmp_path.iterdir()
     assert f"saved: {saved}" in out

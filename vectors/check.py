@@ -284,15 +284,16 @@ class FailingProblem:
     """A generated problem that failed: the problem, its launch and the failing
     report's text. ``flaky_text``: for a flaky failure (the same problem and
     launch passed when run again), the rerun's report, else None.
-    ``smallest_so_far``: minimisation did not finish (the run was stopped, or
-    its minimising budget ran out): this is the smallest failing problem found
-    until then (smallest by ``problem_size``), not a minimal one."""
+    ``unfinished``: None, or why minimisation did not finish ("the run stopped
+    (SIGTERM)", "the minimising budget of 10 s ran out"): this is then the
+    smallest failing problem found until then (by ``problem_size``), not a
+    minimal one."""
 
     problem: DecodeProblem
     launch: Launch
     text: str
     flaky_text: str | None = None
-    smallest_so_far: bool = False
+    unfinished: str | None = None
 
 
 @dataclasses.dataclass
@@ -430,8 +431,10 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             raise
         stopped = interrupts.reason(e)
     failing = state["failing"]
-    if failing is not None and (stopped or state["cut"]):
-        failing.smallest_so_far = True
+    if failing is not None and stopped:
+        failing.unfinished = f"the run stopped ({stopped})"
+    elif failing is not None and state["cut"]:
+        failing.unfinished = f"the minimising budget of {shrink_budget_s:g} s ran out"
     totals = {k: state[k] for k in ("elements", "max_ratio", "max_ulp", "rounding")}
     return GeneratedRun(failing is None and stopped is None, state["n"], dict(stats), totals, failing, stopped)
 

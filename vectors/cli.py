@@ -95,7 +95,7 @@ def cmd_check(args) -> int:
     stopped = None
     if not args.no_golden:
         golden = check_golden(backend, progress=_progress, splits=args.splits)
-        _say(*golden_lines(golden, spec))
+        _say(*golden_lines(golden, spec, getattr(backend, "timeout", None)))
         failed += golden.count(Status.FAIL)
         errors += golden.count(Status.ERROR)
         judged += golden.judged
@@ -114,7 +114,7 @@ def cmd_check(args) -> int:
         if gen.failing is not None:
             failed += 1
             saved, why = _save(spec, gen.failing)
-            _say(*failing_lines(gen.failing, spec, saved, why))
+            _say(*failing_lines(gen.failing, spec, saved, why, getattr(backend, "timeout", None)))
     took = f"{time.time() - t0:.1f} s"
     if stopped:
         summary.append(f"stopped early: {stopped}")

@@ -25,21 +25,25 @@ def indent(text: str, pad: str) -> str:
     return pad + text.replace("\n", "\n" + pad)
 
 
-def replay_command(file, spec: str, launch: Launch | None = None) -> str:
+def replay_command(file, spec: str, launch: Launch | None = None, timeout: float | None = None) -> str:
     """The command that replays ``file`` against the backend loaded by ``spec``
-    (``launch``: the one failing launch, else the file's own)."""
+    (``launch``: the one failing launch, else the file's own; ``timeout``: the
+    run was isolated with this launch timeout, and so is the replay: a launch
+    that hung or killed its process must not take the replay with it)."""
     cmd = f"python -m nvfp4_suite.vectors replay {file} --backend {spec}"
     if launch is not None:
         cmd += f" --splits {launch.splits} --xcds {launch.xcds}"
         if launch.order is not None:
             cmd += f" --order {launch.order}"
+    if timeout is not None:
+        cmd += f" --isolate --timeout {timeout:g}"
     return cmd
 
 
-def golden_lines(run, spec: str) -> list[str]:
+def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
     """The report of a ``check.GoldenRun``: counts, failing classes, one
     representative report per failing class, replay commands (naming the
-    backend by ``spec``), skips, unreadable cases."""
+    backend by ``spec``; ``timeout``: of an isolated run), skips, unreadable cases."""
     from .check import Status
 
     out = []
@@ -64,7 +68,7 @@ def golden_lines(run, spec: str) -> list[str]:
                 seen.update(new)
                 out.append(f"      {first.launch.describe()}:")
                 out.append(indent(first.text, "        "))
-            out.append(f"      replay: {replay_command(c.file, spec, first.launch)}")
+            out.append(f"      replay: {replay_command(c.file, spec, first.launch, timeout)}")
     for c in errors:
         out.append(f"  {c.id:3d} {c.name:<28} ERROR: {c.error}")
     for c in skipped:
@@ -122,16 +126,16 @@ def generated_lines(gen) -> list[str]:
     return out
 
 
-def failing_lines(failing, spec: str, saved, save_error: str | None) -> list[str]:
+def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: float | None = None) -> list[str]:
     """The report of a generated run's failing problem (a ``check.FailingProblem``):
     its size and launch, its report (both reports when it was flaky), where it
-    was saved and the replay command, or why saving failed (the report is
-    printed either way)."""
+    was saved and the replay command (``timeout``: of an isolated run), or why
+    saving failed (the report is printed either way)."""
     p, launch = failing.problem, failing.launch
     if failing.flaky_text is not None:
         head = "FLAKY FAILURE (the same problem and launch failed once and passed when rerun):"
-    elif failing.smallest_so_far:
-        head = "FIRST FAILING PROBLEM (smallest found before the run stopped; not fully minimised):"
+    elif failing.unfinished:
+        head = f"FIRST FAILING PROBLEM (smallest found before {failing.unfinished}; not fully minimised):"
     else:
         head = "FIRST FAILING PROBLEM (minimised):"
     out = [head, f"  rows {p.rows}, Hkv {p.num_kv_heads}, TOPK {p.TOPK}, q_len {p.q_len}, "
@@ -141,7 +145,7 @@ def failing_lines(failing, spec: str, saved, save_error: str | None) -> list[str
     else:
         out.append(indent(failing.text, "  "))
     if saved is not None:
-        out += [f"saved: {saved}", f"replay: {replay_command(saved, spec)}"]
+        out += [f"saved: {saved}", f"replay: {replay_command(saved, spec, timeout=timeout)}"]
     else:
         out.append(f"not saved: {save_error} (the report above is the only copy; set NVFP4_REPRO_DIR to a "
                    "writable folder)")
