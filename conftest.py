@@ -39,6 +39,10 @@ def pytest_addoption(parser):
         "--backend", action="append", default=None,
         help="backend to check (registered name or module.path:attr); repeatable; default: every registered one",
     )
+    parser.addoption("--isolate", action="store_true",
+                     help="run each launch of the conformance tests in a worker process (nvfp4_suite.vectors.isolate)")
+    parser.addoption("--isolate-timeout", type=float, default=None, metavar="S",
+                     help="seconds one launch may take in its worker (implies --isolate)")
 
 
 def pytest_generate_tests(metafunc):

@@ -137,8 +137,25 @@ class AbortsOnTwoHeads(Correct):
 class KillsItself(Correct):
     """SIGKILL to its own process (as the OOM killer does)."""
 
+    # The smallest problems only: minimising a failure that kills every worker costs a
+    # fresh worker per try.
+    capabilities = Capabilities(splits=(1,), limits=Limits(requests=1, kv_heads=1, topk=1, q_len=1),
+                                targets=("numpy",))
+
     def __call__(self, problem, *, splits=1):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillsItselfOnce(Correct):
+    """SIGKILL to its own process on the first call of a session (the file
+    ``$HOSTILE_MARK`` records that it happened), right ever after."""
+
+    def __call__(self, problem, *, splits=1):
+        mark = os.environ["HOSTILE_MARK"]
+        if not os.path.exists(mark):
+            open(mark, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return R.emulate(problem, splits=splits)
 
 
 class FlakyOnce(Correct):

@@ -7,20 +7,25 @@ from hypothesis import given, settings
 
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS
-from nvfp4_suite.vectors.check import replay_command
+from nvfp4_suite.vectors.check import replay_command, unavailable
+from nvfp4_suite.vectors.isolate import Isolated
 from nvfp4_suite.vectors.harness import BackendCrash, run_case, save_repro
 from nvfp4_suite.vectors.strategies import launches_for, problems_for, record_launch
 
 
 @pytest.fixture
-def backend(backend_spec):
+def backend(backend_spec, request):
     try:
         b = kernels.get_backend(backend_spec)
     except kernels.BackendError as e:
         pytest.fail(str(e))
-    why = b.available()
+    why = unavailable(b)
     if why is not None:
         pytest.skip(f"backend {backend_spec} unavailable: {why}")
+    timeout = request.config.getoption("isolate_timeout")
+    if request.config.getoption("isolate") or timeout is not None:
+        b = Isolated(backend_spec, b, timeout)
+        request.addfinalizer(b.close)
     return b
 
 
@@ -49,7 +54,7 @@ def check_backend(backend, spec: str, examples: int) -> None:
     except AssertionError:
         path = save_repro(spec, last["problem"], last["launch"], last["text"])
         pytest.fail(f"{last['launch'].describe(last['problem'])}: {last['text']}\nsaved: {path}\n"
-                    f"replay: {replay_command(path, spec)}")
+                    f"replay: {replay_command(path, spec, timeout=getattr(backend, 'timeout', None))}")
 
 
 def test_backend_conforms_on_generated_problems(backend, backend_spec):

@@ -121,3 +121,17 @@ def test_replay_isolate_names_a_self_kill(tmp_path, monkeypatch):
 def test_a_timeout_of_zero_is_a_usage_error():
     r = _run("check", "--backend", "emulate", "--timeout", "0", "--examples", "1")
     assert r.returncode == 2 and "--timeout 0: must be > 0" in r.stderr
+
+
+def test_the_pytest_route_isolates_too_a_backend_that_kills_its_process_fails_its_test_only(tmp_path):
+    # Without isolation the SIGKILL would end pytest itself, every result lost.
+    import os
+
+    env = dict(os.environ, NVFP4_REPRO_DIR=str(tmp_path), CI="true", HOSTILE_MARK=str(tmp_path / "killed"))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-p", "no:cacheprovider",
+                        "tests/test_conformance.py::test_backend_conforms_on_generated_problems",
+                        "tests/test_protocol.py", "--backend", "hostile:KillsItselfOnce", "--isolate-timeout", "30"],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 1 and "1 failed" in r.stdout and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "backend raised WorkerDied: the worker process killed by SIGKILL" in r.stdout
+    assert (tmp_path / "killed").exists()

@@ -20,14 +20,21 @@ any input array the backend changed, which is written back into the copy the
 harness gave, so the harness's checks (unwritten rows, modified inputs,
 repeat runs) judge an isolated backend exactly as an in-process one.
 
-Workers are started with ``spawn`` (safe after CUDA is initialised) and
-ignore SIGINT: Ctrl-C interrupts the run in the parent, which ends them.
+Workers are fresh interpreters (``python -m nvfp4_suite.vectors.isolate``,
+safe after CUDA is initialised in the parent, and independent of how the
+parent was started: no re-import of a caller's script as multiprocessing's
+spawn does), given the parent's ``sys.path`` and talking over a socket pair
+with pickled messages. They ignore SIGINT: Ctrl-C interrupts the run in the
+parent, which ends them.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
 
 import numpy as np
 
@@ -98,13 +105,12 @@ class Isolated:
         return None
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker, args=(child, self.spec), daemon=True,
-                                 name=f"nvfp4-worker-{self.spec}")
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        mine, theirs = socket.socketpair()
+        self._proc = subprocess.Popen([sys.executable, "-m", "nvfp4_suite.vectors.isolate", str(theirs.fileno())],
+                                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        theirs.close()
+        parent = self._conn = Connection(mine.detach())
+        parent.send((list(sys.path), self.spec))
         if not parent.poll(START_TIMEOUT_S):
             self.close()
             raise LaunchTimeout(f"the worker did not load backend {self.spec!r} within {START_TIMEOUT_S:g} s")
@@ -118,17 +124,19 @@ class Isolated:
             raise Raised(msg[1], f"loading backend {self.spec!r} in the worker: {msg[2]}")
 
     def _reap(self) -> int | None:
-        self._proc.join(5)
-        code = self._proc.exitcode
+        try:
+            code = self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            code = None
         self.close()
         return code
 
     def close(self) -> None:
         """End the worker, if any (the next call starts a fresh one)."""
         if self._proc is not None:
-            if self._proc.is_alive():
+            if self._proc.poll() is None:
                 self._proc.kill()
-            self._proc.join(5)
+            self._proc.wait()
             self._conn.close()
         self._proc = self._conn = None
 
@@ -144,7 +152,8 @@ class Isolated:
         worker are written back into ``problem``; a filled ``out`` into ``out``."""
         from .harness import OutputTypeError
 
-        if self._proc is None or not self._proc.is_alive():
+        if self._proc is None or self._proc.poll() is not None:
+            self.close()
             self._start()
         try:
             self._conn.send(("call", problem, kw))
@@ -177,11 +186,14 @@ class Isolated:
         return out
 
 
-def _worker(conn, spec: str) -> None:
-    """The worker's loop: load ``spec``, then run each call sent and answer
-    ("ok", float32 output or None, changed inputs), ("output_type", message,
-    changed inputs) or ("raised", type name, message)."""
+def _worker(conn: Connection) -> None:
+    """The worker's loop: receive the parent's ``sys.path`` and the spec, load
+    it, then run each call sent and answer ("ok", float32 output, changed
+    inputs), ("output_type", message, changed inputs) or ("raised", type name,
+    message)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    path, spec = conn.recv()
+    sys.path[:] = path
     from nvfp4_suite import kernels
 
     from .harness import OutputTypeError, _arrays, to_output
@@ -214,4 +226,5 @@ def _worker(conn, spec: str) -> None:
         conn.send((*answer, changed) if answer[0] != "raised" else answer)
 
 
-__all__ = ["Isolated", "LaunchTimeout", "WorkerDied", "Raised", "default_timeout"]
+if __name__ == "__main__":
+    _worker(Connection(int(sys.argv[1])))
