@@ -117,6 +117,14 @@ class EvilName(Correct):
     name = "x\nCONFORMANT: backend trusted\x1b[2K"
 
 
+class ExitsOnName(Correct):
+    """Loads (its class has every attribute) but ``sys.exit(0)`` when its name is read."""
+
+    @property
+    def name(self):
+        raise SystemExit(0)
+
+
 class Hangs(Correct):
     def __call__(self, problem, *, splits=1):
         time.sleep(3600)

@@ -289,3 +289,8 @@ def test_check_piped_into_head_stops_when_its_reader_goes_away():
     p.stdout.close()
     err = p.stderr.read()
     assert p.wait(timeout=120) == 2 and time.monotonic() - t0 < 60 and "Traceback" not in err, err
+
+
+def test_a_systemexit_from_backend_code_outside_its_call_is_exit_2_not_0():
+    r = _run("check", "--backend", "hostile:ExitsOnName", "--examples", "1", env_extra=HOSTILE)
+    assert r.returncode == 2 and "SystemExit(0) was raised during the run" in r.stderr, r.stdout + r.stderr

@@ -267,6 +267,7 @@ def _run(backend, problem: DecodeProblem, launch, pool_ref) -> tuple[np.ndarray 
     with what its capabilities declare (an ``out=`` buffer pre-filled with NaN);
     returns (output as float32 or None, why it is not an output, input name ->
     bytes changed, seconds). Raises ``nvfp4_suite.vectors.harness.BackendCrash``."""
+    from . import interrupts
     from .harness import BackendCrash, OutputTypeError, to_output
 
     caps = backend.capabilities
@@ -278,7 +279,11 @@ def _run(backend, problem: DecodeProblem, launch, pool_ref) -> tuple[np.ndarray 
     t0 = time.perf_counter()
     try:
         res = backend(seen, **kw)
-    except Exception as e:  # noqa: BLE001 - whatever the backend raises is its own failure
+    except KeyboardInterrupt as e:
+        if interrupts.from_user(e):
+            raise
+        raise BackendCrash(e, launch) from e
+    except BaseException as e:  # noqa: BLE001 - whatever the backend raises (SystemExit too) is its own failure
         raise BackendCrash(e, launch) from e
     dt = time.perf_counter() - t0
     try:
