@@ -21,7 +21,7 @@ def test_a_signal_is_the_users_interrupt_and_names_itself(sig):
     with interrupts.installed():
         with pytest.raises(interrupts.Interrupted) as e:
             signal.raise_signal(sig)
-        assert interrupts.from_user(e.value) and interrupts.reason(e.value) == sig.name
+        assert interrupts.from_user(e.value) and e.value.reason == sig.name
     assert signal.getsignal(signal.SIGINT) is not interrupts._handler
 
 

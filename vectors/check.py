@@ -256,9 +256,10 @@ class GoldenRun:
 def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None) -> GoldenRun:
     """Every catalog case (or those whose id is in ``cases``) against ``backend``
     (``splits``: only launches with these split counts). Raises CaseFileError
-    when the manifest itself cannot be read. The user's interruption (or
-    stdout's reader going away, checked between cases) ends the run early with
-    the cases run so far and ``stopped`` naming why."""
+    when the manifest itself cannot be read. An ``interrupts.Interrupted``
+    (a signal while the CLI's handlers are installed, or stdout's reader going
+    away, checked between cases) ends the run early with the cases run so far
+    and ``stopped`` naming why; a plain KeyboardInterrupt propagates."""
     m = catalog.load_manifest()
     chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
     run = GoldenRun([])
@@ -270,10 +271,8 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
             run.cases.append(check_case(backend, c, splits))
             if stop_at_first and run.cases[-1].status == Status.FAIL:
                 break
-    except KeyboardInterrupt as e:
-        if not interrupts.from_user(e):
-            raise
-        run.stopped = interrupts.reason(e)
+    except interrupts.Interrupted as e:
+        run.stopped = e.reason
     return run
 
 
@@ -342,10 +341,10 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     seconds with the tries so far and the smallest failing problem yet.
 
     A failure that does not repeat when hypothesis reruns it is a flaky
-    failure (``failing.flaky_text``), never a traceback. The user's
-    interruption (or stdout's reader going away) ends the run with what it
-    found: ``stopped`` says why and ``failing`` keeps the smallest failing
-    problem so far. No example database is used (nothing is written to the
+    failure (``failing.flaky_text``), never a traceback. An
+    ``interrupts.Interrupted`` (a signal under the CLI's handlers, or stdout's
+    reader going away) ends the run with what it found: ``stopped`` says why
+    and ``failing`` keeps the smallest failing problem so far. No example database is used (nothing is written to the
     working folder).
     """
     from hypothesis import HealthCheck, Phase, given, settings
@@ -426,10 +425,8 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         pass
     except FlakyFailure:
         _rerun_flaky(backend, state["failing"])
-    except KeyboardInterrupt as e:
-        if not interrupts.from_user(e):
-            raise
-        stopped = interrupts.reason(e)
+    except interrupts.Interrupted as e:
+        stopped = e.reason
     failing = state["failing"]
     if failing is not None and stopped:
         failing.unfinished = f"the run stopped ({stopped})"

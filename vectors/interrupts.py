@@ -64,11 +64,6 @@ def from_user(error: BaseException) -> bool:
     return isinstance(error, Interrupted) or not _state["installed"] or _state["signal"] is not None
 
 
-def reason(error: KeyboardInterrupt) -> str:
-    """Why the run stopped, for reports: the ``Interrupted`` reason, else "interrupted"."""
-    return error.reason if isinstance(error, Interrupted) else "interrupted"
-
-
 def reader_gone() -> bool:
     """True when stdout is a pipe (or socket) whose reader has closed it."""
     try:
