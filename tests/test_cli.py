@@ -294,3 +294,13 @@ def test_check_piped_into_head_stops_when_its_reader_goes_away():
 def test_a_systemexit_from_backend_code_outside_its_call_is_exit_2_not_0():
     r = _run("check", "--backend", "hostile:ExitsOnName", "--examples", "1", env_extra=HOSTILE)
     assert r.returncode == 2 and "SystemExit(0) was raised during the run" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("spec", ["hostile:ZerosFirstTorch", "hostile:ZerosFirstGraph"])
+def test_a_backend_reusing_one_torch_output_buffer_is_not_conformant(spec, tmp_path):
+    # Zeros on every first launch, right on every second, in one CPU tensor: it was
+    # CONFORMANT on every golden case and generated problem.
+    pytest.importorskip("torch")
+    r = _run("check", "--backend", spec, "--no-golden", "--examples", "3",
+             env_extra=dict(HOSTILE, NVFP4_REPRO_DIR=str(tmp_path)))
+    assert r.returncode == 1 and "NOT CONFORMANT" in r.stdout and "second run differs" in r.stdout, r.stdout
