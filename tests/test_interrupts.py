@@ -33,3 +33,14 @@ def test_reader_gone_sees_a_closed_pipe():
     assert p.stdout.readline() == "x\n"
     p.stdout.close()
     assert p.stderr.read().split() == ["False", "True"] and p.wait(60) == 0
+
+
+def test_a_signal_whose_exception_was_swallowed_is_raised_again_at_the_next_check():
+    with interrupts.installed():
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except KeyboardInterrupt:
+            pass  # code on the way (a library's own except clause) caught it
+        with pytest.raises(interrupts.Interrupted, match="SIGTERM"):
+            interrupts.stop_if_asked()
+    interrupts.stop_if_asked()  # handlers gone, flag reset: nothing pending

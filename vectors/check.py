@@ -265,7 +265,7 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
     run = GoldenRun([])
     try:
         for i, c in enumerate(chosen):
-            interrupts.stop_if_unread()
+            interrupts.stop_if_asked()
             if progress:
                 progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
             run.cases.append(check_case(backend, c, splits))
@@ -370,7 +370,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     @given(problems_for(caps), launches_for(caps, splits_choice))
     def prop(problem, launch):
         """One generated problem: run, compare, record coverage; raise on failure."""
-        interrupts.stop_if_unread()
+        interrupts.stop_if_asked()
         key = _identity(problem, launch)
         if over_budget():
             # Minimising ran out of time: a try already seen failing fails the same
@@ -402,14 +402,15 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         else:
             state["tries"] += 1
         if not ok:
-            if not state["shrinking"]:
-                if progress:
-                    progress(f"  generated: failure at problem {state['n']}; minimising...")
-                state["shrinking"], state["since"] = True, time.monotonic()
+            # Recorded before anything is printed: an interruption from here on keeps it.
             state["failed"][key] = text
             best = state["failing"]
             if best is None or problem_size(problem) <= problem_size(best.problem):
                 state["failing"] = FailingProblem(problem, launch, text)
+            if not state["shrinking"]:
+                state["shrinking"], state["since"] = True, time.monotonic()
+                if progress:
+                    progress(f"  generated: failure at problem {state['n']}; minimising...")
         if state["shrinking"] and progress and time.monotonic() - state["reported"] >= shrink_report_s:
             state["reported"] = time.monotonic()
             small = state["failing"].problem
@@ -421,6 +422,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     stopped = None
     try:
         prop()
+        interrupts.stop_if_asked()  # a signal whose exception hypothesis caught on the way
     except AssertionError:
         pass
     except FlakyFailure:

@@ -75,9 +75,13 @@ def reader_gone() -> bool:
         return False
 
 
-def stop_if_unread() -> None:
-    """Raise ``Interrupted`` when stdout's reader is gone (``reader_gone``): the
-    run stops as if interrupted, its evidence saved, instead of computing
-    results nobody will read."""
+def stop_if_asked() -> None:
+    """Raise ``Interrupted`` when a signal arrived earlier (its exception may
+    have been caught on the way by code that went on: it is raised again
+    here, at the next problem or case) or when stdout's reader is gone
+    (``reader_gone``: the run stops as if interrupted, its evidence saved,
+    instead of computing results nobody will read)."""
+    if _state["signal"] is not None:
+        raise Interrupted(signal.Signals(_state["signal"]).name)
     if reader_gone():
         raise Interrupted("stdout's reader went away")
