@@ -38,7 +38,10 @@ def registered() -> list[str]:
 
 
 def _check(obj, what: str) -> Backend:
-    errs = protocol_errors(obj)
+    try:
+        errs = protocol_errors(obj)
+    except Exception as e:  # noqa: BLE001 - an attribute (a property) that raises when read
+        raise BackendError(f"{what}: reading its attributes raised {type(e).__name__}: {e}") from e
     if errs:
         raise BackendError(f"{what} does not follow nvfp4_suite.kernels.Backend (see kernels/protocol.py): {'; '.join(errs)}")
     return obj
@@ -48,7 +51,10 @@ def get_backend(spec: str) -> Backend:
     """A backend by registered name or ``module.path:attr``; raises BackendError
     (naming the spec and what went wrong) for anything that does not give one:
     an unknown name, a malformed spec, a module that fails to import (whatever
-    it raises), a missing attribute, a factory that raises, a non-conforming object."""
+    it raises, ``SystemExit`` included: a kernel module written as a script
+    that exits when it finds no device is not a backend here), a missing
+    attribute, a factory that raises, a non-conforming object. Only
+    ``KeyboardInterrupt`` passes through (Ctrl-C during a slow import)."""
     if spec in _REGISTRY:
         return _check(_make(_REGISTRY[spec], spec), spec)
     mod_name, sep, attr = spec.partition(":")
@@ -59,13 +65,17 @@ def get_backend(spec: str) -> Backend:
         raise BackendError(f"backend spec {spec!r}: expected module.path:attr with both parts non-empty")
     try:
         module = _import_mutants() if mod_name == "mutants" else importlib.import_module(mod_name)
-    except Exception as e:  # noqa: BLE001 - any failure to import is a setup error, reported as such
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - any failure to import is a setup error, reported as such
         raise BackendError(f"cannot load backend {spec!r}: importing {mod_name!r} raised "
                            f"{type(e).__name__}: {e}") from e
     try:
         obj = getattr(module, attr)
     except AttributeError as e:
         raise BackendError(f"cannot load backend {spec!r}: module {mod_name!r} has no attribute {attr!r}") from e
+    except Exception as e:  # noqa: BLE001 - a module __getattr__ that raises
+        raise BackendError(f"cannot load backend {spec!r}: reading {attr!r} raised {type(e).__name__}: {e}") from e
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "available")):
         obj = _make(obj, spec)
     return _check(obj, spec)
@@ -96,7 +106,9 @@ def _import_mutants():
 def _make(factory: Callable[[], Backend], spec: str) -> Backend:
     try:
         return factory()
-    except Exception as e:  # noqa: BLE001 - a factory that raises is a setup error of that spec
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - a factory that raises (or exits) is a setup error of that spec
         raise BackendError(f"cannot load backend {spec!r}: creating it raised {type(e).__name__}: {e}") from e
 
 

@@ -179,9 +179,9 @@ class Backend(Protocol):
     __call__(problem, **launch): the output for one launch; it receives
     ``splits`` always, ``xcds`` and ``order`` only when its capabilities
     declare them, ``out`` only when they declare ``out``. It returns the output
-    (or None when it filled ``out``): bf16 values as float32, bfloat16,
-    float16 or float64, ``[rows, H, 128]``, a numpy array or a torch tensor
-    on any device. It must not modify ``problem``'s arrays (it gets private
+    (or None when it filled ``out``): bf16 values as float32, bfloat16 or
+    float16 (float64 is refused: a report names it), ``[rows, H, 128]``, a
+    numpy array or a dense torch tensor on any device that holds data. It must not modify ``problem``'s arrays (it gets private
     copies; a change fails the case) and must raise the named
     ``nvfp4_suite.reference.ProblemError`` subclass for invalid input.
     """
@@ -249,8 +249,11 @@ described once in `kernels/protocol.py`; this section is generated from it by
 - `__call__(problem, *, splits, ...)`: the output of one launch. It always
   receives `splits`; `xcds`, `order` and `out` only when its capabilities
   declare them. It returns `[rows, H, 128]` bf16 values (a numpy array of
-  float32, float16 or ml_dtypes bfloat16, or a torch tensor of float32,
-  float16 or bfloat16 on any device), or `None` after filling `out`.
+  float32, float16 or ml_dtypes bfloat16, or a dense torch tensor of float32,
+  float16 or bfloat16 on any device that holds data; float64, sparse and
+  `meta` tensors are refused by name), or `None` after filling `out`. The
+  harness copies what it returns before the next launch, so a reused output
+  buffer is fine.
 
 The harness gives each call private copies of the problem's arrays and fails
 a backend that changes them; it runs every launch twice (in two workgroup

@@ -36,7 +36,7 @@ from .arithmetic import SEED_GEOMETRY, Geometry
 from .arrays import NUMPY, ProblemArrays
 from .formats import bf16_rne_bits, bf16_ulp
 from .paged_cache import D
-from .problem import HG, DecodeProblem
+from .problem import HG, DecodeProblem, check_reference_budget
 
 LOG2E = 1.4426950408889634
 F32_EPS = 2.0**-24  # unit roundoff of float32
@@ -197,8 +197,11 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     xp = ops.xp
     exp2 = exp2 or (lambda x: exp2_f32(x, ops))
     p_round = p_round or (lambda x: bf16_round_f32(x, ops))
-    a = ProblemArrays(problem, ops, pool)
     G = geometry
+    # m, l (per lane), O: float32; Oabs, Fabs: float64 -- per (pair, split, stream, head).
+    check_reference_budget(f"the emulation at splits={splits}", problem, problem.num_kv_heads * problem.rows
+                           * int(splits) * G.streams * HG * (4 + 4 * G.lanes + D * 20))
+    a = ProblemArrays(problem, ops, pool)
     topk = problem.TOPK
     S, W, KPW, L = int(splits), G.streams, G.keys_per_max, G.lanes
     c = float(kernel_constant(problem))

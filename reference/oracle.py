@@ -13,7 +13,7 @@ import numpy as np
 
 from .arrays import NUMPY, ProblemArrays
 from .paged_cache import BLK, D
-from .problem import HG, DecodeProblem
+from .problem import HG, DecodeProblem, check_reference_budget
 
 
 def sparse_decode(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.ndarray, np.ndarray]:
@@ -46,6 +46,9 @@ def oracle_details(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.
 
 def _attend(problem: DecodeProblem, details: bool, ops, pool):
     xp = ops.xp
+    # The key mask (one byte per key, twice), out, lse and the details' float64 arrays.
+    check_reference_budget("the oracle", problem, problem.num_kv_heads * problem.rows
+                           * (2 * problem.TOPK * BLK + HG * (2 * D + 2) * 8 + D * 8))
     a = ProblemArrays(problem, ops, pool)
     P, topk = a.P, problem.TOPK
     f64 = ops.float64

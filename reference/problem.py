@@ -4,18 +4,29 @@ A kernel cannot report bad input, so the host must: ``DecodeProblem.validate``
 raises a named ``ProblemError`` subclass, with the offending index and value,
 for every violation the contract lists. ``-1`` slots, future-block slots and
 requests with ``seq_len`` 0 are valid input.
+
+The validator also refuses what the reference cannot compute (scales whose
+float32 constants leave the normal range, a problem with no rows). A valid
+problem too large for the reference's memory is refused by the reference
+itself (``check_reference_budget``), naming the size and the budget: the
+problem is valid, a kernel may well run it, but it cannot be judged here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 
 import numpy as np
 
-from .formats import is_bf16
+from .formats import E2M1_MAX, E4M3_MAX, is_bf16
 from .paged_cache import BLK, D, LAYOUTS, page_bytes, page_views, unswizzle_v_scales
 
 HG = 16
+_F32_TINY = float(np.finfo(np.float32).tiny)
+_F32_MAX = float(np.finfo(np.float32).max)
+_SCORE_LIMIT = 2.0**30
 _SCALARS = ("num_kv_heads", "q_len", "sm_scale", "k_global_scale", "v_global_scale")
 
 
@@ -61,6 +72,41 @@ class NaNScaleByteError(ProblemError):
 
 class ParameterError(ProblemError):
     """A scalar parameter out of range (q_len, num_kv_heads, layout)."""
+
+
+class ReferenceBudgetError(MemoryError):
+    """A valid problem whose reference computation needs more memory than the
+    reference's budget (``reference_budget_bytes``); not a ``ProblemError``:
+    the input is valid, only too large to judge on this machine."""
+
+
+# The reference's memory budget: 8 GiB unless NVFP4_REFERENCE_BUDGET_GIB says otherwise.
+BUDGET_ENV = "NVFP4_REFERENCE_BUDGET_GIB"
+DEFAULT_BUDGET_GIB = 8.0
+
+
+def reference_budget_bytes() -> int:
+    """The memory budget of one reference computation, in bytes (``$NVFP4_REFERENCE_BUDGET_GIB``,
+    default 8 GiB); a malformed value is a ValueError naming it."""
+    raw = os.environ.get(BUDGET_ENV)
+    try:
+        gib = DEFAULT_BUDGET_GIB if raw is None else float(raw)
+    except ValueError:
+        raise ValueError(f"{BUDGET_ENV} = {raw!r} is not a number of GiB") from None
+    if not gib > 0:
+        raise ValueError(f"{BUDGET_ENV} = {raw!r} must be > 0")
+    return int(gib * 2**30)
+
+
+def check_reference_budget(what: str, problem: "DecodeProblem", nbytes: int) -> None:
+    """Raise ``ReferenceBudgetError`` when ``what`` (the oracle, the emulation
+    at some split count) needs ``nbytes`` for ``problem``, more than the budget."""
+    budget = reference_budget_bytes()
+    if nbytes > budget:
+        raise ReferenceBudgetError(
+            f"{what} needs about {nbytes / 2**30:.1f} GiB for this problem (rows {problem.rows}, "
+            f"Hkv {problem.num_kv_heads}, TOPK {problem.TOPK}), over the reference's budget of "
+            f"{budget / 2**30:.1f} GiB (set {BUDGET_ENV} to raise it); it cannot be judged here")
 
 
 def _first(mask: np.ndarray):
@@ -110,8 +156,10 @@ class DecodeProblem:
     - ``sm_scale``, ``k_global_scale``, ``v_global_scale``: floats > 0.
 
     The five scalar parameters may be Python numbers, numpy scalars or 0-d
-    numpy arrays; a 0-d array of a real numeric dtype is stored as the Python
-    number it holds (``np.array(0.0125)`` becomes ``0.0125``).
+    numpy arrays; a numpy scalar or a 0-d array of a real numeric dtype is
+    stored as the Python number it holds (``np.array(0.0125)`` becomes
+    ``0.0125``, ``np.uint8(16)`` becomes ``16``: sizes computed from it must
+    not wrap around in a narrow integer type).
     """
 
     q: np.ndarray
@@ -131,7 +179,7 @@ class DecodeProblem:
         # harness (which copies array fields as inputs): hold the number itself.
         for name in _SCALARS:
             v = getattr(self, name)
-            if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iuf":
+            if isinstance(v, (np.ndarray, np.generic)) and v.ndim == 0 and v.dtype.kind in "iuf":
                 object.__setattr__(self, name, v.item())
 
     @property
@@ -238,6 +286,8 @@ class DecodeProblem:
                 f"q has {self.rows} rows but seq_lens has {self.reqs} requests x q_len "
                 f"{self.q_len} = {self.reqs * self.q_len}"
             )
+        if self.rows < 1:
+            raise ShapeError(f"q has 0 rows (seq_lens has {self.reqs} requests): a problem needs at least one row")
         if self.topk.shape[0] != hk or self.topk.shape[1] != self.rows:
             raise ShapeError(
                 f"topk.shape = {self.topk.shape}, expected [Hkv={hk}, rows={self.rows}, TOPK]"
@@ -259,18 +309,37 @@ class DecodeProblem:
             if not isinstance(v, (float, int, np.floating, np.integer)) or isinstance(v, (bool, np.bool_)):
                 raise ScaleError(f"{name} = {v!r} ({_kind(v)}) is not a real number; pass a float, "
                                  f"a numpy scalar or a 0-d numpy array")
-            if not (np.isfinite(v) and v > 0):
+            try:
+                f = float(v)
+            except OverflowError:
+                raise ScaleError(f"{name} = {v!r} is too large for a float") from None
+            if not (math.isfinite(f) and f > 0):
                 raise ScaleError(f"{name} = {v!r}, must be finite and > 0")
-            with np.errstate(over="ignore"):
-                v32 = np.float32(v)
+            with np.errstate(over="ignore", under="ignore"):
+                v32 = np.float32(f)
+            # Subnormal is fine here (a subnormal v_global_scale gives subnormal outputs, which
+            # the reference computes and the comparison handles); sm_scale and k_global_scale
+            # are bounded through c below.
             if not np.isfinite(v32) or v32 <= 0:
-                raise ScaleError(f"{name} = {v!r} is not a positive finite float32")
+                raise ScaleError(f"{name} = {v!r} is not a positive finite float32 (float32 value {float(v32)!r})")
+        # The seed's constant c = fp32(fp32(sm_scale * log2 e) * fp32(k_global_scale)) scales every
+        # score; outside the normal float32 range the kernel's arithmetic (and the emulation of it)
+        # loses the scores to zero or infinity.
+        from .emulate import softmax_constant  # emulate imports this module
+
+        with np.errstate(over="ignore", under="ignore"):
+            c = softmax_constant(float(self.sm_scale), float(self.k_global_scale))
+        if not (np.isfinite(c) and c >= _F32_TINY):
+            raise ScaleError(f"c = fp32(sm_scale * log2(e) * k_global_scale) = {float(c)!r} (sm_scale = "
+                             f"{self.sm_scale!r}, k_global_scale = {self.k_global_scale!r}) is outside the normal "
+                             f"float32 range [{_F32_TINY:.3g}, {_F32_MAX:.3g}]")
         bad = _first(~np.isfinite(self.q) | ~is_bf16(self.q))
         if bad is not None:
             i = bad
             raise QueryValueError(
                 f"q{_idx(i)} = {self.q[tuple(i)]!r} is not a finite bfloat16 value"
             )
+        self._check_magnitudes()
         bad = _first(self.seq_lens < 0)
         if bad is not None:
             i = bad[0]
@@ -300,6 +369,28 @@ class DecodeProblem:
                 f"{pages[h, r, s]}, outside [0, {self.num_pages}) pages"
             )
         self._check_nan_scales(valid, pages)
+
+    def _check_magnitudes(self) -> None:
+        # Every dequantised K or V value is at most E2M1_MAX * E4M3 max = 2688 in magnitude,
+        # so |s * c| <= sum_d |q_d| * 2688 * c. A float32 kernel subtracts its running max m
+        # (rounded to float32) from s * c and takes exp2: above 2**30 half an ulp of m exceeds
+        # 64 and exp2 of the rounding error alone can overflow. The output, up to
+        # 2688 * v_global_scale, must stay finite too.
+        from .emulate import kernel_constant
+
+        kv_max = E2M1_MAX * E4M3_MAX
+        q1 = np.abs(self.q.astype(np.float64)).sum(axis=-1)
+        r, h = np.unravel_index(int(np.argmax(q1)), q1.shape)
+        reach = float(q1[r, h]) * kv_max * float(kernel_constant(self))
+        if not reach <= _SCORE_LIMIT:
+            raise ScaleError(
+                f"scores times c can reach {reach:.3g} (q[{r}, {h}] has sum |q| = {float(q1[r, h]):.3g}, "
+                f"|K| <= {kv_max:g}, c = {float(kernel_constant(self)):.3g}; sm_scale = {self.sm_scale!r}, "
+                f"k_global_scale = {self.k_global_scale!r}): over 2**30, where a float32 softmax's exp2 overflows")
+        out = kv_max * float(self.v_global_scale)
+        if not out <= _F32_MAX:
+            raise ScaleError(f"v_global_scale = {self.v_global_scale!r}: outputs can reach {kv_max:g} * "
+                             f"v_global_scale = {out:.3g}, over the float32 maximum")
 
     def _check_duplicates(self, valid: np.ndarray) -> None:
         ids = np.where(valid, self.topk.astype(np.int64), -1)

@@ -192,5 +192,32 @@ def test_minimising_reports_its_progress_and_ends_at_the_problem_it_reports():
     assert not run.ok
     shrink = [ln for ln in lines if ln.startswith("  minimising: ")]
     assert len(shrink) > 1 and "1 tries" not in shrink[-1]
-    small = run.failing[0]
+    small = run.failing.problem
     assert shrink[-1].endswith(f"rows {small.rows}, Hkv {small.num_kv_heads}, TOPK {small.TOPK}, q_len {small.q_len}")
+
+
+def test_an_interrupted_minimisation_keeps_the_smallest_failing_problem_not_the_latest():
+    # Minimising tries problems in hypothesis's order, not ours: a later failing try
+    # may be larger. Interrupted after some tries, the smallest one seen must be kept.
+    from nvfp4_suite.vectors import interrupts
+    from nvfp4_suite.vectors.check import problem_size
+
+    import hostile
+
+    seen = []
+
+    class Wrong(hostile.Correct):
+        def __call__(self, problem, *, splits=1):
+            if R.emulate(problem).any():  # zeros are wrong here: a failing try
+                seen.append(problem_size(problem))
+            return np.zeros((problem.rows, problem.H, 128), np.float32)
+
+    def progress(line):
+        if line.startswith("  minimising: ") and len(seen) > 30:
+            raise interrupts.Interrupted("SIGTERM")
+
+    with interrupts.installed():
+        run = check_generated(Wrong(), examples=20, seed=3, progress=progress, shrink_report_s=0.0)
+    assert run.stopped == "SIGTERM" and not run.ok
+    assert run.failing.unfinished == "the run stopped (SIGTERM)"
+    assert problem_size(run.failing.problem) == min(seen)

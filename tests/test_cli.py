@@ -3,6 +3,7 @@
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -255,3 +256,153 @@ def test_hostile_metadata_is_exit_2_in_replay_and_add(tmp_path, monkeypatch, hos
         assert ("field 'meta.meta.launches' is a JSON int" in err if hostile.startswith("launches")
                 else "not JSON this reader accepts (RecursionError)" in err), err
     assert not list((root / "data").iterdir())
+
+
+# --- issue 20: every exit path, interruptions, hostile backends ------------------
+
+HOSTILE = {"PYTHONPATH": str(ROOT / "tests")}
+
+
+def test_a_backend_raising_systemexit_is_not_conformant_in_check_golden_check_generated_and_replay(tmp_path):
+    # It made check and replay exit 0 with no verdict line.
+    r = _run("check", "--backend", "hostile:ExitsOnCall", "--examples", "0", env_extra=HOSTILE)
+    assert r.returncode == 1 and "NOT CONFORMANT: backend correct" in r.stdout, r.stdout + r.stderr
+    assert "backend raised SystemExit: 0" in r.stdout
+    env = dict(HOSTILE, NVFP4_REPRO_DIR=str(tmp_path))
+    r = _run("check", "--backend", "hostile:ExitsOnCall", "--examples", "2", "--no-golden", env_extra=env)
+    assert r.returncode == 1 and "NOT CONFORMANT" in r.stdout, r.stdout + r.stderr
+    (saved,) = tmp_path.iterdir()
+    r = _run("replay", str(saved), env_extra=env)
+    assert r.returncode == 1 and "FAIL: backend raised SystemExit: 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_keyboardinterrupt_raised_by_backend_code_is_its_failure_not_an_interruption(tmp_path):
+    r = _run("check", "--backend", "hostile:InterruptsOnCall", "--examples", "2", "--no-golden",
+             env_extra=dict(HOSTILE, NVFP4_REPRO_DIR=str(tmp_path)))
+    assert r.returncode == 1 and "backend raised KeyboardInterrupt" in r.stdout, r.stdout + r.stderr
+    assert "interrupted" not in r.stderr
+
+
+def test_a_backend_module_that_exits_0_on_import_is_exit_2(tmp_path):
+    # A kernel module written as a script ("no CUDA device; skipping") gave exit 0.
+    (tmp_path / "script_kernel.py").write_text("import sys\nprint('no CUDA device; skipping')\nsys.exit(0)\n")
+    r = _run("check", "--backend", "script_kernel:Backend", "--examples", "1", env_extra={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 2 and "importing 'script_kernel' raised SystemExit: 0" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("spec, why", [("hostile:AvailableRaises", "available() raised RuntimeError: driver query"),
+                                       ("hostile:AvailableExits", "available() raised SystemExit: 0")])
+def test_an_available_that_raises_or_exits_is_exit_2_naming_it(spec, why):
+    r = _run("check", "--backend", spec, "--examples", "1", env_extra=HOSTILE)
+    assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_backend_name_with_newlines_and_escapes_cannot_forge_a_verdict_line():
+    r = _run("check", "--backend", "hostile:EvilName", "--examples", "2", "--no-golden", env_extra=HOSTILE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "\x1b" not in r.stdout and "CONFORMANT: backend trusted" not in r.stdout.splitlines()
+    assert r"CONFORMANT: backend 'x\nCONFORMANT: backend trusted\x1b[2K'; 2 generated problems" in r.stdout
+
+
+def test_check_writes_no_hypothesis_folder_into_the_working_folder(tmp_path):
+    r = _run("check", "--backend", "emulate", "--examples", "2", "--no-golden", cwd=tmp_path)
+    assert r.returncode == 0 and list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+def test_serving_shape_without_torch_is_exit_2_with_a_message(tmp_path):
+    # A torch that cannot be imported, first on the path.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('No module named torch (test)')\n")
+    r = _run("check", "--backend", "emulate", "--shape", "serving", "--examples", "1",
+             env_extra={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 2 and "--shape serving needs torch" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_unusable_repro_folder_still_prints_the_minimised_report_and_says_why(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    r = _run("check", "--backend", "hostile:FlakyOnce", "--examples", "5", "--no-golden",
+             env_extra=dict(HOSTILE, NVFP4_REPRO_DIR=str(blocker)))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "FLAKY FAILURE" in r.stdout and f"not saved: could not save it under {blocker}" in r.stdout
+
+
+def test_an_intermittent_failure_is_a_flaky_verdict_with_both_results_a_repro_and_a_replay(tmp_path):
+    # It was a 353-line FlakyFailure traceback with no verdict and nothing saved.
+    r = _run("check", "--backend", "hostile:FlakyOnce", "--examples", "5", "--no-golden",
+             env_extra=dict(HOSTILE, NVFP4_REPRO_DIR=str(tmp_path)))
+    assert r.returncode == 1 and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    out = r.stdout
+    assert "FLAKY FAILURE (the same problem and launch failed once and passed when rerun)" in out
+    assert "the failing run:" in out and "the rerun:" in out and "NOT CONFORMANT" in out
+    assert len(out.splitlines()) < 80
+    (cmd,) = _replay_lines(out)
+    (saved,) = tmp_path.iterdir()
+    assert cmd == f"python -m nvfp4_suite.vectors replay {saved} --backend hostile:FlakyOnce"
+
+
+def _start(*args, env_extra=None):
+    import os
+
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "nvfp4_suite.vectors", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(p, text):
+    """Read p's stderr until a line containing ``text``; the lines read."""
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError("".join(seen))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interruption_while_minimising_saves_and_prints_the_smallest_failure_so_far(tmp_path, sig):
+    p = _start("check", "--backend", "hostile:SlowWrong", "--examples", "5", "--no-golden",
+               env_extra=dict(HOSTILE, NVFP4_REPRO_DIR=str(tmp_path)))
+    _wait_for(p, "minimising...")
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 1, out + err
+    assert f"FIRST FAILING PROBLEM (smallest found before the run stopped ({sig.name}); not fully minimised)" in out
+    assert f"stopped early: {sig.name}" in out and "Traceback" not in err
+    (saved,) = tmp_path.iterdir()
+    assert f"saved: {saved}" in out
+
+
+def test_an_interruption_with_no_failure_is_exit_2_after_the_golden_results(tmp_path):
+    p = _start("check", "--backend", "hostile:Slow", "--examples", "0", env_extra=HOSTILE)
+    _wait_for(p, "golden: [3/")
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and "interrupted (SIGTERM): no verdict" in err, out + err
+    assert "golden vectors: " in out and "stopped early (SIGTERM)" in out
+
+
+def test_check_piped_into_head_stops_when_its_reader_goes_away():
+    import time
+
+    p = _start("check", "--backend", "emulate", "--no-golden", "--examples", "100000")
+    assert p.stdout.readline().startswith("backend: emulate")
+    t0 = time.monotonic()
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 2 and time.monotonic() - t0 < 60 and "Traceback" not in err, err
+
+
+def test_a_systemexit_from_backend_code_outside_its_call_is_exit_2_not_0():
+    r = _run("check", "--backend", "hostile:ExitsOnName", "--examples", "1", env_extra=HOSTILE)
+    assert r.returncode == 2 and "SystemExit(0) was raised during the run" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("spec", ["hostile:ZerosFirstTorch", "hostile:ZerosFirstGraph"])
+def test_a_backend_reusing_one_torch_output_buffer_is_not_conformant(spec, tmp_path):
+    # Zeros on every first launch, right on every second, in one CPU tensor: it was
+    # CONFORMANT on every golden case and generated problem.
+    pytest.importorskip("torch")
+    r = _run("check", "--backend", spec, "--no-golden", "--examples", "3",
+             env_extra=dict(HOSTILE, NVFP4_REPRO_DIR=str(tmp_path)))
+    assert r.returncode == 1 and "NOT CONFORMANT" in r.stdout and "second run differs" in r.stdout, r.stdout

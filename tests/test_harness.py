@@ -274,3 +274,79 @@ def test_backends_with_orders_run_twice_in_two_orders():
     b.seen = []
     run_case(b, _problem(), Launch(splits=1, order="reverse"))
     assert b.seen == ["reverse", "forward"]
+
+
+# --- issue 20: outputs copied, hostile outputs named, BaseException is the backend's ----
+
+import hostile  # noqa: E402 - tests/hostile.py, on sys.path from conftest
+
+
+def _tiny():
+    return random_problem(6, reqs=2, q_len=1, num_kv_heads=1, topk=4, seq_lens=[300, 200])
+
+
+@pytest.mark.parametrize("make", [hostile.ZerosFirstTorch, hostile.ZerosFirstGraph, hostile.ZerosFirstNumpy],
+                         ids=["cpu-torch-buffer", "cuda-graph-style-static-slice", "numpy-buffer"])
+def test_a_reused_output_buffer_cannot_hide_a_wrong_first_launch(make):
+    # Zeros on every first launch, the right answer on every second, in one buffer:
+    # the first result must be judged as it was, not as the second overwrote it.
+    pytest.importorskip("torch")
+    first, rep = run_case(make(), _tiny(), Launch())
+    assert not rep.passed and rep.repeat_mismatch > 0 and not first.any()
+
+
+@pytest.mark.parametrize("make, msg", [
+    (hostile.MetaOutput, "torch tensor on the meta device"),
+    (hostile.SparseOutput, "layout torch.sparse_coo"),
+    (hostile.Float64Output, "numpy array of float64"),
+])
+def test_meta_sparse_and_float64_outputs_are_the_backends_named_failure(make, msg):
+    pytest.importorskip("torch")
+    first, rep = run_case(make(), _tiny(), Launch())
+    assert first is None and not rep.passed and msg in rep.shape_error
+
+
+@pytest.mark.parametrize("make, kind", [(hostile.ExitsOnCall, "SystemExit: 0"),
+                                        (hostile.InterruptsOnCall, "KeyboardInterrupt")])
+def test_a_backends_own_base_exception_is_a_backend_crash_when_no_signal_arrived(make, kind):
+    from nvfp4_suite.vectors import interrupts
+
+    with interrupts.installed(), pytest.raises(BackendCrash, match=f"backend raised {kind}"):
+        run_case(make(), _tiny(), Launch())
+
+
+def test_the_users_interrupt_passes_through_the_harness():
+    import signal
+
+    from nvfp4_suite.vectors import interrupts
+
+    class SignalsItself(hostile.Correct):
+        def __call__(self, problem, *, splits=1):
+            signal.raise_signal(signal.SIGINT)
+
+    with interrupts.installed(), pytest.raises(interrupts.Interrupted, match="SIGINT"):
+        run_case(SignalsItself(), _tiny(), Launch())
+
+
+@pytest.mark.parametrize("where", ["a file", "/proc/x", "read-only"])
+def test_save_repro_into_an_unusable_folder_raises_oserror_and_leaves_nothing(tmp_path, monkeypatch, where):
+    import os
+
+    from nvfp4_suite.vectors.harness import save_repro
+
+    if where == "a file":
+        folder = tmp_path / "f"
+        folder.write_text("x")
+    elif where == "/proc/x":
+        folder = "/proc/x"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(folder))
+    with pytest.raises(OSError):
+        save_repro("x:y", _tiny(), Launch(), "FAIL")
+    if where == "read-only":
+        assert list(folder.iterdir()) == []

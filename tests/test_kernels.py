@@ -35,6 +35,14 @@ def test_unknown_and_malformed_backends_raise_clear_errors():
     ("raise RuntimeError('no GPU driver')\n", "badmod:Backend", "importing 'badmod' raised RuntimeError: no GPU driver"),
     ("def Backend():\n    raise OSError('device busy')\n", "badmod:Backend", "creating it raised OSError: device busy"),
     ("", "badmod:Missing", "module 'badmod' has no attribute 'Missing'"),
+    # issue 20: a kernel module written as a script, exiting when it finds no device
+    ("import sys\nsys.exit(0)\n", "badmod:Backend", "importing 'badmod' raised SystemExit: 0"),
+    ("def Backend():\n    raise SystemExit('no device')\n", "badmod:Backend", "creating it raised SystemExit: no device"),
+    ("def __getattr__(n):\n    raise RuntimeError('lazy load failed')\n", "badmod:Backend",
+     "reading 'Backend' raised RuntimeError: lazy load failed"),
+    ("class B:\n    @property\n    def name(self):\n        raise RuntimeError('no name')\n"
+     "    geometry = capabilities = None\n    def available(self): return None\n    def __call__(self, p): pass\n"
+     "Backend = B()\n", "badmod:Backend", "reading its attributes raised RuntimeError: no name"),
     ("", ":Backend", "both parts non-empty"),
     ("", "badmod:", "both parts non-empty"),
 ])
@@ -45,3 +53,11 @@ def test_every_way_a_spec_can_fail_is_a_backend_error(tmp_path, monkeypatch, sou
     with pytest.raises(kernels.BackendError) as e:
         kernels.get_backend(spec)
     assert msg in str(e.value)
+
+
+def test_ctrl_c_during_a_slow_backend_import_passes_through(tmp_path, monkeypatch):
+    (tmp_path / "slowmod.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "slowmod", raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        kernels.get_backend("slowmod:Backend")

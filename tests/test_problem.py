@@ -206,3 +206,76 @@ def test_validator_accepts_nan_scale_byte_in_unread_page_and_other_head():
     spare = [i for i in range(p.num_pages) if i not in used][0]
     page_views(pool, p.layout, 2).k_scale[spare] = 0x7F
     _with(p, pool=pool).validate()
+
+
+# --- what the reference cannot compute (issue 20, item 8) -----------------------
+
+@pytest.mark.parametrize("change, msg", [
+    ({"sm_scale": 1e-30, "k_global_scale": 1e-30}, r"c = fp32\(.*\) = 0\.0 \(sm_scale = 1e-30"),
+    ({"sm_scale": 1e30, "k_global_scale": 1e30}, r"c = fp32\(.*\) = inf \(sm_scale = 1e\+30"),
+    ({"k_global_scale": 1.4e-45}, r"c = fp32\(.*\) = 0\.0 \(sm_scale = .*, k_global_scale = 1\.4e-45\)"),
+    ({"v_global_scale": 1e-46}, r"v_global_scale = 1e-46 is not a positive finite float32 \(float32 value 0\.0\)"),
+    ({"v_global_scale": 1e36}, r"v_global_scale = 1e\+36: outputs can reach 2688"),
+    ({"sm_scale": 2**64}, r"scores times c can reach .* sm_scale = 18446744073709551616"),
+    ({"sm_scale": 10**400}, r"sm_scale = 1000.* is too large for a float"),
+])
+def test_scales_the_reference_cannot_compute_are_a_scale_error_naming_field_and_value(change, msg):
+    # Each of these was accepted (or a TypeError) and made the emulation return NaN.
+    with pytest.raises(R.ScaleError, match=msg):
+        _with(_base(), **change).validate()
+
+
+def test_largest_accepted_scales_give_no_nan_in_the_emulation_or_the_oracle():
+    # Just inside the magnitude bound: the reference computes it (no NaN anywhere).
+    p = _base()
+    q1 = float(np.abs(p.q.astype(np.float64)).sum(axis=-1).max())
+    c_max = 2.0**30 / (q1 * 2688)
+    sm = c_max / (1.4426950408889634 * p.k_global_scale) * 0.99
+    big = _with(p, sm_scale=sm).validate()
+    assert not np.isnan(R.emulate(big)).any() and not np.isnan(R.sparse_decode(big)[0]).any()
+
+
+def test_a_problem_with_no_rows_is_a_shape_error():
+    p = _base()
+    empty = _with(p, q=p.q[:0], seq_lens=p.seq_lens[:0], block_table=p.block_table[:0], topk=p.topk[:, :0])
+    with pytest.raises(R.ShapeError, match="q has 0 rows"):
+        empty.validate()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.uint16])
+def test_a_narrow_numpy_head_count_is_held_as_an_int_and_sizes_do_not_wrap(dtype):
+    # np.uint8(16) made page_bytes 0 (2 * 16 * 128 * 72 wraps in uint8).
+    p = random_problem(3, reqs=1, q_len=1, num_kv_heads=2, topk=2)
+    q = _with(p, num_kv_heads=dtype(2))
+    assert type(q.num_kv_heads) is int and q.num_kv_heads == 2
+    q.validate()
+    assert np.array_equal(R.emulate(q), R.emulate(p))
+
+
+def test_the_reference_refuses_a_problem_over_its_memory_budget_naming_size_and_budget(monkeypatch):
+    p = _base()
+    monkeypatch.setenv("NVFP4_REFERENCE_BUDGET_GIB", "0.0001")
+    with pytest.raises(R.ReferenceBudgetError, match=r"the emulation at splits=8 needs about .* GiB .*rows 6, Hkv 2, "
+                                                      r"TOPK 6\), over the reference's budget of 0\.0 GiB"):
+        R.emulate(p, splits=8)
+    with pytest.raises(R.ReferenceBudgetError, match="the oracle needs about"):
+        R.sparse_decode(p)
+    monkeypatch.setenv("NVFP4_REFERENCE_BUDGET_GIB", "lots")
+    with pytest.raises(ValueError, match="NVFP4_REFERENCE_BUDGET_GIB = 'lots'"):
+        R.emulate(p)
+
+
+def test_the_issue_serving_problem_is_refused_by_the_default_budget_before_allocating(monkeypatch):
+    # 2048 requests, Hkv 8, TOPK 64 (a 160 KB case file): the emulation at 8 splits needed
+    # about 20 GiB and was killed or swapped; now it is refused at once, naming both sizes.
+    from nvfp4_suite.reference.paged_cache import page_bytes
+
+    monkeypatch.delenv("NVFP4_REFERENCE_BUDGET_GIB", raising=False)
+    reqs, hk, topk = 2048, 8, 64
+    p = R.DecodeProblem(q=np.zeros((reqs, 16 * hk, 128), np.float32), pool=np.zeros((1, page_bytes(hk)), np.uint8),
+                        layout="token_rows", num_kv_heads=hk, topk=np.full((hk, reqs, topk), -1, np.int32),
+                        block_table=np.zeros((reqs, 1), np.int32), seq_lens=np.ones(reqs, np.int32), q_len=1,
+                        sm_scale=0.088, k_global_scale=0.05, v_global_scale=0.01).validate()
+    with pytest.raises(R.ReferenceBudgetError, match=r"emulation at splits=8 needs about 2\d\.\d GiB .*rows 2048, "
+                                                      r"Hkv 8, TOPK 64\), over the reference's budget of 8\.0 GiB"):
+        R.emulate(p, splits=8)

@@ -13,22 +13,21 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import shlex
+import enum
+import os
 import time
 from pathlib import Path
 
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Launch
-from nvfp4_suite.reference import ProblemError
-from nvfp4_suite.reference.compare import backend_interval, describe_modified_inputs
+from nvfp4_suite.reference import DecodeProblem, ProblemError, ReferenceBudgetError
+from nvfp4_suite.reference.compare import Report, backend_interval, describe_modified_inputs
 
-from . import catalog
-from .harness import BackendCrash, modified_inputs, private_copy, run_case
+from . import catalog, interrupts
+from .harness import BackendCrash, modified_inputs, private_copy, run_case, save_repro
+from .coverage import Coverage
 from .io import CaseFileError
-
-def indent(text: str, pad: str) -> str:
-    """``text`` with ``pad`` before each of its lines."""
-    return pad + text.replace("\n", "\n" + pad)
+from .render import golden_lines, replay_command, shown  # noqa: F401 - replay_command: imported from here by callers
 
 
 PREFERENCE = ("flydsl", "triton", "torch", "emulate")
@@ -36,6 +35,26 @@ PREFERENCE = ("flydsl", "triton", "torch", "emulate")
 
 class SetupError(Exception):
     """Exit 2: an unknown or unavailable backend, a bad argument, an unreadable catalog."""
+
+
+def unavailable(backend) -> str | None:
+    """None when ``backend.available()`` says it runs here, otherwise why not:
+    its reason, or what went wrong asking (``available()`` raised, exited, or
+    returned something that is neither None nor a non-empty reason). A backend
+    that cannot run here is a setup error (exit 2), never a kernel verdict."""
+    try:
+        why = backend.available()
+    except KeyboardInterrupt as e:
+        if interrupts.from_user(e):
+            raise
+        return "available() raised KeyboardInterrupt"
+    except BaseException as e:  # noqa: BLE001 - any failure to answer is "cannot run here"
+        return f"available() raised {type(e).__name__}: {e}"
+    if why is None:
+        return None
+    if not isinstance(why, str) or not why.strip():
+        return f"available() returned {why!r}, neither None (usable) nor a reason"
+    return why
 
 
 def pick_backend(spec: str | None):
@@ -49,7 +68,7 @@ def pick_backend(spec: str | None):
             except kernels.BackendError as e:
                 reasons.append(f"{name}: {e}")
                 continue
-            why = b.available()
+            why = unavailable(b)
             if why is None:
                 return name, b
             reasons.append(f"{name}: {why}")
@@ -58,7 +77,7 @@ def pick_backend(spec: str | None):
         b = kernels.get_backend(spec)
     except kernels.BackendError as e:
         raise SetupError(str(e)) from e
-    why = b.available()
+    why = unavailable(b)
     if why is not None:
         raise SetupError(f"backend {b.name!r} is not available here: {why}")
     return spec, b
@@ -73,7 +92,11 @@ def check_invalid(problem, expected_error: str, backend=None) -> tuple[bool, str
             fn()
         except ProblemError as e:
             return type(e).__name__, str(e)
-        except Exception as e:  # noqa: BLE001 - any other exception is the wrong answer
+        except KeyboardInterrupt as e:
+            if interrupts.from_user(e):
+                raise
+            return type(e).__name__, str(e)
+        except BaseException as e:  # noqa: BLE001 - any other exception (SystemExit too) is the wrong answer
             return type(e).__name__, str(e)
         return None, "no error raised"
 
@@ -82,7 +105,7 @@ def check_invalid(problem, expected_error: str, backend=None) -> tuple[bool, str
     seen = None
     if backend is not None:
         seen = private_copy(problem)
-        who.append((f"backend {backend.name}", lambda: backend(seen, splits=1)))
+        who.append((f"backend {shown(backend.name)}", lambda: backend(seen, splits=1)))
     for name, fn in who:
         got, msg = raised(fn)
         good = got == expected_error
@@ -91,25 +114,38 @@ def check_invalid(problem, expected_error: str, backend=None) -> tuple[bool, str
     changed = {} if seen is None else modified_inputs(problem, seen)
     if changed:
         ok = False
-        lines.append(f"backend {backend.name}: FAIL: {describe_modified_inputs(changed)}")
+        lines.append(f"backend {shown(backend.name)}: FAIL: {describe_modified_inputs(changed)}")
     return ok, "\n".join(lines)
+
+
+class Status(str, enum.Enum):
+    """How one golden case ended (a ``str``: ``Status.PASS == "PASS"``)."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclasses.dataclass
 class LaunchFailure:
-    """One failing launch: its record, the report text, and the report (None for a crash)."""
+    """One failing launch: its record, the report text, and the report (None
+    for a crash or a failed invalid-input check, which have no report)."""
 
     launch: Launch
     text: str
-    report: object = None
+    report: Report | None = None
 
 
 @dataclasses.dataclass
 class CaseResult:
     """One golden case against one backend.
 
-    status: PASS (every launch run passed), FAIL, SKIP (no launch inside the
-    backend's capabilities) or ERROR (the case file could not be read).
+    status: a ``Status``: PASS (every launch run passed), FAIL, SKIP (no launch
+    inside the backend's capabilities) or ERROR (the case file could not be read).
     ran: launches run; skipped: (launch, reason) pairs; failures: LaunchFailure
     list; error: the catalog's problem for ERROR (an unreadable file, or stored
     expectations the reference no longer reproduces)."""
@@ -118,10 +154,10 @@ class CaseResult:
     name: str
     flags: list
     file: Path
-    status: str = "PASS"
-    ran: list = dataclasses.field(default_factory=list)
-    skipped: list = dataclasses.field(default_factory=list)
-    failures: list = dataclasses.field(default_factory=list)
+    status: Status = Status.PASS
+    ran: list[Launch] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[Launch, str]] = dataclasses.field(default_factory=list)
+    failures: list[LaunchFailure] = dataclasses.field(default_factory=list)
     error: str | None = None
     expected_error: str | None = None
 
@@ -152,13 +188,13 @@ def check_case(backend, entry: dict, splits=None) -> CaseResult:
     try:
         problem, _, extra = catalog.load_entry(entry)
     except CaseFileError as e:
-        res.status, res.error = "ERROR", str(e)
+        res.status, res.error = Status.ERROR, str(e)
         return res
     if entry["result"] == "invalid":
         good, text = check_invalid(problem, entry["expected_error"], backend)
         res.ran.append(Launch())
         if not good:
-            res.status = "FAIL"
+            res.status = Status.FAIL
             res.failures.append(LaunchFailure(Launch(), text))
         return res
     caps = backend.capabilities
@@ -173,8 +209,8 @@ def check_case(backend, entry: dict, splits=None) -> CaseResult:
         res.ran.append(launch)
         try:
             expected = _expected(backend, problem, extra, launch, cache)
-        except CaseFileError as e:
-            res.status, res.error = "ERROR", str(e)
+        except (CaseFileError, ReferenceBudgetError) as e:
+            res.status, res.error = Status.ERROR, str(e)
             return res
         try:
             _, rep = run_case(backend, problem, launch, expected)
@@ -184,138 +220,150 @@ def check_case(backend, entry: dict, splits=None) -> CaseResult:
         if not rep.passed:
             res.failures.append(LaunchFailure(launch, rep.details(), rep))
     if res.failures:
-        res.status = "FAIL"
+        res.status = Status.FAIL
     elif not res.ran:
-        res.status = "SKIP"
+        res.status = Status.SKIP
     return res
 
 
 @dataclasses.dataclass
 class GoldenRun:
-    """The golden check: one CaseResult per case chosen."""
+    """The golden check: one CaseResult per case run; ``stopped``: None, or why
+    the run ended before its last case (an interruption: ``SIGINT``,
+    ``SIGTERM``, or stdout's reader gone), the cases run until then kept."""
 
-    cases: list
+    cases: list[CaseResult]
+    stopped: str | None = None
 
-    def count(self, status: str) -> int:
+    def count(self, status: Status) -> int:
         """How many cases ended with ``status``."""
         return sum(c.status == status for c in self.cases)
 
     @property
     def judged(self) -> int:
         """Cases with at least one launch run."""
-        return sum(c.status in ("PASS", "FAIL") for c in self.cases)
+        return sum(c.status in (Status.PASS, Status.FAIL) for c in self.cases)
 
     @property
     def ok(self) -> bool:
-        """No case failed or was unreadable, and at least one was judged."""
-        return self.judged > 0 and not self.count("FAIL") and not self.count("ERROR")
+        """No case failed or was unreadable, at least one was judged, and the run was not stopped."""
+        return self.judged > 0 and not self.count(Status.FAIL) and not self.count(Status.ERROR) and not self.stopped
 
     def text(self, spec: str = "BACKEND") -> str:
-        """``lines`` joined."""
-        return "\n".join(self.lines(spec))
-
-    def lines(self, spec: str) -> list[str]:
-        """The report: counts, failing classes, one representative report per
-        failing class, replay commands (naming the backend by ``spec``), skips,
-        unreadable cases."""
-        out = []
-        failed = [c for c in self.cases if c.status == "FAIL"]
-        skipped = [c for c in self.cases if c.status == "SKIP"]
-        errors = [c for c in self.cases if c.status == "ERROR"]
-        partial = [c for c in self.cases if c.status in ("PASS", "FAIL") and c.skipped]
-        out.append(f"golden vectors: {self.count('PASS')} of {len(self.cases)} cases passed, {len(failed)} failed, "
-              f"{len(skipped)} skipped, {len(errors)} unreadable")
-        if failed:
-            classes = collections.Counter(f for c in failed for f in c.flags)
-            out.append("  failing bug classes (cases): " + ", ".join(f"{k} ({n})" for k, n in classes.most_common()))
-            shown = set()
-            for c in failed:
-                first = c.failures[0]
-                new = [f for f in c.flags if f not in shown]
-                out.append(f"  {c.id:3d} {c.name:<28} FAIL at {len(c.failures)} of {len(c.ran)} launches "
-                      f"[{', '.join(c.flags)}]")
-                if new:
-                    shown.update(new)
-                    out.append(f"      {first.launch.describe()}:")
-                    out.append(indent(first.text, "        "))
-                out.append(f"      replay: {replay_command(c.file, spec, first.launch)}")
-        for c in errors:
-            out.append(f"  {c.id:3d} {c.name:<28} ERROR: {c.error}")
-        for c in skipped:
-            reasons = sorted({why for _, why in c.skipped})
-            out.append(f"  {c.id:3d} {c.name:<28} SKIPPED: {'; '.join(reasons)}")
-        if partial:
-            n = sum(len(c.skipped) for c in partial)
-            reasons = collections.Counter(why for c in partial for _, why in c.skipped)
-            out.append(f"  launches skipped in {len(partial)} cases that ran ({n} launches): "
-                  + "; ".join(f"{why} ({k})" for why, k in reasons.most_common()))
-        return out
+        """The report (``nvfp4_suite.vectors.render.golden_lines``) as one string."""
+        return "\n".join(golden_lines(self, spec))
 
 
 def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None) -> GoldenRun:
     """Every catalog case (or those whose id is in ``cases``) against ``backend``
     (``splits``: only launches with these split counts). Raises CaseFileError
-    when the manifest itself cannot be read."""
+    when the manifest itself cannot be read. An ``interrupts.Interrupted``
+    (a signal while the CLI's handlers are installed, or stdout's reader going
+    away, checked between cases) ends the run early with the cases run so far
+    and ``stopped`` naming why; a plain KeyboardInterrupt propagates."""
     m = catalog.load_manifest()
     chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
     run = GoldenRun([])
-    for i, c in enumerate(chosen):
-        if progress:
-            progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-        run.cases.append(check_case(backend, c, splits))
-        if stop_at_first and run.cases[-1].status == "FAIL":
-            break
+    try:
+        for i, c in enumerate(chosen):
+            interrupts.stop_if_asked()
+            if progress:
+                progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
+            run.cases.append(check_case(backend, c, splits))
+            if stop_at_first and run.cases[-1].status == Status.FAIL:
+                break
+    except interrupts.Interrupted as e:
+        run.stopped = e.reason
     return run
-
-
-def replay_command(file, spec: str, launch: Launch | None = None) -> str:
-    """The command that replays ``file`` against the backend loaded by ``spec``
-    (``launch``: the one failing launch, else the file's own), each argument
-    shell-quoted: it runs as printed whatever the folder's name."""
-    cmd = f"python -m nvfp4_suite.vectors replay {shlex.quote(str(file))} --backend {shlex.quote(spec)}"
-    if launch is not None:
-        cmd += f" --splits {launch.splits} --xcds {launch.xcds}"
-        if launch.order is not None:
-            cmd += f" --order {shlex.quote(launch.order)}"
-    return cmd
 
 
 # --- generated problems -------------------------------------------------------
 
 @dataclasses.dataclass
+class FailingProblem:
+    """A generated problem that failed: the problem, its launch and the failing
+    report's text. ``flaky_text``: for a flaky failure (the same problem and
+    launch passed when run again), the rerun's report, else None.
+    ``unfinished``: None, or why minimisation did not finish ("the run stopped
+    (SIGTERM)", "the minimising budget of 10 s ran out"): this is then the
+    smallest failing problem found until then (by ``problem_size``), not a
+    minimal one."""
+
+    problem: DecodeProblem
+    launch: Launch
+    text: str
+    flaky_text: str | None = None
+    unfinished: str | None = None
+
+
+@dataclasses.dataclass
 class GeneratedRun:
     """The generated check: ``n`` problems run, ``stats`` (coverage condition ->
     [problems, failures]), ``totals`` (elements, largest ratios, rounding
-    counts), ``failing``: None or (minimised problem, launch, report text),
+    counts), ``failing``: None or the ``FailingProblem``; ``stopped``: None, or
+    why the run ended early (``SIGINT``, ``SIGTERM``, stdout's reader gone);
     ``coverage``: the run's ``nvfp4_suite.vectors.coverage.Coverage``."""
 
     ok: bool
     n: int
     stats: dict
     totals: dict
-    failing: tuple | None = None
-    coverage: object = None
+    failing: FailingProblem | None = None
+    stopped: str | None = None
+    coverage: Coverage | None = None
+
+
+def problem_size(problem: DecodeProblem) -> tuple:
+    """The order in which failing problems count as smaller: (query rows x KV
+    heads x slots, pages, rows, KV heads, TOPK, q_len, total seq_len)."""
+    return (problem.rows * problem.num_kv_heads * problem.TOPK, problem.num_pages, problem.rows,
+            problem.num_kv_heads, problem.TOPK, problem.q_len, int(problem.seq_lens.astype("int64").sum()))
 
 
 def check_generated(backend, examples: int, seed: int, splits_choice=None, progress=None,
-                    progress_every: int = 10, shrink: bool = True, shrink_report_s: float = 10.0) -> GeneratedRun:
+                    progress_every: int = 10, shrink: bool = True, shrink_report_s: float = 10.0,
+                    shrink_budget_s: float | None = None) -> GeneratedRun:
     """Run ``examples`` hypothesis-generated problems and launches inside the
     backend's capabilities (``splits_choice``: only these split counts).
 
     shrink: minimise the first failing problem (off: stop at the first failure).
+    shrink_budget_s: stop minimising after this many seconds (None: never); the
+    smallest failing problem found until then is the result.
     progress: called with one line every ``progress_every`` problems and, while
     minimising (which can take minutes), at most every ``shrink_report_s``
     seconds with the tries so far and the smallest failing problem yet.
+
+    A failure that does not repeat when hypothesis reruns it is a flaky
+    failure (``failing.flaky_text``), never a traceback. An
+    ``interrupts.Interrupted`` (a signal under the CLI's handlers, or stdout's
+    reader going away) ends the run with what it found: ``stopped`` says why
+    and ``failing`` keeps the smallest failing problem so far. No example
+    database is used (nothing is written to the working folder).
     """
-    from .coverage import Coverage
-    from .strategies import run_generated
+    from hypothesis.errors import FlakyFailure
+
+    from .strategies import digest, run_generated
 
     coverage = Coverage(backend.capabilities, splits_choice)
     state = {"n": 0, "failing": None, "shrinking": False, "elements": 0, "max_ratio": 0.0, "max_ulp": 0.0,
-             "rounding": collections.Counter(), "tries": 0, "reported": 0.0}
+             "rounding": collections.Counter(), "tries": 0, "reported": 0.0, "since": None, "cut": False,
+             "failed": {}}
+
+    def over_budget() -> bool:
+        return (state["shrinking"] and shrink_budget_s is not None
+                and time.monotonic() - state["since"] > shrink_budget_s)
 
     def prop(problem, launch):
         """One generated problem: run, compare, record coverage; raise on failure."""
+        interrupts.stop_if_asked()
+        key = digest(problem, launch)
+        if over_budget():
+            # Minimising ran out of time: a try already seen failing fails the same
+            # way, any other is not run; hypothesis keeps the smallest that failed.
+            state["cut"] = True
+            if key in state["failed"]:
+                raise AssertionError(state["failed"][key])
+            return
         rep = None
         try:
             _, rep = run_case(backend, problem, launch)
@@ -332,29 +380,70 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             coverage.add(problem, launch, ok)
             if progress and (state["n"] % progress_every == 0 or state["n"] == examples):
                 progress(f"  generated: {state['n']}/{examples} problems checked")
-        elif state["shrinking"]:
+        else:
             state["tries"] += 1
         if not ok:
-            if not state["shrinking"] and progress:
-                progress(f"  generated: failure at problem {state['n']}; minimising...")
-            state["shrinking"] = True
-            state["failing"] = (problem, launch, text)
+            # Recorded before anything is printed: an interruption from here on keeps it.
+            state["failed"][key] = text
+            best = state["failing"]
+            if best is None or problem_size(problem) <= problem_size(best.problem):
+                state["failing"] = FailingProblem(problem, launch, text)
+            if not state["shrinking"]:
+                state["shrinking"], state["since"] = True, time.monotonic()
+                if progress:
+                    progress(f"  generated: failure at problem {state['n']}; minimising...")
         if state["shrinking"] and progress and time.monotonic() - state["reported"] >= shrink_report_s:
             state["reported"] = time.monotonic()
-            small = state["failing"][0]
+            small = state["failing"].problem
             progress(f"  minimising: {state['tries']} tries; smallest failing problem so far: rows {small.rows}, "
                      f"Hkv {small.num_kv_heads}, TOPK {small.TOPK}, q_len {small.q_len}")
         if not ok:
             raise AssertionError(text)
 
+    stopped = None
     try:
         run_generated(backend.capabilities, examples, seed, prop, splits_choice, shrink)
-        ok = True
+        interrupts.stop_if_asked()  # a signal whose exception hypothesis caught on the way
     except AssertionError:
-        ok = False
+        pass
+    except FlakyFailure:
+        _rerun_flaky(backend, state["failing"])
+    except interrupts.Interrupted as e:
+        stopped = e.reason
+    failing = state["failing"]
+    if failing is not None and stopped:
+        failing.unfinished = f"the run stopped ({stopped})"
+    elif failing is not None and state["cut"]:
+        failing.unfinished = f"the minimising budget of {shrink_budget_s:g} s ran out"
     totals = {k: state[k] for k in ("elements", "max_ratio", "max_ulp", "rounding")}
     stats = {name: [coverage.reached[name], coverage.failed[name]] for name in coverage.reached}
-    return GeneratedRun(ok, state["n"], stats, totals, state["failing"], coverage)
+    return GeneratedRun(failing is None and stopped is None, state["n"], stats, totals, failing, stopped, coverage)
+
+
+def save_failing(spec: str, failing: FailingProblem) -> tuple:
+    """``(path, None)`` of the saved repro of ``failing`` (both reports when it
+    was flaky), or ``(None, why it could not be saved)``: the report is printed
+    either way."""
+    text = failing.text
+    if failing.flaky_text is not None:
+        text = f"FLAKY: failed once:\n{failing.text}\nthen passed:\n{failing.flaky_text}"
+    try:
+        return save_repro(spec, failing.problem, failing.launch, text), None
+    except OSError as e:
+        return None, f"could not save it under {os.environ.get('NVFP4_REPRO_DIR', '.repro')}: {e}"
+
+
+def _rerun_flaky(backend, failing: FailingProblem) -> None:
+    """Hypothesis saw ``failing`` fail, then pass: run it once more to record
+    the passing report as ``flaky_text`` (a failure again leaves it a plain failure)."""
+    try:
+        _, rep = run_case(backend, failing.problem, failing.launch)
+    except BackendCrash:
+        return
+    if rep.passed:
+        failing.flaky_text = rep.details()
+    else:
+        failing.text = rep.details()
 
 
 ROUNDING_FIELDS = ("n_elements", "n_determined", "n_off_nearest", "n_toward_zero", "n_away_from_zero",
@@ -369,29 +458,6 @@ def add_rounding(acc: collections.Counter, rep) -> None:
     acc["bias_verdicts"] += rep.bias is not None
     for side, n in rep.bias_counts.items():
         acc[f"bias {side}"] += n
-
-
-def rounding_lines(acc) -> list[str]:
-    """The run's rounding statistics (totals of ``Report`` fields) as printed lines:
-    the share checked to one bf16 value, off nearest-even counts, the mean signed
-    error, and the bias verdict the totals would give as one report."""
-    from nvfp4_suite.reference.compare import BIAS_ALPHA, BIAS_SIDES, Report, bias_verdict
-
-    if not acc or not acc["n_elements"]:
-        return []
-    r = Report(against="run", n_fail=0, max_ulp=0.0, worst=[], nan_rows=[], unwritten_rows=[], not_bf16=0,
-               **{f: int(acc[f]) for f in ROUNDING_FIELDS})
-    r.mean_signed_ulp = acc["signed_ulp_sum"] / max(acc["n_rounding"], 1)
-    lines = [f"  rounding: {r.rounding_summary()}"]
-    # Problems are drawn independently, so their (row, head) groups add up as trials.
-    p, name, t, k = bias_verdict({side: acc[f"bias {side}"] for side in BIAS_SIDES})
-    if acc["bias_verdicts"]:
-        lines.append(f"  rounding bias named in {acc['bias_verdicts']} problem(s)")
-    if p <= BIAS_ALPHA:
-        lines.append(f"  rounding anomaly over the run: outputs rounded {name} "
-                     f"({t} of the {k} (row, head) groups with outputs off nearest-even lean that way; "
-                     f"chance under no bias <= {p:.2g})")
-    return lines
 
 
 # --- replay -------------------------------------------------------------------

@@ -1,8 +1,14 @@
 """``python -m nvfp4_suite.vectors``: check a backend, replay a case, manage the catalog.
 
 Exit codes: 0 conformant, 1 not conformant, 2 usage or setup error (also:
-nothing was judged, an unreadable catalog or case file, an interrupted run).
-The engine is ``nvfp4_suite.vectors.check``; this module parses arguments and prints.
+nothing was judged, an unreadable catalog or case file, an interrupted run
+that found no failure). Exit 0 is reached only through a judged verdict:
+whatever a backend raises or exits with is its failure, and anything else
+that escapes a command ends it with 2. Ctrl-C and SIGTERM stop a run with
+its evidence kept (``nvfp4_suite.vectors.interrupts`` tells them apart from a
+backend's own ``KeyboardInterrupt``); so does stdout's reader going away.
+The engine is ``nvfp4_suite.vectors.check``, the text ``nvfp4_suite.vectors.render``;
+this module parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -11,17 +17,20 @@ import argparse
 import collections
 import os
 import sys
+import tempfile
 import time
 
 from nvfp4_suite import kernels
+from nvfp4_suite.reference import ReferenceBudgetError
 from nvfp4_suite.reference.arithmetic import arithmetic_name, parse_arithmetic
 
-from . import catalog
-from .check import (PREFERENCE, indent, SetupError, check_golden, check_generated, check_invalid, pick_backend,
-                    replay_command, replay_launches, rounding_lines)
+from . import catalog, interrupts, isolate
+from .check import (PREFERENCE, SetupError, Status, check_golden, check_generated, check_invalid, pick_backend,
+                    replay_launches, save_failing)
 from .entry import reader_gone
-from .harness import BackendCrash, run_case, save_repro
+from .harness import BackendCrash, run_case
 from .io import CaseFileError, load_case
+from .render import failing_lines, generated_lines, golden_lines, shown
 
 REFERENCE_BACKENDS = ("emulate", "reference")
 
@@ -40,20 +49,17 @@ def _describe_backend(spec: str, b) -> str:
         parts.append(f"{len(c.orders)} workgroup orders")
     if c.targets:
         parts.append(f"targets {list(c.targets)}")
-    return f"backend: {b.name} (--backend {spec}; " + "; ".join(parts) + ")"
+    if getattr(b, "timeout", None) is not None:
+        parts.append(f"isolated: each launch in a worker process, timeout {b.timeout:g} s")
+    return f"backend: {shown(b.name)} (--backend {spec}; " + "; ".join(parts) + ")"
 
 
-def print_generated(gen, examples: int) -> None:
-    """The generated part of a check report."""
-    t = gen.totals
-    note = "" if gen.ok else " (generation stops at the first failure)"
-    print(f"  {gen.n} problems{note}, {t['elements']} output elements compared, "
-          f"largest |got - pre|/reach {t['max_ratio']:.3g}, largest bf16 ulp distance "
-          f"{t['max_ulp']:g} (large only where outputs cancel to near zero)")
-    for line in rounding_lines(t.get("rounding")):
-        print(line)
-    for line in gen.coverage.lines() if gen.coverage else []:
-        print(line)
+def _say(*lines: str) -> None:
+    """Print report lines to stdout, or to stderr once stdout's reader is gone
+    (the evidence of a stopped run still reaches the terminal)."""
+    out = sys.stderr if interrupts.reader_gone() else sys.stdout
+    for line in lines:
+        print(line, file=out)
 
 
 def cmd_check(args) -> int:
@@ -68,49 +74,53 @@ def cmd_check(args) -> int:
     if args.splits:
         bad = [s for s in args.splits if s not in caps.splits]
         if bad:
-            raise SetupError(f"--splits {bad}: backend {backend.name} supports {list(caps.splits)}")
+            raise SetupError(f"--splits {bad}: backend {shown(backend.name)} supports {list(caps.splits)}")
     if not args.no_golden and not catalog.exists():
         raise SetupError(f"no golden vectors: {catalog.MANIFEST} is missing (reinstall the suite, or pass "
                          "--no-golden to check generated problems only)")
+    backend = _isolated(spec, backend, args)
+    name = shown(backend.name)
     print(_describe_backend(spec, backend))
     t0 = time.time()
     failed = errors = judged = 0
     summary = []
+    stopped = None
     if not args.no_golden:
         golden = check_golden(backend, progress=_progress, splits=args.splits)
-        for line in golden.lines(spec):
-            print(line)
-        failed += golden.count("FAIL")
-        errors += golden.count("ERROR")
+        _say(*golden_lines(golden, spec, getattr(backend, "timeout", None)))
+        failed += golden.count(Status.FAIL)
+        errors += golden.count(Status.ERROR)
         judged += golden.judged
-        summary.append(f"{golden.judged} golden cases judged ({golden.count('FAIL')} failed"
-                       + (f", {golden.count('SKIP')} skipped" if golden.count("SKIP") else "")
-                       + (f", {golden.count('ERROR')} unreadable" if golden.count("ERROR") else "") + ")")
-    if args.examples > 0:
-        print(f"generated problems: {args.examples} (seed {args.seed})")
-        gen = check_generated(backend, args.examples, args.seed, args.splits, progress=_progress)
-        print_generated(gen, args.examples)
+        stopped = golden.stopped
+        summary.append(f"{golden.judged} golden cases judged ({golden.count(Status.FAIL)} failed"
+                       + (f", {golden.count(Status.SKIP)} skipped" if golden.count(Status.SKIP) else "")
+                       + (f", {golden.count(Status.ERROR)} unreadable" if golden.count(Status.ERROR) else "") + ")")
+    if args.examples > 0 and stopped is None:
+        _say(f"generated problems: {args.examples} (seed {args.seed})")
+        gen = check_generated(backend, args.examples, args.seed, args.splits, progress=_progress,
+                              shrink_budget_s=getattr(backend, "shrink_budget_s", None))
+        _say(*generated_lines(gen))
         judged += gen.n
+        stopped = gen.stopped
         summary.append(f"{gen.n} generated problems")
         if gen.failing is not None:
             failed += 1
-            problem, launch, text = gen.failing
-            path = save_repro(spec, problem, launch, text)
-            print("FIRST FAILING PROBLEM (minimised):")
-            print(f"  rows {problem.rows}, Hkv {problem.num_kv_heads}, TOPK {problem.TOPK}, q_len {problem.q_len}, "
-                  f"launch {launch.describe(problem)}")
-            print(indent(text, "  "))
-            print(f"saved: {path}")
-            print(f"replay: {replay_command(path, spec)}")
+            saved, why = save_failing(spec, gen.failing)
+            _say(*failing_lines(gen.failing, spec, saved, why, getattr(backend, "timeout", None)))
     took = f"{time.time() - t0:.1f} s"
+    if stopped:
+        summary.append(f"stopped early: {stopped}")
     if failed:
-        print(f"NOT CONFORMANT: backend {backend.name}; {', '.join(summary)}; {took}")
+        _say(f"NOT CONFORMANT: backend {name}; {', '.join(summary)}; {took}")
         return 1
+    if stopped:
+        print(f"\ninterrupted ({stopped}): no verdict; {', '.join(summary)}", file=sys.stderr)
+        return 2
     if errors or not judged:
         why = "the catalog has unreadable cases" if errors else "nothing was judged"
-        print(f"NO VERDICT ({why}): backend {backend.name}; {', '.join(summary)}; {took}")
+        print(f"NO VERDICT ({why}): backend {name}; {', '.join(summary)}; {took}")
         return 2
-    print(f"CONFORMANT: backend {backend.name}; {', '.join(summary)}; {took}")
+    print(f"CONFORMANT: backend {name}; {', '.join(summary)}; {took}")
     if spec in REFERENCE_BACKENDS:
         print(f"This checked the suite's own {spec!r} backend. To check your kernel: "
               "python -m nvfp4_suite.vectors check --backend yourpkg.module:YourBackend (README, 'Writing a backend').")
@@ -119,7 +129,12 @@ def cmd_check(args) -> int:
 
 def _check_serving(spec: str, backend, args) -> int:
     """``check --shape serving``: serving-size problems only (``nvfp4_suite.vectors.serving``)."""
-    from .serving import check_serving
+    try:
+        from .serving import check_serving
+        import torch  # noqa: F401 - the serving references run on torch
+    except ImportError as e:
+        raise SetupError(f"--shape serving needs torch, which cannot be imported here ({e}); "
+                         "install torch or check --shape small") from e
 
     if args.examples == 0:
         raise SetupError("--shape serving checks generated problems: give --examples > 0")
@@ -127,7 +142,7 @@ def _check_serving(spec: str, backend, args) -> int:
     ok, lines = check_serving(backend, args.examples, args.seed, progress=_progress)
     for line in lines:
         print(line)
-    print(f"{'CONFORMANT' if ok else 'NOT CONFORMANT'}: backend {backend.name}; "
+    print(f"{'CONFORMANT' if ok else 'NOT CONFORMANT'}: backend {shown(backend.name)}; "
           f"{args.examples} serving-size problems")
     return 0 if ok else 1
 
@@ -160,6 +175,7 @@ def cmd_replay(args) -> int:
                              f"({', '.join(kernels.registered())}); a case file never chooses code to import: "
                              "give --backend explicitly (e.g. the one the printed replay command names)")
     spec, backend = pick_backend(spec)
+    backend = _isolated(spec, backend, args)
     print(_describe_backend(spec, backend))
     if expected_error:
         ok, text = check_invalid(problem, expected_error, backend)
@@ -181,7 +197,7 @@ def cmd_replay(args) -> int:
         print(f"{launch.describe(problem)}: " + text)
         ok &= passed
     if not ran:
-        print(f"NO VERDICT: no launch of {args.file} is inside backend {backend.name}'s capabilities")
+        print(f"NO VERDICT: no launch of {args.file} is inside backend {shown(backend.name)}'s capabilities")
         return 2
     return 0 if ok else 1
 
@@ -285,6 +301,24 @@ def judged_in(backend, name: str | None):
         raise SetupError(str(e)) from e
 
 
+def _isolation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--isolate", action="store_true",
+                   help="run each launch in a worker process: a crash, a hang past --timeout, a GPU fault or an "
+                        "OOM kill is that launch's failure and the run goes on in a fresh worker")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds one launch may take in its worker (implies --isolate; default "
+                        f"{isolate.DEFAULT_TIMEOUT_S:g}, {isolate.GPU_TIMEOUT_S:g} for GPU backends)")
+
+
+def _isolated(spec: str, backend, args):
+    """``backend`` behind a worker process when --isolate or --timeout asks for one."""
+    if not (args.isolate or args.timeout is not None):
+        return backend
+    if args.timeout is not None and not args.timeout > 0:
+        raise SetupError(f"--timeout {args.timeout:g}: must be > 0 seconds")
+    return isolate.Isolated(spec, backend, args.timeout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors", description="NVFP4 sparse decode conformance")
@@ -306,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
                         "references on the backend's GPU when it has one); default small")
     add_arithmetic_option(c)
+    _isolation_args(c)
     c.set_defaults(fn=cmd_check)
     r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend",
                        description="Rerun a saved failure or a golden case file and print its report.")
@@ -314,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--splits", type=int, help="this split count (default: the file's launches)")
     r.add_argument("--xcds", type=int, help="this XCD placement (default: the file's launches)")
     r.add_argument("--order", help="this workgroup order (default: the file's launches)")
+    _isolation_args(r)
     r.set_defaults(fn=cmd_replay)
     g = sub.add_parser("regen", help="regenerate every golden case (with --check: compare, change nothing)",
                        description="Regenerate the golden catalog from the reference, deterministically: "
@@ -364,15 +400,35 @@ def main(argv=None) -> int:
     if getattr(args, "examples", 0) < 0:
         print("error: --examples must be >= 0", file=sys.stderr)
         return 2
+    with interrupts.installed(), tempfile.TemporaryDirectory(prefix="nvfp4-hypothesis-") as scratch:
+        # Hypothesis keeps caches under .hypothesis/ in the working folder unless told
+        # otherwise; a check writes nothing there (no example database either).
+        os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", scratch)
+        try:
+            return _run(args)
+        finally:
+            if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") == scratch:
+                del os.environ["HYPOTHESIS_STORAGE_DIRECTORY"]
+
+
+def _run(args) -> int:
     try:
         rc = args.fn(args)
         sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
         return rc
-    except (SetupError, CaseFileError) as e:
+    except (SetupError, CaseFileError, ReferenceBudgetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted: no verdict", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        why = f" ({e.reason})" if isinstance(e, interrupts.Interrupted) else ""
+        print(f"\ninterrupted{why}: no verdict", file=sys.stderr)
+        return 2
+    except SystemExit as e:
+        # Backend calls are guarded by the harness; this is code reached some
+        # other way (a backend attribute, a factory at run time) ending the
+        # process. It is never a verdict.
+        print(f"error: SystemExit({e.code!r}) was raised during the run by code it called (a backend's "
+              "attributes?); nothing was judged", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return reader_gone()

@@ -15,14 +15,24 @@ stay writable: torch warns on ``from_numpy`` of a read-only array (an error
 under ``-W error``), and the comparison catches every write that read-only
 flags would (``setflags(write=True)`` and writes through torch included).
 
-Who failed is kept apart: an exception raised inside the backend's call is a
-``BackendCrash`` (the backend is not conformant); an output of the wrong type,
-dtype or shape is a failed report naming what was returned; anything else
-raised here is the suite's own error and propagates as it is.
+Who failed is kept apart: anything raised inside the backend's call is a
+``BackendCrash`` (the backend is not conformant), ``BaseException`` included:
+a backend's own ``SystemExit`` or ``KeyboardInterrupt`` is its failure, never
+the end of the run (only the user's interruption ends it, told apart by
+``nvfp4_suite.vectors.interrupts``); so is an error raised while its returned
+tensor is read back (an asynchronous GPU fault surfaces there). An output of
+the wrong type, dtype, layout or device is a failed report naming what was
+returned; anything else raised here is the suite's own error and propagates.
+
+Every output is copied before the next launch, whatever the container: a
+backend that returns the same buffer each time (a CPU torch tensor, a
+CUDA-graph static output) cannot overwrite its first result with its second
+before the two are compared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -33,12 +43,15 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
 
+from . import interrupts
+
 
 class BackendCrash(Exception):
     """The backend's own call raised ``error`` on ``launch``."""
 
     def __init__(self, error: BaseException, launch: Launch):
-        super().__init__(f"backend raised {type(error).__name__}: {error}")
+        what = getattr(error, "kind", None) or type(error).__name__
+        super().__init__(f"backend raised {what}" + (f": {error}" if str(error) else ""))
         self.error = error
         self.launch = launch
 
@@ -81,11 +94,13 @@ _NUMPY_OK = ("float32", "float16", "bfloat16")
 
 
 def to_output(x) -> np.ndarray:
-    """A backend's returned output as float32 (exact: every accepted dtype
-    converts without rounding). Accepts a numpy array of float32, float16 or
-    ml_dtypes bfloat16, or a torch tensor of float32, float16 or bfloat16 on
-    any device, with or without gradients. Raises ``OutputTypeError`` naming
-    the type or dtype of anything else (the shape is judged by the report)."""
+    """A backend's returned output as a new float32 array (exact: every accepted
+    dtype converts without rounding; always a copy, never a view of the
+    backend's buffer). Accepts a numpy array of float32, float16 or ml_dtypes
+    bfloat16, or a dense torch tensor of float32, float16 or bfloat16 on any
+    device holding data (not ``meta``), with or without gradients. Raises
+    ``OutputTypeError`` naming the type, dtype, layout or device of anything
+    else (the shape is judged by the report)."""
     mod = type(x).__module__.split(".")[0]
     if mod == "torch":
         import torch
@@ -95,12 +110,17 @@ def to_output(x) -> np.ndarray:
         if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise OutputTypeError(f"backend returned a torch tensor of {x.dtype}; expected float32, float16 "
                                   "or bfloat16")
-        return x.detach().to("cpu", torch.float32).numpy()
+        if x.layout != torch.strided:
+            raise OutputTypeError(f"backend returned a torch tensor with layout {x.layout}; expected a dense "
+                                  "(torch.strided) tensor")
+        if x.device.type == "meta":
+            raise OutputTypeError("backend returned a torch tensor on the meta device, which holds no values")
+        return x.detach().to("cpu", torch.float32, copy=True).numpy()
     if isinstance(x, np.ndarray):
         if x.dtype.name not in _NUMPY_OK:
             raise OutputTypeError(f"backend returned a numpy array of {x.dtype}; expected one of "
                                   f"{', '.join(_NUMPY_OK)} (bf16 values)")
-        return x.astype(np.float32)
+        return np.array(x, dtype=np.float32, copy=True, subok=False)
     raise OutputTypeError(f"backend returned a {type(x).__module__}.{type(x).__qualname__}; expected a numpy "
                           "array or a torch tensor [rows, H, 128]")
 
@@ -115,12 +135,15 @@ def _call(backend, problem: DecodeProblem, launch: Launch):
         out = kw["out"] = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
     try:
         res = backend(seen, **kw)
-    except Exception as e:  # noqa: BLE001 - whatever the backend raises is its own failure
-        raise BackendCrash(e, launch) from e
-    try:
         got = to_output(out if res is None and out is not None else res)
     except OutputTypeError as e:
         got = e
+    except KeyboardInterrupt as e:
+        if interrupts.from_user(e):
+            raise
+        raise BackendCrash(e, launch) from e
+    except BaseException as e:  # noqa: BLE001 - whatever the backend raises is its own failure
+        raise BackendCrash(e, launch) from e
     return got, modified_inputs(problem, seen)
 
 
@@ -167,15 +190,22 @@ def save_repro(spec: str, problem: DecodeProblem, launch: Launch, report_text: s
     case file named by its content hash; returns the path. Its meta holds the
     backend ``spec`` (as given to ``--backend``) and the launch record that
     failed, which ``python -m nvfp4_suite.vectors replay PATH`` reruns with no other
-    argument; ``python -m nvfp4_suite.vectors add PATH`` makes it a golden case."""
+    argument; ``python -m nvfp4_suite.vectors add PATH`` makes it a golden case.
+    Raises OSError when the folder cannot hold it (a file, unwritable, not
+    creatable), leaving no partial file behind; callers print the report anyway."""
     from .io import save_case
 
     folder = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"incoming-{os.getpid()}.npz"
     meta = {"backend": spec, "launches": [launch.to_json()], "report": report_text}
-    digest = save_case(tmp, problem, meta=meta)
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
-    path = folder / f"{safe}-{digest[:12]}.npz"
-    tmp.replace(path)
+    try:
+        digest = save_case(tmp, problem, meta=meta)
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
+        path = folder / f"{safe}-{digest[:12]}.npz"
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     return path

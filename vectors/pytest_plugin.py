@@ -38,6 +38,11 @@ def pytest_addoption(parser):
                 help=f"generated problems per backend (default {DEFAULT_EXAMPLES}; "
                      f"{INTERPRETED_EXAMPLES} for interpreted backends)")
     g.addoption("--nvfp4-seed", type=int, default=0, metavar="N", help="seed of the generated problems (default 0)")
+    g.addoption("--nvfp4-isolate", action="store_true",
+                help="run each launch in a worker process (nvfp4_suite.vectors.isolate): a crash, a hang, a GPU "
+                     "fault or an OOM kill fails that test only")
+    g.addoption("--nvfp4-timeout", type=float, default=None, metavar="S",
+                help="seconds one launch may take in its worker (implies --nvfp4-isolate)")
 
 
 def pytest_configure(config):
@@ -79,7 +84,9 @@ class ConformanceTests(pytest.Collector):
         cfg = self.config
         items = []
         for spec in dict.fromkeys(cfg.getoption("nvfp4_backend")):
-            for name, run in spec_tests(spec, cfg.getoption("nvfp4_examples"), cfg.getoption("nvfp4_seed")):
+            isolate = cfg.getoption("nvfp4_isolate") or cfg.getoption("nvfp4_timeout") is not None
+            for name, run in spec_tests(spec, cfg.getoption("nvfp4_examples"), cfg.getoption("nvfp4_seed"),
+                                        (cfg.getoption("nvfp4_timeout"),) if isolate else None, cfg.add_cleanup):
                 items.append(ConformanceItem.from_parent(self, name=name, run=run))
         return items
 
@@ -109,7 +116,9 @@ def load_backend(spec: str):
             """The spec names no usable backend: a failure, not a skip."""
             raise ConformanceFailure(msg)
         return None, cannot_load
-    why = b.available()
+    from nvfp4_suite.vectors.check import unavailable
+
+    why = unavailable(b)
     if why is not None:
         def unavailable():
             """The backend cannot run on this machine."""
@@ -128,16 +137,24 @@ def launch_id(launch) -> str:
     return out
 
 
-def spec_tests(spec: str, examples: int | None, seed: int) -> list:
+def spec_tests(spec: str, examples: int | None, seed: int, isolate: tuple | None = None, cleanup=None) -> list:
     """``(test name, run)`` pairs for ``spec``: each golden case at each of its
     launches as the backend receives them (one test for an invalid-input
     case), then the generated problems. A backend that cannot load or run
-    gives one golden and one generated test, failing or skipping with the reason."""
+    gives one golden and one generated test, failing or skipping with the reason.
+    ``isolate``: ``(timeout,)`` to run every launch in a worker process
+    (``nvfp4_suite.vectors.isolate``; timeout None: its default), whose close is
+    handed to ``cleanup``."""
     from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.isolate import Isolated
 
     b, refusal = load_backend(spec)
     if b is None:
         return [(f"test_golden[{spec}]", refusal), (f"test_generated[{spec}]", refusal)]
+    if isolate is not None:
+        b = Isolated(spec, b, isolate[0])
+        if cleanup is not None:
+            cleanup(b.close)
     out = []
     for entry in catalog.load_manifest()["cases"]:
         base = f"{spec}-{entry['id']:03d}-{entry['name']}"
@@ -180,15 +197,15 @@ def default_examples(backend) -> int:
 def check_generated_or_fail(backend, spec: str, examples: int, seed: int = 0) -> None:
     """Run ``examples`` generated problems (``check_generated``, seeded); on a
     failure save the minimised problem (only it) and raise ConformanceFailure
-    with its report, the saved path and the replay command."""
-    from nvfp4_suite.vectors.check import check_generated, replay_command
-    from nvfp4_suite.vectors.harness import save_repro
+    with its report (``render.failing_lines``: flaky or not, the saved path and
+    the replay command)."""
+    from nvfp4_suite.vectors.check import check_generated, save_failing
+    from nvfp4_suite.vectors.render import failing_lines
 
-    gen = check_generated(backend, examples, seed)
+    gen = check_generated(backend, examples, seed, shrink_budget_s=getattr(backend, "shrink_budget_s", None))
     if gen.failing is not None:
-        problem, launch, text = gen.failing
-        path = save_repro(spec, problem, launch, text)
-        raise ConformanceFailure(f"{launch.describe(problem)}: {text}\nsaved: {path}\n"
-                                 f"replay: {replay_command(path, spec)}")
+        saved, why = save_failing(spec, gen.failing)
+        raise ConformanceFailure("\n".join(failing_lines(gen.failing, spec, saved, why,
+                                                          getattr(backend, "timeout", None))))
     if not gen.n:
         raise ConformanceFailure(f"backend {spec}: no generated problem was checked")

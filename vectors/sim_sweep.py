@@ -56,9 +56,9 @@ def generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str]
              + shlex.join(["python", "-m", "nvfp4_suite.vectors", "check", "--backend", b.name, "--no-golden",
                            "--examples", str(examples), "--seed", str(seed)])]
     if gen.failing is not None:
-        problem, launch, text = gen.failing
-        path = save_repro(b.name, problem, launch, text)
-        lines += [text, "saved: " + str(path) + "; replay: "
+        f = gen.failing
+        path = save_repro(b.name, f.problem, f.launch, f.text)
+        lines += [f.text, "saved: " + str(path) + "; replay: "
                   + shlex.join(["python", "-m", "nvfp4_suite.vectors", "replay", str(path), "--backend", b.name])]
     return gen.ok, lines, b.instructions
 

@@ -1,0 +1,150 @@
+"""The check engine's results as printed text (``nvfp4_suite.vectors.check``
+computes them; the CLI and tests print these lines).
+
+Everything a backend controls (its ``name``) goes through ``shown`` first, so
+a name with a newline or a terminal escape cannot forge or hide a verdict line.
+"""
+
+from __future__ import annotations
+
+import collections
+import shlex
+
+from nvfp4_suite.kernels.protocol import Launch
+
+
+def shown(name) -> str:
+    """``name`` (a backend's, which it chose) safe to print on one line: as it
+    is when it is a printable string, else its ``repr`` (newlines, escapes and
+    other control characters written as backslash escapes)."""
+    s = name if isinstance(name, str) else repr(name)
+    return s if s.isprintable() else repr(s)
+
+
+def indent(text: str, pad: str) -> str:
+    """``text`` with ``pad`` before each of its lines."""
+    return pad + text.replace("\n", "\n" + pad)
+
+
+def replay_command(file, spec: str, launch: Launch | None = None, timeout: float | None = None) -> str:
+    """The command that replays ``file`` against the backend loaded by ``spec``
+    (``launch``: the one failing launch, else the file's own; ``timeout``: the
+    run was isolated with this launch timeout, and so is the replay: a launch
+    that hung or killed its process must not take the replay with it). Each
+    argument is shell-quoted: the command runs as printed whatever the folder's name."""
+    cmd = f"python -m nvfp4_suite.vectors replay {shlex.quote(str(file))} --backend {shlex.quote(spec)}"
+    if launch is not None:
+        cmd += f" --splits {launch.splits} --xcds {launch.xcds}"
+        if launch.order is not None:
+            cmd += f" --order {shlex.quote(launch.order)}"
+    if timeout is not None:
+        cmd += f" --isolate --timeout {timeout:g}"
+    return cmd
+
+
+def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
+    """The report of a ``check.GoldenRun``: counts, failing classes, one
+    representative report per failing class, replay commands (naming the
+    backend by ``spec``; ``timeout``: of an isolated run), skips, unreadable cases."""
+    from .check import Status
+
+    out = []
+    failed = [c for c in run.cases if c.status is Status.FAIL]
+    skipped = [c for c in run.cases if c.status is Status.SKIP]
+    errors = [c for c in run.cases if c.status is Status.ERROR]
+    partial = [c for c in run.cases if c.status in (Status.PASS, Status.FAIL) and c.skipped]
+    out.append(f"golden vectors: {run.count(Status.PASS)} of {len(run.cases)} cases passed, {len(failed)} failed, "
+               f"{len(skipped)} skipped, {len(errors)} unreadable")
+    if run.stopped:
+        out.append(f"  stopped early ({run.stopped}): the cases not listed were not run")
+    if failed:
+        classes = collections.Counter(f for c in failed for f in c.flags)
+        out.append("  failing bug classes (cases): " + ", ".join(f"{k} ({n})" for k, n in classes.most_common()))
+        seen = set()
+        for c in failed:
+            first = c.failures[0]
+            new = [f for f in c.flags if f not in seen]
+            out.append(f"  {c.id:3d} {c.name:<28} FAIL at {len(c.failures)} of {len(c.ran)} launches "
+                       f"[{', '.join(c.flags)}]")
+            if new:
+                seen.update(new)
+                out.append(f"      {first.launch.describe()}:")
+                out.append(indent(first.text, "        "))
+            out.append(f"      replay: {replay_command(c.file, spec, first.launch, timeout)}")
+    for c in errors:
+        out.append(f"  {c.id:3d} {c.name:<28} ERROR: {c.error}")
+    for c in skipped:
+        reasons = sorted({why for _, why in c.skipped})
+        out.append(f"  {c.id:3d} {c.name:<28} SKIPPED: {'; '.join(reasons)}")
+    if partial:
+        n = sum(len(c.skipped) for c in partial)
+        reasons = collections.Counter(why for c in partial for _, why in c.skipped)
+        out.append(f"  launches skipped in {len(partial)} cases that ran ({n} launches): "
+                   + "; ".join(f"{why} ({k})" for why, k in reasons.most_common()))
+    return out
+
+
+def rounding_lines(acc) -> list[str]:
+    """The run's rounding statistics (totals of ``Report`` fields, summed by
+    ``check.add_rounding``) as printed lines: the share checked to one bf16
+    value, off nearest-even counts, the mean signed error, and the bias verdict
+    the totals would give as one report."""
+    from nvfp4_suite.reference.compare import BIAS_ALPHA, BIAS_SIDES, Report, bias_verdict
+
+    from .check import ROUNDING_FIELDS
+
+    if not acc or not acc["n_elements"]:
+        return []
+    r = Report(against="run", n_fail=0, max_ulp=0.0, worst=[], nan_rows=[], unwritten_rows=[], not_bf16=0,
+               **{f: int(acc[f]) for f in ROUNDING_FIELDS})
+    r.mean_signed_ulp = acc["signed_ulp_sum"] / max(acc["n_rounding"], 1)
+    lines = [f"  rounding: {r.rounding_summary()}"]
+    # Problems are drawn independently, so their (row, head) groups add up as trials.
+    p, name, t, k = bias_verdict({side: acc[f"bias {side}"] for side in BIAS_SIDES})
+    if acc["bias_verdicts"]:
+        lines.append(f"  rounding bias named in {acc['bias_verdicts']} problem(s)")
+    if p <= BIAS_ALPHA:
+        lines.append(f"  rounding anomaly over the run: outputs rounded {name} "
+                     f"({t} of the {k} (row, head) groups with outputs off nearest-even lean that way; "
+                     f"chance under no bias <= {p:.2g})")
+    return lines
+
+
+def generated_lines(gen) -> list[str]:
+    """The generated part of a check report (a ``check.GeneratedRun``): totals,
+    rounding statistics, and the coverage table (problems and failures per condition)."""
+    t = gen.totals
+    note = "" if gen.ok else " (generation stops at the first failure)"
+    out = [f"  {gen.n} problems{note}, {t['elements']} output elements compared, "
+           f"largest |got - pre|/reach {t['max_ratio']:.3g}, largest bf16 ulp distance "
+           f"{t['max_ulp']:g} (large only where outputs cancel to near zero)"]
+    out += rounding_lines(t.get("rounding"))
+    if gen.coverage is not None:
+        out += gen.coverage.lines()
+    return out
+
+
+def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: float | None = None) -> list[str]:
+    """The report of a generated run's failing problem (a ``check.FailingProblem``):
+    its size and launch, its report (both reports when it was flaky), where it
+    was saved and the replay command (``timeout``: of an isolated run), or why
+    saving failed (the report is printed either way)."""
+    p, launch = failing.problem, failing.launch
+    if failing.flaky_text is not None:
+        head = "FLAKY FAILURE (the same problem and launch failed once and passed when rerun):"
+    elif failing.unfinished:
+        head = f"FIRST FAILING PROBLEM (smallest found before {failing.unfinished}; not fully minimised):"
+    else:
+        head = "FIRST FAILING PROBLEM (minimised):"
+    out = [head, f"  rows {p.rows}, Hkv {p.num_kv_heads}, TOPK {p.TOPK}, q_len {p.q_len}, "
+                 f"launch {launch.describe(p)}"]
+    if failing.flaky_text is not None:
+        out += ["  the failing run:", indent(failing.text, "    "), "  the rerun:", indent(failing.flaky_text, "    ")]
+    else:
+        out.append(indent(failing.text, "  "))
+    if saved is not None:
+        out += [f"saved: {saved}", f"replay: {replay_command(saved, spec, timeout=timeout)}"]
+    else:
+        out.append(f"not saved: {save_error} (the report above is the only copy; set NVFP4_REPRO_DIR to a "
+                   "writable folder)")
+    return out
