@@ -171,15 +171,15 @@ def spec_tests(spec: str, examples: int | None, seed: int, isolate: tuple | None
 def _golden_run(backend, spec: str, entry: dict, launch=None):
     def run():
         """Judge one case at one launch with the check engine (``check_case``)."""
-        from nvfp4_suite.vectors.check import check_case, replay_command
+        from nvfp4_suite.vectors.check import Status, check_case, replay_command
 
         one = entry if launch is None else {**entry, "launches": [launch.to_json()]}
         res = check_case(backend, one)
-        if res.status == "SKIP":
+        if res.status is Status.SKIP:
             pytest.skip("; ".join(sorted({why for _, why in res.skipped})))
-        if res.status == "ERROR":
+        if res.status is Status.ERROR:
             raise ConformanceFailure(f"case {res.id} {res.name}: the catalog cannot be judged: {res.error}")
-        if res.status == "FAIL":
+        if res.status is Status.FAIL:
             f = res.failures[0]
             raise ConformanceFailure(
                 f"case {res.id} {res.name} [{', '.join(res.flags)}], {f.launch.describe()}:\n{f.text}\n"
