@@ -16,6 +16,8 @@ import dataclasses
 import time
 from pathlib import Path
 
+import numpy as np
+
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import ProblemError
@@ -123,6 +125,7 @@ class CaseResult:
     failures: list = dataclasses.field(default_factory=list)
     error: str | None = None
     expected_error: str | None = None
+    outside: list = dataclasses.field(default_factory=list)  # (launch, observation): --outside-domain
 
 
 def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
@@ -143,9 +146,11 @@ def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
     return cache[key]
 
 
-def check_case(backend, entry: dict, splits=None) -> CaseResult:
+def check_case(backend, entry: dict, splits=None, outside_domain: bool = False) -> CaseResult:
     """Run one manifest entry's launches that ``backend`` supports (``splits``:
-    only launches with these split counts; the others are skipped as not selected)."""
+    only launches with these split counts; the others are skipped as not selected;
+    ``outside_domain``: launches skipped only for the input domain also run, their
+    outcome kept in ``outside`` as information, never as a verdict)."""
     res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog.HERE / entry["file"],
                      expected_error=entry.get("expected_error"))
     try:
@@ -168,6 +173,8 @@ def check_case(backend, entry: dict, splits=None) -> CaseResult:
             why = f"splits {launch.splits} not selected"
         if why:
             res.skipped.append((launch, why))
+            if outside_domain and why == caps.outside_domain(problem):
+                res.outside.append((launch, observe_outside(backend, problem, launch)))
             continue
         res.ran.append(launch)
         try:
@@ -243,6 +250,8 @@ class GoldenRun:
         for c in skipped:
             reasons = sorted({why for _, why in c.skipped})
             out.append(f"  {c.id:3d} {c.name:<28} SKIPPED: {'; '.join(reasons)}")
+            for launch, seen in c.outside:
+                out.append(f"      outside the domain, information only: {launch.describe()}: {seen}")
         if partial:
             n = sum(len(c.skipped) for c in partial)
             reasons = collections.Counter(why for c in partial for _, why in c.skipped)
@@ -251,20 +260,53 @@ class GoldenRun:
         return out
 
 
-def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None) -> GoldenRun:
+def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None,
+                 outside_domain: bool = False) -> GoldenRun:
     """Every catalog case (or those whose id is in ``cases``) against ``backend``
-    (``splits``: only launches with these split counts). Raises CaseFileError
-    when the manifest itself cannot be read."""
+    (``splits``: only launches with these split counts; ``outside_domain``: see
+    ``check_case``). Raises CaseFileError when the manifest itself cannot be read."""
     m = catalog.load_manifest()
     chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
     run = GoldenRun([])
     for i, c in enumerate(chosen):
         if progress:
             progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-        run.cases.append(check_case(backend, c, splits))
+        run.cases.append(check_case(backend, c, splits, outside_domain))
         if stop_at_first and run.cases[-1].status == "FAIL":
             break
     return run
+
+
+def observe_outside(backend, problem, launch: Launch) -> str:
+    """What ``backend`` does on ``problem`` outside its declared input domain, in
+    words (crash, NaN, zeros, garbage, or agreeing with the exact reference);
+    information only, never a verdict. The launch itself must be supported."""
+    from .harness import OutputTypeError, _call
+
+    try:
+        got, _ = _call(backend, problem, launch)
+    except BackendCrash as e:
+        return f"crash ({e})"
+    if isinstance(got, OutputTypeError):
+        return f"no output array ({got})"
+    iv, _ = backend_interval(problem, geometry=None)
+    if got.shape != iv.lo.shape:
+        return f"output of shape {list(got.shape)}, expected {list(iv.lo.shape)}"
+    n = got.size
+    nan = int(np.isnan(got).sum())
+    outside = int((~((got >= iv.lo) & (got <= iv.hi))).sum())
+    rows = np.abs(got).reshape(problem.rows, -1).max(axis=1)
+    zero_rows = int(((rows == 0) & (np.abs(iv.nearest).reshape(problem.rows, -1).max(axis=1) > 0)).sum())
+    if outside == 0:
+        return "agrees with the exact reference (every element inside its interval)"
+    parts = [f"{outside} of {n} elements outside the exact reference's interval"]
+    if nan:
+        parts.append(f"NaN in {nan}")
+    if zero_rows:
+        parts.append(f"{zero_rows} rows zero where the reference is not")
+    if outside > nan:
+        parts.append(f"{outside - nan} finite elements off (garbage)")
+    return "; ".join(parts)
 
 
 def replay_command(file, spec: str, launch: Launch | None = None) -> str:

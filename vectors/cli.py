@@ -15,7 +15,7 @@ import time
 
 from nvfp4_suite import kernels
 
-from . import catalog
+from . import catalog, export
 from .check import (PREFERENCE, indent, SetupError, check_golden, check_generated, check_invalid, pick_backend,
                     replay_command, replay_launches, rounding_lines)
 from .harness import BackendCrash, run_case, save_repro
@@ -78,7 +78,7 @@ def cmd_check(args) -> int:
     failed = errors = judged = 0
     summary = []
     if not args.no_golden:
-        golden = check_golden(backend, progress=_progress, splits=args.splits)
+        golden = check_golden(backend, progress=_progress, splits=args.splits, outside_domain=args.outside_domain)
         for line in golden.lines(spec):
             print(line)
         failed += golden.count("FAIL")
@@ -230,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed of the generated problems")
     c.add_argument("--splits", type=int, action="append", help="only these split counts (repeatable)")
     c.add_argument("--no-golden", action="store_true", help="skip the golden vectors")
+    c.add_argument("--outside-domain", action="store_true",
+                   help="also run golden cases outside the backend's declared input domain and report what it "
+                        "does there (information, not a verdict)")
     c.add_argument("--shape", choices=("small", "serving"), default="small",
                    help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
                         "references on the backend's GPU when it has one); default small")
@@ -257,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--name", help="case name (default: the file's stem)")
     a.add_argument("--splits", type=int, nargs="+", help="split counts to store expectations for")
     a.set_defaults(fn=cmd_add)
+    export.register(sub)  # [layout] export --layout FILE DIR, import --layout FILE DUMP OUT
     return ap
 
 
