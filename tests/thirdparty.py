@@ -46,13 +46,9 @@ BUGS = {
     "walk_one_short": "walks ceil((kv_len - 1) / 128) slots: a row whose own block just began loses it",
     "merge_no_rescale": "split partials summed without rescaling by exp(m_split - m_top)",
     "head_mod": "query head h reads KV head h % Hkv instead of h // 16",
-    "p_truncated": "P truncated to bf16 instead of rounded to nearest even",
+    "walk_all_slots": "walks all TOPK slots, not the first ceil(kv_len / 128): a trailing -1 is looked up as block -1",
     "nibble_swap": "E2M1 nibble order swapped",
 }
-
-
-def _trunc_bf16(x):
-    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
 
 
 class ThirdPartyKernel:
@@ -134,6 +130,8 @@ def run(cache: dict, problem, splits: int, bug: str | None = None, p_bf16: bool 
         pos = int(seq[req]) - q_len + r % q_len
         kv_len = max(pos + 1, 0)
         n = min(TOPK, -(-(kv_len - 1) // BLK) if bug == "walk_one_short" else -(-kv_len // BLK))
+        if bug == "walk_all_slots":
+            n = TOPK
         for h in range(hk):
             # The 16 query heads that read KV head h (h % Hkv for the head_mod bug).
             heads = [qh for qh in range(H) if (qh % hk if bug == "head_mod" else qh // 16) == h]
@@ -154,7 +152,7 @@ def run(cache: dict, problem, splits: int, bug: str | None = None, p_bf16: bool 
                     safe = np.where(m_new == -np.inf, np.float32(0), m_new)
                     alpha = np.exp(m - safe).astype(np.float32)
                     p = np.exp(sc - safe[:, None]).astype(np.float32)
-                    pb = _trunc_bf16(p) if bug == "p_truncated" else bf16_round(p) if p_bf16 else p
+                    pb = bf16_round(p) if p_bf16 else p
                     l = (l * alpha + p.sum(axis=1, dtype=np.float32)).astype(np.float32)
                     acc = (acc * alpha[:, None] + (pb @ v).astype(np.float32)).astype(np.float32)
                     m = m_new
