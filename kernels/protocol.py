@@ -253,9 +253,13 @@ described once in `kernels/protocol.py`; this section is generated from it by
   `layouts` (page layouts it reads), `splits` (split counts), `xcds` (XCD
   placements; `(0,)` for none), `orders` (workgroup arrival orders it can be
   asked for; empty for none), `out` (whether it fills an `out=` buffer),
-  `targets` (where it runs, for reports) and `limits` (a `nvfp4_suite.kernels.Limits`:
-  the largest generated problem it is given). The checks draw only what it
-  declares.
+  `targets` (where it runs, for reports), `limits` (a `nvfp4_suite.kernels.Limits`:
+  the largest generated problem it is given), `slot_lists` (its input domain:
+  `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1) and
+  `cache_layout` (None, or the `nvfp4_suite.reference.layout.CacheLayout` it
+  reads: it then receives `problem.cache` in that layout, section 2.6). The
+  checks draw only what it declares; golden cases outside its domain are
+  skipped, naming the axis.
 - `available()`: `None` when usable on this machine, otherwise the reason.
 - `__call__(problem, *, splits, ...)`: the output of one launch. It always
   receives `splits`; `xcds`, `order` and `out` only when its capabilities
