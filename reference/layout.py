@@ -183,7 +183,9 @@ class CacheLayout:
         v = self.view(part)
         off = head * v.head.at(hkv) + token * v.token.at(hkv)
         o = v.offset.at(hkv)
-        return off + o if (not isinstance(o, int) or o) else off
+        if isinstance(o, int):
+            return off + o if o else off
+        return o + off  # a traced offset goes first: the other side may be a plain int
 
     def check(self, hkv: int) -> None:
         """Raise ``LayoutError`` unless, for ``hkv`` KV heads, every row of every
