@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, Exact, Geometry
+from nvfp4_suite.reference.layout import CacheLayout
+from nvfp4_suite.reference.problem import SLOT_LISTS, outside_slot_domain
 
 # The contract's largest slot count (reference/CONTRACT.md, TOPK_MAX; the validator refuses more).
 TOPK_MAX = 64
@@ -64,7 +66,14 @@ class Capabilities:
     out: whether it accepts ``out=`` (a float32 ``[rows, H, 128]`` buffer,
     pre-filled with NaN by the harness, filled in place). targets: where it
     runs, for reports (``"numpy"``, ``"cuda"``, ``"gfx942"``...). limits: the
-    largest generated problem it is given.
+    largest generated problem it is given. slot_lists: its input domain of
+    slot lists, ``"any"`` (-1 and future ids anywhere) or ``"compacted"``
+    (``nvfp4_suite.reference.problem.outside_slot_domain``); golden cases
+    outside it are skipped naming the axis. cache_layout: None (it reads the
+    canonical ``pool`` in ``problem.layout``) or the
+    ``nvfp4_suite.reference.layout.CacheLayout`` it reads: it then receives a
+    ``LaidOutProblem`` whose ``cache`` holds the pool re-packed into that
+    layout, from either canonical layout (``layouts`` is then not consulted).
     """
 
     layouts: tuple[str, ...] = LAYOUTS
@@ -74,8 +83,15 @@ class Capabilities:
     out: bool = False
     targets: tuple[str, ...] = ()
     limits: Limits = Limits()
+    slot_lists: str = "any"
+    cache_layout: CacheLayout | None = None
 
     def __post_init__(self):
+        if self.slot_lists not in SLOT_LISTS:
+            raise ValueError(f"Capabilities.slot_lists {self.slot_lists!r}: must be one of {SLOT_LISTS}")
+        if self.cache_layout is not None and not isinstance(self.cache_layout, CacheLayout):
+            raise ValueError(f"Capabilities.cache_layout is a {type(self.cache_layout).__name__}, not a "
+                             "nvfp4_suite.reference.layout.CacheLayout")
         bad = [x for x in self.layouts if x not in LAYOUTS]
         if bad or not self.layouts:
             raise ValueError(f"Capabilities.layouts {self.layouts!r}: each must be one of {LAYOUTS}")
@@ -91,8 +107,20 @@ class Capabilities:
 
     def refuses(self, problem: DecodeProblem, launch: Launch) -> str | None:
         """None when ``launch`` on ``problem`` is inside these capabilities,
-        otherwise why not (one phrase naming the offending value)."""
-        if problem.layout not in self.layouts:
+        otherwise why not (one phrase naming the offending value; an input
+        outside the declared domain starts with the axis, see ``outside_domain``)."""
+        why = self.refuses_launch(problem, launch)
+        return why if why is not None else self.outside_domain(problem)
+
+    def outside_domain(self, problem: DecodeProblem) -> str | None:
+        """None when ``problem`` is inside the declared input domain, otherwise
+        ``"outside slot_lists=compacted: topk[h, r, s] = ..."`` (the axis, then why)."""
+        why = outside_slot_domain(problem, self.slot_lists)
+        return None if why is None else f"outside slot_lists={self.slot_lists}: {why}"
+
+    def refuses_launch(self, problem: DecodeProblem, launch: Launch) -> str | None:
+        """``refuses`` without the input domain: the layout and the launch only."""
+        if self.cache_layout is None and problem.layout not in self.layouts:
             return f"layout {problem.layout!r} not supported (supports {list(self.layouts)})"
         if launch.splits not in self.splits:
             return f"splits {launch.splits} not supported (supports {list(self.splits)})"
@@ -242,9 +270,13 @@ described once in `kernels/protocol.py`; this section is generated from it by
   `layouts` (page layouts it reads), `splits` (split counts), `xcds` (XCD
   placements; `(0,)` for none), `orders` (workgroup arrival orders it can be
   asked for; empty for none), `out` (whether it fills an `out=` buffer),
-  `targets` (where it runs, for reports) and `limits` (a `nvfp4_suite.kernels.Limits`:
-  the largest generated problem it is given). The checks draw only what it
-  declares.
+  `targets` (where it runs, for reports), `limits` (a `nvfp4_suite.kernels.Limits`:
+  the largest generated problem it is given), `slot_lists` (its input domain:
+  `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1) and
+  `cache_layout` (None, or the `nvfp4_suite.reference.layout.CacheLayout` it
+  reads: it then receives `problem.cache` in that layout, section 2.6). The
+  checks draw only what it declares; golden cases outside its domain are
+  skipped, naming the axis.
 - `available()`: `None` when usable on this machine, otherwise the reason.
 - `__call__(problem, *, splits, ...)`: the output of one launch. It always
   receives `splits`; `xcds`, `order` and `out` only when its capabilities

@@ -38,11 +38,12 @@ def page_bytes(num_kv_heads: int) -> int:
 
 
 class PageViews(NamedTuple):
-    """Strided views into a pool. All uint8, shapes:
-
-    k_data ``[pages, Hkv, 128, 64]``, k_scale ``[pages, Hkv, 128, 8]`` (linear),
-    v_data ``[pages, Hkv, 128, 64]``, v_scale ``[pages, Hkv, 128, 8]`` (stored,
-    i.e. swizzled).
+    """Four uint8 arrays, one per view of a page: k_data ``[pages, Hkv, 128, 64]``,
+    k_scale ``[pages, Hkv, 128, 8]`` (linear), v_data ``[pages, Hkv, 128, 64]``,
+    v_scale ``[pages, Hkv, 128, 8]``. Which order v_scale is in depends on who
+    made it: ``page_views`` gives the stored (swizzled) bytes, ``read_pages``
+    and ``nvfp4_suite.reference.layout.read`` linear ones,
+    ``nvfp4_suite.reference.layout.views`` the declared layout's order.
     """
 
     k_data: np.ndarray
@@ -76,23 +77,17 @@ def row_byte(layout: str, num_kv_heads, part: str, head, token):
 
     Only ``+`` and ``*`` touch ``num_kv_heads``, ``head`` and ``token``, so
     they may be Python ints, numpy integers or the FlyDSL kernel's traced
-    Int32 values (its loader addresses pages with this function).
+    Int32 values (its loader addresses pages with this function). The
+    arithmetic is the layout record's (``nvfp4_suite.reference.layout.TOKEN_ROWS``,
+    ``PLANAR``: one pool tensor, V scales swizzled).
     """
-    if part not in PARTS:
-        raise ValueError(f"part = {part!r}, expected one of {PARTS}")
-    scale = part in ("k_scale", "v_scale")
-    if layout == "token_rows":
-        slab = head if part in ("k_data", "k_scale") else num_kv_heads + head
-        return (slab * BLK + token) * ROW_BYTES + (ROW_DATA if scale else 0)
-    if layout != "planar":
+    if layout not in LAYOUTS:
         raise ValueError(f"layout = {layout!r}, expected one of {LAYOUTS}")
-    base = {
-        "k_data": 0,
-        "k_scale": num_kv_heads * (BLK * ROW_DATA),
-        "v_data": num_kv_heads * (BLK * ROW_BYTES),
-        "v_scale": num_kv_heads * (BLK * (ROW_BYTES + ROW_DATA)),
-    }[part]
-    return base + (head * BLK + token) * (ROW_SCALES if scale else ROW_DATA)
+    # The two layouts are records of nvfp4_suite.reference.layout (TOKEN_ROWS, PLANAR);
+    # imported here because that module builds on this one.
+    from .layout import CANONICAL
+
+    return CANONICAL[layout].row_byte(num_kv_heads, part, head, token)
 
 
 class Rows(NamedTuple):
@@ -108,7 +103,9 @@ class Rows(NamedTuple):
 def page_views(pool: np.ndarray, layout: str, num_kv_heads: int) -> PageViews:
     """The four storage views of ``pool`` (``[num_pages, page_bytes]`` uint8),
     at the byte offsets of ``row_byte`` (``PageLayout.rows``). Writing through
-    a view writes the pool.
+    a view writes the pool. ``v_scale`` is as stored: SWIZZLED (both canonical
+    layouts); ``read_pages`` gives it linear, and a backend declaring its own
+    ``nvfp4_suite.reference.layout.CacheLayout`` receives the order it declared.
     """
     _check_pool(pool, num_kv_heads)
     lay = PageLayout(layout, num_kv_heads)

@@ -424,3 +424,42 @@ class DecodeProblem:
                     f"page {pairs[p, 0]}, KV head {pairs[p, 1]}: {kind} scale of token {t}, "
                     f"group {s} is 0x{int(sc[p, t, s]):02X} (E4M3 NaN); a valid slot reads this page"
                 )
+
+
+# The slot-list domains a kernel can declare (``Capabilities.slot_lists``; CONTRACT.md section 3.1).
+SLOT_LISTS = ("any", "compacted")
+
+
+def compacted_counts(problem: DecodeProblem) -> np.ndarray:
+    """int64 ``[rows]``: ``n = min(TOPK, self_blk + 1)``, the slots a compacted
+    list fills for each row (0 for a padding row)."""
+    return np.minimum(problem.TOPK, problem.self_blocks + 1)
+
+
+def outside_slot_domain(problem: DecodeProblem, slot_lists: str = "any") -> str | None:
+    """None when ``problem.topk`` is inside the slot-list domain ``slot_lists``
+    (one of ``SLOT_LISTS``), otherwise why, naming the first ``(head, row, slot)``
+    outside it. ``any``: every list. ``compacted``: per KV head h and row r,
+    with ``n = compacted_counts(problem)[r]``, slots ``0..n-1`` hold ``n``
+    distinct ids in ``[0, self_blk]`` in ascending order and slots ``n..TOPK-1``
+    hold -1. The problem's arrays must have the validator's shapes."""
+    if slot_lists not in SLOT_LISTS:
+        raise ValueError(f"slot_lists = {slot_lists!r}, expected one of {SLOT_LISTS}")
+    if slot_lists == "any":
+        return None
+    t = problem.topk.astype(np.int64)
+    sb = problem.self_blocks[None, :, None]
+    n = compacted_counts(problem)[None, :, None]
+    s = np.arange(problem.TOPK)[None, None, :]
+    prev = np.concatenate([np.full(t.shape[:2] + (1,), -1, np.int64), t[..., :-1]], axis=-1)
+    head = s < n
+    bad = _first((head & ((t < 0) | (t > sb) | (t <= prev))) | (~head & (t != -1)))
+    if bad is None:
+        return None
+    h, r, k = bad
+    v, nr, sbr = int(t[h, r, k]), int(n[0, r, 0]), int(sb[0, r, 0])
+    if k >= nr:
+        return (f"topk[{h}, {r}, {k}] = {v}: compacted lists hold -1 from slot n = {nr} on "
+                f"(row {r}: position {int(problem.positions[r])}, n = min(TOPK, self_blk + 1))")
+    return (f"topk[{h}, {r}, {k}] = {v}: compacted lists hold {nr} distinct ascending ids in "
+            f"[0, {sbr}] in slots 0..{nr - 1} (row {r}: position {int(problem.positions[r])})")

@@ -34,8 +34,9 @@ def test_manifest_is_well_formed_and_files_match_their_hashes():
     for c in m["cases"]:
         load_case(catalog.HERE / c["file"], sha256=c["sha256"])
     size = sum(p.stat().st_size for p in catalog.DATA.glob("*.npz"))
-    # Pools and the stored intervals (bf16 bits, three per judgment) dominate.
-    assert size < 28e6
+    # Pools and the stored intervals (bf16 bits, three per judgment) dominate; the
+    # compacted-domain twins (cases.py, issue 21) took it from 25 MB to 42 MB.
+    assert size < 44e6
 
 
 def test_every_bug_class_has_a_case_and_every_validator_error_an_invalid_case():

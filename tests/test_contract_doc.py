@@ -407,3 +407,64 @@ def test_section_7_1_names_every_arithmetic_the_cli_reads_and_what_each_declares
     splits = subsection(section("The seed kernel's arithmetic"), "Splits")
     for rule in A.SPLIT_RULES:
         assert f'`"{rule}"`' in splits and f'`"{rule}"`' in body, f"split rule {rule!r} undefined"
+
+
+# --- cache layouts, slot-list domains, exported catalogs ---------------------------
+
+def test_layout_section_names_every_key_and_its_example_is_the_separate_layout():
+    from nvfp4_suite.reference import layout as L
+
+    body = subsection(section("NVFP4 storage"), "Cache layouts as data")
+    keys = set()
+    for row in table_rows(body):
+        keys |= code_spans(row[0])
+    assert keys == set(L.SEPARATE.to_data()) | set(L.SEPARATE.to_data()["k_data"]), keys
+    spans = code_spans(body)
+    assert set(L.V_SCALE_ORDERS) <= {s.strip('"') for s in spans}
+    assert set(L.SCALE_FORMATS) <= {s.strip('"') for s in spans}
+    example = re.search(r"```toml\n(.*?)```", body, re.S).group(1)
+    assert L.CacheLayout.from_data(tomllib.loads(example)) == L.SEPARATE
+
+
+@pytest.mark.parametrize("hkv", range(1, 5))
+def test_layout_records_of_the_canonical_layouts_are_the_documented_ones(hkv):
+    from nvfp4_suite.reference import layout as L
+
+    body = subsection(section("NVFP4 storage"), "Cache layouts as data")
+    tr = L.TOKEN_ROWS
+    assert f'`page = "{tr.k_data.page.to_data()}"`' in body
+    assert f"`token = {tr.k_data.token.to_data()}`" in body and f"`head = {tr.k_data.head.to_data()}`" in body
+    stated = re.search(r"offsets `0`, `64`, `\"([^`]+)\"`,\s+`\"([^`]+)\"`", body).groups()
+    assert stated == (tr.v_data.offset.to_data(), tr.v_scale.offset.to_data())
+    for part in ("k_data", "k_scale", "v_data", "v_scale"):
+        v = L.PLANAR.view(part)
+        assert v.offset.at(hkv) == evaluate(CONST[f"planar.{part}"], Hkv=hkv)
+        assert v.token.at(hkv) == L.WIDTH[part] and v.head.at(hkv) == 128 * L.WIDTH[part]
+        assert v.page.at(hkv) == tr.view(part).page.at(hkv) == paged_cache.page_bytes(hkv)
+
+
+def test_slot_list_domain_table_names_every_domain():
+    body = subsection(section("Which keys a row sees"), "Slot-list domains")
+    listed = [code(r[0]) for r in table_rows(body)]
+    assert listed == list(problem.SLOT_LISTS)
+
+
+def test_export_section_names_every_manifest_field_and_array(tmp_path, monkeypatch):
+    from nvfp4_suite.reference import layout as L
+    from nvfp4_suite.vectors import export as E
+
+    body = subsection(section("Golden vector file format"), "Exported catalogs")
+    rows = set()
+    for row in table_rows(body):
+        rows |= code_spans(row[0])
+    full = catalog.load_manifest()
+    few = {**full, "cases": [next(c for c in full["cases"] if c["result"] == r) for r in ("valid", "invalid")]}
+    monkeypatch.setattr(catalog, "load_manifest", lambda: few)
+    m = E.export_catalog(L.SEPARATE, tmp_path)
+    assert f"`{E.FORMAT}`" in body.replace('"', "") or f'`"{E.FORMAT}"`' in body
+    assert f"`{E.FORMAT_VERSION}`" in body
+    missing = {k for k in m if k not in rows} | {k for c in m["cases"] for k in c if k not in code_spans(body)}
+    with np.load(tmp_path / m["cases"][0]["file"]) as npz:
+        names = {re.sub(r"^cache_.*", "cache_<tensor>", re.sub(r"^expect_.*", "expect_*", k)) for k in npz.files}
+    missing |= names - rows
+    assert not missing, f"CONTRACT.md section 10.4 does not name {sorted(missing)}"

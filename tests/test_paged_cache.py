@@ -247,3 +247,15 @@ def test_the_cache_writer_and_page_decoder_are_exported_and_agree():
     assert np.array_equal(k_pages, R.dequantize(kd, ks))
     assert np.array_equal(R.read_pages(pool, "planar", 2).k_data, kd)
     assert np.array_equal(v_pages, R.dequantize(*R.quantize_nvfp4(v, 0.25)))
+
+
+@pytest.mark.parametrize("name", PC.LAYOUTS)
+def test_page_layout_rows_are_the_layout_records_offsets_and_strides(name):
+    from nvfp4_suite.reference import layout as L
+
+    for hk in (1, 2, 5):
+        lay = PC.PageLayout(name, hk)
+        for part in PC.PARTS:
+            v = L.CANONICAL[name].view(part)
+            assert lay.rows(part) == PC.Rows(v.offset.at(hk), v.head.at(hk), v.token.at(hk), L.WIDTH[part])
+            assert v.page.at(hk) == lay.page_bytes

@@ -279,3 +279,44 @@ def test_the_issue_serving_problem_is_refused_by_the_default_budget_before_alloc
     with pytest.raises(R.ReferenceBudgetError, match=r"emulation at splits=8 needs about 2\d\.\d GiB .*rows 2048, "
                                                       r"Hkv 8, TOPK 64\), over the reference's budget of 8\.0 GiB"):
         R.emulate(p, splits=8)
+
+
+# --- slot-list domains (outside_slot_domain) ----------------------------------
+
+def _compacted_by_definition(ids, pos, topk):
+    """The contract's definition of a compacted list, written out slot by slot."""
+    n = 0 if pos < 0 else min(topk, pos // 128 + 1)
+    head, tail = list(ids[:n]), list(ids[n:])
+    return (all(0 <= x <= pos // 128 for x in head) and head == sorted(set(head))
+            and all(x == -1 for x in tail))
+
+
+def test_compacted_domain_matches_its_definition_on_every_list_of_three_slots():
+    import itertools
+
+    from nvfp4_suite.reference.problem import outside_slot_domain
+
+    base = random_problem(0, reqs=1, q_len=1, num_kv_heads=1, topk=3, seq_lens=[1])
+    for seq_len in (0, 1, 128, 129, 300, 600):
+        for ids in itertools.product(range(-1, 5), repeat=3):
+            p = dataclasses.replace(base, seq_lens=np.array([seq_len], np.int32),
+                                    topk=np.array(ids, np.int32).reshape(1, 1, 3))
+            inside = outside_slot_domain(p, "compacted") is None
+            assert inside == _compacted_by_definition(ids, seq_len - 1, 3), (seq_len, ids)
+            assert outside_slot_domain(p, "any") is None
+
+
+def test_outside_slot_domain_names_the_first_head_row_and_slot():
+    from nvfp4_suite.reference.problem import outside_slot_domain
+
+    p = random_problem(1, reqs=2, q_len=1, num_kv_heads=2, topk=4, seq_lens=[300, 600])
+    t = np.array([[[0, 1, 2, -1], [0, 1, 2, 3]], [[0, 1, 2, -1], [0, 2, 3, 4]]], np.int32)
+    assert outside_slot_domain(dataclasses.replace(p, topk=t), "compacted") is None
+    t[1, 1, 3] = -1
+    msg = outside_slot_domain(dataclasses.replace(p, topk=t), "compacted")
+    assert msg.startswith("topk[1, 1, 3] = -1") and "slots 0..3" in msg
+    t[0, 0, 3] = 2
+    assert outside_slot_domain(dataclasses.replace(p, topk=t), "compacted").startswith("topk[0, 0, 3] = 2: "
+                                                                                      "compacted lists hold -1")
+    with pytest.raises(ValueError, match="slot_lists"):
+        outside_slot_domain(p, "sorted")

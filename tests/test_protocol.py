@@ -88,3 +88,38 @@ def test_protocol_errors_name_what_is_missing():
 def test_limits_refuse_a_value_no_valid_problem_has_naming_the_field_and_value(field, value):
     with pytest.raises(ValueError, match=f"Limits.{field} = {value!r}"):
         Limits(**{field: value})
+
+
+# --- the declared input domain and cache layout ---------------------------------
+
+def test_slot_lists_and_cache_layout_are_checked():
+    from nvfp4_suite.reference.layout import SEPARATE
+
+    assert Capabilities().slot_lists == "any" and Capabilities().cache_layout is None
+    Capabilities(slot_lists="compacted", cache_layout=SEPARATE)
+    with pytest.raises(ValueError, match="slot_lists 'sorted'"):
+        Capabilities(slot_lists="sorted")
+    with pytest.raises(ValueError, match="cache_layout is a str"):
+        Capabilities(cache_layout="separate")
+
+
+def test_a_problem_outside_the_declared_domain_is_refused_naming_the_axis():
+    from nvfp4_suite.vectors.cases import compact
+
+    p = random_problem(2, reqs=2, q_len=1, num_kv_heads=2, topk=4, seq_lens=[600, 300])
+    caps = Capabilities(slot_lists="compacted", splits=(1, 2))
+    why = caps.refuses(p, Launch())
+    assert why.startswith("outside slot_lists=compacted: topk[") and why == caps.outside_domain(p)
+    assert caps.refuses_launch(p, Launch()) is None
+    assert caps.refuses(compact(p), Launch()) is None
+    # A launch refusal comes first: the domain is only the input's.
+    assert caps.refuses(p, Launch(3)).startswith("splits 3")
+    assert Capabilities().refuses(p, Launch()) is None
+
+
+def test_a_backend_declaring_a_cache_layout_takes_either_canonical_pool():
+    from nvfp4_suite.reference.layout import SEPARATE
+
+    p = random_problem(3, reqs=1, topk=2, layout="planar")
+    assert Capabilities(layouts=("token_rows",), cache_layout=SEPARATE).refuses(p, Launch()) is None
+    assert "layout 'planar'" in Capabilities(layouts=("token_rows",)).refuses(p, Launch())

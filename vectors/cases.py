@@ -465,3 +465,101 @@ CASES = [
     Case("invalid-layout", "An unknown page layout name.", ("invalid", "layout"),
          lambda: _replace(_inv_base(), layout="paged"), expected_error="ParameterError"),
 ]
+
+
+# --- the compacted slot-list domain ----------------------------------------------
+# A kernel declaring ``slot_lists="compacted"`` skips every case above that holds other
+# lists; these cases are inside that domain (nvfp4_suite.reference.problem.outside_slot_domain),
+# so each bug class such a kernel can have keeps cases it runs. ``first-invalid-nan`` has
+# none: a compacted list never puts an invalid slot before a valid one.
+
+def compact(p: DecodeProblem) -> DecodeProblem:
+    """A copy whose slot lists are compacted, keeping as much of each list as fits.
+
+    Per (KV head, row), with ``n = min(TOPK, self_blk + 1)``: the row's own
+    block (so the causal cut is always exercised), then its valid ids in slot
+    order, then the other visible blocks from the newest down, the first
+    ``n`` of those sorted ascending, then -1."""
+    topk = p.topk.copy()
+    sb = p.self_blocks
+    for h in range(p.num_kv_heads):
+        for r in range(p.rows):
+            n = int(min(p.TOPK, sb[r] + 1))
+            ids = [int(sb[r])] + [int(x) for x in p.topk[h, r] if 0 <= x <= sb[r]] + list(range(int(sb[r]), -1, -1))
+            chosen = sorted(list(dict.fromkeys(ids))[:n]) if n > 0 else []
+            topk[h, r] = chosen + [-1] * (p.TOPK - n)
+    return _replace(p, topk=topk)
+
+
+def _compacted_splits(n_valid):
+    # The row's own block is block n_valid - 1: n_valid slots filled, the rest -1.
+    return compact(_base(160 + n_valid, reqs=2, q_len=1, num_kv_heads=1, topk=8,
+                         seq_lens=[n_valid * BLK - 10, n_valid * BLK], invalid_fraction=0.0, shuffle_slots=False))
+
+
+def _compacted_topk_major(hk):
+    # Four or five visible blocks for three slots: each KV head keeps its own selection.
+    return compact(_base(135 + hk, reqs=3, q_len=2, num_kv_heads=hk, topk=3, seq_lens=[600, 520, 400],
+                         invalid_fraction=0.3))
+
+
+def _compacted_poisoned():
+    p = _base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0], spare_pages=3)
+    spare = min(set(range(p.num_pages)) - set(p.block_table[p.block_table >= 0].tolist()))
+    pool = p.pool.copy()
+    pool[[0, spare]] = pool[[spare, 0]]
+    bt = p.block_table.copy()
+    bt[p.block_table == 0], bt[p.block_table == spare] = spare, 0
+    return poison_unread(compact(_replace(p, pool=pool, block_table=bt)))
+
+
+def _compacted(case: str, fn, flags=None, comment=None) -> Case:
+    """The compacted twin of the case named ``case`` (same flags unless given). It keeps
+    the twin's split counts where they are its point (split classes), else runs at 1 and
+    3 splits (3: uneven slot shares), to keep the catalog's size down."""
+    base = next(c for c in CASES if c.name == case)
+    default = Case.__dataclass_fields__["splits"].default
+    return Case(f"{case}-compacted", comment or f"{base.comment} Slot lists compacted.",
+                tuple(flags or base.flags), fn, splits=(1, 3) if base.splits == default else base.splits)
+
+
+CASES += [
+    _compacted("padding-requests", lambda: compact(_padding_requests(1))),
+    _compacted("padding-requests-qlen2", lambda: compact(_padding_requests(2))),
+    _compacted("minus-one-slots", lambda: compact(_minus_one_slots(False)),
+               comment="Trailing -1 slots after the compacted ids; the table's unused entries point at a "
+                       "loud page."),
+    _compacted("v-scale-swizzle", lambda: compact(_v_scale_swizzle())),
+    _compacted("v-scale-per-token", lambda: compact(_v_scale_per_token())),
+    _compacted("stale-tail-1", lambda: compact(_stale_tail([129, 257]))),
+    _compacted("stale-tail-64", lambda: compact(_stale_tail([320, 64]))),
+    _compacted("stale-tail-127", lambda: compact(_stale_tail([255, 127]))),
+    _compacted("e4m3-neg-zero", lambda: compact(_scale_bytes("neg_zero"))),
+    _compacted("e4m3-subnormal", lambda: compact(_scale_bytes("subnormal"))),
+    _compacted("e4m3-zero", lambda: compact(_scale_bytes("zero"))),
+    _compacted("e4m3-max", lambda: compact(_scale_bytes("max"))),
+    _compacted("e2m1-every-code", lambda: compact(_every_code())),
+    _compacted("scale-groups", lambda: compact(_scale_groups())),
+    _compacted("e2m1-ties", lambda: compact(_e2m1_ties())),
+    _compacted("head-major-hkv2", lambda: _compacted_topk_major(2),
+               comment="Hkv 2, 6 rows, 4 or 5 visible blocks for 3 slots: per-head compacted selections differ."),
+    _compacted("head-major-hkv4", lambda: _compacted_topk_major(4),
+               comment="Hkv 4, 6 rows, 4 or 5 visible blocks for 3 slots: per-head compacted selections differ."),
+    _compacted("head-map-hkv3", lambda: compact(_head_mapping(3))),
+    _compacted("head-map-hkv4", lambda: compact(_head_mapping(4))),
+    _compacted("qlen3-boundary", lambda: compact(_positions(129, 3))),
+    _compacted("qlen4-boundary", lambda: compact(_positions(258, 4))),
+    _compacted("causal-earlier", lambda: compact(_causal_earlier())),
+    _compacted("splits-5-blocks", lambda: _compacted_splits(5),
+               comment="5 compacted blocks (slots 5..7 -1) over 1..8 splits (empty splits from 6 on)."),
+    _compacted("splits-1-block", lambda: _compacted_splits(1),
+               comment="One compacted block over 1..8 splits: all but one split empty."),
+    _compacted("split-rescale", lambda: compact(_split_rescale())),
+    _compacted("xcds-rows", lambda: compact(_xcds_rows())),
+    _compacted("poisoned-unread", _compacted_poisoned),
+    _compacted("layout-token-rows", lambda: compact(_layout_case("token_rows"))),
+    _compacted("layout-planar", lambda: compact(_layout_case("planar"))),
+    _compacted("large-logits", lambda: compact(_large_logits())),
+    _compacted("topk-33", lambda: compact(_wide_topk(33))),
+    _compacted("shared-prefix", lambda: compact(_shared_prefix())),
+]

@@ -18,6 +18,8 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem, ProblemError, ReferenceBudgetError
@@ -160,6 +162,7 @@ class CaseResult:
     failures: list[LaunchFailure] = dataclasses.field(default_factory=list)
     error: str | None = None
     expected_error: str | None = None
+    outside: list = dataclasses.field(default_factory=list)  # (launch, observation): --outside-domain
 
 
 def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
@@ -180,9 +183,11 @@ def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
     return cache[key]
 
 
-def check_case(backend, entry: dict, splits=None) -> CaseResult:
+def check_case(backend, entry: dict, splits=None, outside_domain: bool = False) -> CaseResult:
     """Run one manifest entry's launches that ``backend`` supports (``splits``:
-    only launches with these split counts; the others are skipped as not selected)."""
+    only launches with these split counts; the others are skipped as not selected;
+    ``outside_domain``: launches skipped only for the input domain also run, their
+    outcome kept in ``outside`` as information, never as a verdict)."""
     res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog.HERE / entry["file"],
                      expected_error=entry.get("expected_error"))
     try:
@@ -205,6 +210,8 @@ def check_case(backend, entry: dict, splits=None) -> CaseResult:
             why = f"splits {launch.splits} not selected"
         if why:
             res.skipped.append((launch, why))
+            if outside_domain and why == caps.outside_domain(problem):
+                res.outside.append((launch, observe_outside(backend, problem, launch)))
             continue
         res.ran.append(launch)
         try:
@@ -254,9 +261,11 @@ class GoldenRun:
         return "\n".join(golden_lines(self, spec))
 
 
-def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None) -> GoldenRun:
+def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None,
+                 outside_domain: bool = False) -> GoldenRun:
     """Every catalog case (or those whose id is in ``cases``) against ``backend``
-    (``splits``: only launches with these split counts). Raises CaseFileError
+    (``splits``: only launches with these split counts; ``outside_domain``: see
+    ``check_case``). Raises CaseFileError
     when the manifest itself cannot be read. An ``interrupts.Interrupted``
     (a signal while the CLI's handlers are installed, or stdout's reader going
     away, checked between cases) ends the run early with the cases run so far
@@ -269,7 +278,7 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
             interrupts.stop_if_asked()
             if progress:
                 progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-            run.cases.append(check_case(backend, c, splits))
+            run.cases.append(check_case(backend, c, splits, outside_domain))
             if stop_at_first and run.cases[-1].status == Status.FAIL:
                 break
     except interrupts.Interrupted as e:

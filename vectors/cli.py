@@ -24,7 +24,7 @@ from nvfp4_suite import kernels
 from nvfp4_suite.reference import ReferenceBudgetError
 from nvfp4_suite.reference.arithmetic import arithmetic_name, parse_arithmetic
 
-from . import catalog, interrupts, isolate
+from . import catalog, export, interrupts, isolate
 from .check import (PREFERENCE, SetupError, Status, check_golden, check_generated, check_invalid, pick_backend,
                     replay_launches, save_failing)
 from .entry import reader_gone
@@ -86,7 +86,7 @@ def cmd_check(args) -> int:
     summary = []
     stopped = None
     if not args.no_golden:
-        golden = check_golden(backend, progress=_progress, splits=args.splits)
+        golden = check_golden(backend, progress=_progress, splits=args.splits, outside_domain=args.outside_domain)
         _say(*golden_lines(golden, spec, getattr(backend, "timeout", None)))
         failed += golden.count(Status.FAIL)
         errors += golden.count(Status.ERROR)
@@ -336,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed of the generated problems")
     c.add_argument("--splits", type=int, action="append", help="only these split counts (repeatable)")
     c.add_argument("--no-golden", action="store_true", help="skip the golden vectors")
+    c.add_argument("--outside-domain", action="store_true",
+                   help="also run golden cases outside the backend's declared input domain and report what it "
+                        "does there (information, not a verdict)")
     c.add_argument("--shape", choices=("small", "serving"), default="small",
                    help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
                         "references on the backend's GPU when it has one); default small")
@@ -381,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description=bugs.DESCRIPTION)
     bugs.add_arguments(b)
     b.set_defaults(fn=cmd_bugs)
+    export.register(sub)  # export --layout FILE DIR, import --layout FILE DUMP OUT
     return ap
 
 

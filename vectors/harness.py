@@ -41,6 +41,7 @@ import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
+from nvfp4_suite.reference.layout import present
 from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
 
 from . import interrupts
@@ -129,6 +130,9 @@ def _call(backend, problem: DecodeProblem, launch: Launch):
     """(output as returned, or an OutputTypeError; input bytes changed) of one call."""
     caps = backend.capabilities
     seen = private_copy(problem)
+    # The cache in the layout the backend declares (Capabilities.cache_layout), re-packed
+    # from the canonical pool, bytes identical; unchanged when it declares none.
+    seen = present(seen, caps.cache_layout)
     kw = launch.kwargs(caps)
     out = None
     if caps.out:

@@ -76,6 +76,8 @@ def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
     for c in skipped:
         reasons = sorted({why for _, why in c.skipped})
         out.append(f"  {c.id:3d} {c.name:<28} SKIPPED: {'; '.join(reasons)}")
+        for launch, seen in c.outside:
+            out.append(f"      outside the domain, information only: {launch.describe()}: {seen}")
     if partial:
         n = sum(len(c.skipped) for c in partial)
         reasons = collections.Counter(why for c in partial for _, why in c.skipped)
