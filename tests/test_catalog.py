@@ -21,6 +21,9 @@ from nvfp4_suite.vectors.check import check_golden
 from nvfp4_suite.vectors.cli import main
 from nvfp4_suite.vectors.io import load_case, save_case
 
+# ``add`` into the built-in catalog (here: a copy of it) is explicit; the default is the project's catalog.
+ADD_BUILTIN = ["--catalog", "builtin", "--comment", "c", "--flags", "split-merge"]
+
 
 def test_regen_check_reproduces_every_committed_byte(capsys):
     assert _regen(check=True) == 0
@@ -155,7 +158,7 @@ def test_add_then_regen_keeps_every_case_byte_identical(tmp_path):
 
     # Never let the commands below write to the checkout's own catalog.
     assert run("-c", "from nvfp4_suite.vectors import catalog; print(catalog.HERE)").strip() == str(suite / "vectors")
-    run("-m", "nvfp4_suite.vectors", "add", str(src), "--comment", "c", "--flags", "split-merge")
+    run("-m", "nvfp4_suite.vectors", "add", str(src), *ADD_BUILTIN)
     before = _snapshot(suite / "vectors")
     run("-m", "nvfp4_suite.vectors", "regen")
     assert _snapshot(suite / "vectors") == before
@@ -245,7 +248,7 @@ def test_leftovers_of_interrupted_commands_are_removed_and_reported(tmp_catalog,
     before = _snapshot_data(tmp_catalog)
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))
-    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]) == 0
+    assert main(["add", str(src), *ADD_BUILTIN, "--name", "prod-bug"]) == 0
     err = capsys.readouterr().err
     assert "removed .regen-unfinished, the unfinished build folder of an interrupted regen" in err
     assert "removed .regen-stale, the complete build of an interrupted regen from another manifest" in err
@@ -318,7 +321,7 @@ def test_add_refuses_a_bad_case_name_naming_the_character(tmp_catalog, tmp_path,
     save_case(src, random_problem(77, reqs=2, topk=3))
     before = sorted(tmp_path.rglob("*"))
     snap = _snapshot(tmp_catalog)
-    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", name]) == 2
+    assert main(["add", str(src), *ADD_BUILTIN, "--name", name]) == 2
     err = capsys.readouterr().err
     assert f"case name {name!r}" in err and bad in err, err
     assert sorted(tmp_path.rglob("*")) == before and _snapshot(tmp_catalog) == snap
@@ -332,7 +335,7 @@ def test_add_never_writes_through_a_symlink_in_data(tmp_catalog, tmp_path, capsy
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))
     manifest = (tmp_catalog / "manifest.json").read_bytes()
-    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]) == 2
+    assert main(["add", str(src), *ADD_BUILTIN, "--name", "prod-bug"]) == 2
     assert f"{link}: exists but the manifest does not list it" in capsys.readouterr().err
     assert victim.read_text() == "precious" and link.is_symlink()
     assert (tmp_catalog / "manifest.json").read_bytes() == manifest
@@ -345,7 +348,7 @@ def test_a_symlinked_data_folder_is_refused_by_add_and_regen(tmp_catalog, tmp_pa
     before = sorted(p.name for p in elsewhere.iterdir())
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))
-    for cmd in (["add", str(src), "--comment", "c", "--flags", "split-merge"], ["regen"]):
+    for cmd in (["add", str(src), *ADD_BUILTIN], ["regen"]):
         assert main(cmd) == 2
         assert f"{tmp_catalog / 'data'}: is a symlink; a catalog's data folder must be a folder of its own" \
             in capsys.readouterr().err
@@ -443,7 +446,7 @@ def test_an_interrupted_add_leaves_no_file_behind(tmp_catalog, tmp_path, monkeyp
         return HalfWritten(real_fdopen(fd, mode)) if "w" in mode else real_fdopen(fd, mode, *a)
 
     monkeypatch.setattr(case_io.os, "fdopen", fdopen)
-    add = ["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]
+    add = ["add", str(src), *ADD_BUILTIN, "--name", "prod-bug"]
     assert main(add) == 2
     monkeypatch.setattr(case_io.os, "fdopen", real_fdopen)
     assert _snapshot(tmp_catalog) == before and not list((tmp_catalog / "data").glob(".*"))

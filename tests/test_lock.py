@@ -78,7 +78,7 @@ def _repro(tmp_path, seed):
 
 
 def _add_args(src, name):
-    return ["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", name]
+    return ["add", str(src), "--catalog", "builtin", "--comment", "c", "--flags", "split-merge", "--name", name]
 
 
 def _wait_line(stream, text, proc):

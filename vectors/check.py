@@ -22,7 +22,7 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import ProblemError
 from nvfp4_suite.reference.compare import backend_interval, describe_modified_inputs
 
-from . import catalog
+from . import catalog, lock
 from .harness import BackendCrash, modified_inputs, private_copy, run_case
 from .io import CaseFileError
 
@@ -124,6 +124,12 @@ class CaseResult:
     failures: list = dataclasses.field(default_factory=list)
     error: str | None = None
     expected_error: str | None = None
+    catalog: str | None = None  # the catalog's label (catalog.label); None: the built-in one
+
+    @property
+    def tag(self) -> str:
+        """How the report names the case: ``id name`` in the built-in catalog, ``LABEL:NNN-name`` in another."""
+        return f"{self.id:3d} {self.name:<28}" if self.catalog is None else f"{self.catalog}:{self.id:03d}-{self.name}"
 
 
 def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
@@ -144,13 +150,14 @@ def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
     return cache[key]
 
 
-def check_case(backend, entry: dict, splits=None) -> CaseResult:
-    """Run one manifest entry's launches that ``backend`` supports (``splits``:
-    only launches with these split counts; the others are skipped as not selected)."""
-    res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog.HERE / entry["file"],
-                     expected_error=entry.get("expected_error"))
+def check_case(backend, entry: dict, splits=None, root=None) -> CaseResult:
+    """Run one manifest entry (of catalog ``root``, default the built-in one)'s
+    launches that ``backend`` supports (``splits``: only launches with these
+    split counts; the others are skipped as not selected)."""
+    res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog._root(root) / entry["file"],
+                     expected_error=entry.get("expected_error"), catalog=catalog.label(root))
     try:
-        problem, _, extra = catalog.load_entry(entry)
+        problem, _, extra = catalog.load_entry(entry, root)
     except CaseFileError as e:
         res.status, res.error = "ERROR", str(e)
         return res
@@ -232,7 +239,7 @@ class GoldenRun:
             for c in failed:
                 first = c.failures[0]
                 new = [f for f in c.flags if f not in shown]
-                out.append(f"  {c.id:3d} {c.name:<28} FAIL at {len(c.failures)} of {len(c.ran)} launches "
+                out.append(f"  {c.tag} FAIL at {len(c.failures)} of {len(c.ran)} launches "
                       f"[{', '.join(c.flags)}]")
                 if new:
                     shown.update(new)
@@ -240,10 +247,10 @@ class GoldenRun:
                     out.append(indent(first.text, "        "))
                 out.append(f"      replay: {replay_command(c.file, spec, first.launch)}")
         for c in errors:
-            out.append(f"  {c.id:3d} {c.name:<28} ERROR: {c.error}")
+            out.append(f"  {c.tag} ERROR: {c.error}")
         for c in skipped:
             reasons = sorted({why for _, why in c.skipped})
-            out.append(f"  {c.id:3d} {c.name:<28} SKIPPED: {'; '.join(reasons)}")
+            out.append(f"  {c.tag} SKIPPED: {'; '.join(reasons)}")
         if partial:
             n = sum(len(c.skipped) for c in partial)
             reasons = collections.Counter(why for c in partial for _, why in c.skipped)
@@ -252,19 +259,24 @@ class GoldenRun:
         return out
 
 
-def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None) -> GoldenRun:
-    """Every catalog case (or those whose id is in ``cases``) against ``backend``
-    (``splits``: only launches with these split counts). Raises CaseFileError
-    when the manifest itself cannot be read."""
-    m = catalog.load_manifest()
-    chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
-    run = GoldenRun([])
-    for i, c in enumerate(chosen):
-        if progress:
-            progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-        run.cases.append(check_case(backend, c, splits))
-        if stop_at_first and run.cases[-1].status == "FAIL":
-            break
+def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None, *,
+                 root=None, notice=None) -> GoldenRun:
+    """Every case of catalog ``root`` (default: the built-in one; or those whose
+    id is in ``cases``) against ``backend`` (``splits``: only launches with
+    these split counts). Holds the catalog's shared lock throughout
+    (``notice``: told if it waits), so an ``add`` or ``regen`` waits for it
+    and it never reads a catalog half installed. Raises CaseFileError when
+    the manifest itself cannot be read."""
+    with lock.locked(catalog._root(root), exclusive=False, what="check", notice=notice):
+        m = catalog.load_manifest(path=catalog._root(root) / "manifest.json")
+        chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
+        run = GoldenRun([])
+        for i, c in enumerate(chosen):
+            if progress:
+                progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
+            run.cases.append(check_case(backend, c, splits, root))
+            if stop_at_first and run.cases[-1].status == "FAIL":
+                break
     return run
 
 
