@@ -522,3 +522,75 @@ def test_golden_check_fails_a_backend_that_zeroes_its_pool(monkeypatch):
     assert not run.ok and [c.status for c in run.cases] == ["FAIL", "FAIL"]
     assert len(run.cases[0].failures) == len({x["splits"] for x in valid["launches"]})
     assert all("backend modified its input 'pool'" in f.text for c in run.cases for f in c.failures)
+
+
+# --- project catalogs ---------------------------------------------------------
+
+def _builtin_bytes():
+    return catalog.MANIFEST.read_bytes(), sorted(p.name for p in catalog.DATA.iterdir())
+
+
+def test_a_project_catalog_holds_only_its_promoted_cases_numbered_from_0_and_regenerates_byte_identical(tmp_path):
+    before = _builtin_bytes()
+    proj = tmp_path / "proj"
+    for seed, name in ((77, "one"), (78, "two")):
+        src = tmp_path / f"r{seed}.npz"
+        save_case(src, random_problem(seed, reqs=2, topk=3), meta={"launches": [Launch(2, 8).to_json()]})
+        catalog.add_case(src, comment="c", flags=["split-merge"], name=name, root=proj)
+    _assert_consistent(proj)
+    m = catalog.load_manifest(proj / "manifest.json")
+    assert [c["name"] for c in m["cases"]] == ["one", "two"] and m["notes"] == cases.FLAGS
+    assert sorted(p.name for p in proj.iterdir()) == ["data", "manifest.json"]
+    snap = _snapshot_folder(proj)
+    assert catalog.regen_differences(root=proj) == (2, [])
+    assert catalog.verify(root=proj) == []
+    assert catalog.regen_write(root=proj)["cases"] == m["cases"]  # no built-in case written into it
+    assert _snapshot_folder(proj) == snap
+    assert _builtin_bytes() == before
+
+
+def _snapshot_folder(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_add_creates_no_catalog_over_case_files_a_lost_manifest_listed(tmp_path, capsys):
+    proj = tmp_path / "proj"
+    (proj / "data").mkdir(parents=True)
+    (proj / "data" / "000-mine.npz").write_bytes(b"a case only a lost manifest listed")
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--catalog", str(proj)]) == 2
+    assert f"{proj / 'manifest.json'} is missing and {proj / 'data'} holds case files (000-mine.npz)" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in proj.rglob("*")) == ["000-mine.npz", "data"]
+
+
+def test_the_default_project_catalog_is_the_env_folder_else_nvfp4_catalog_here_and_never_the_suite(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv("NVFP4_CATALOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert catalog.project_root() == Path("nvfp4-catalog") and catalog.label(catalog.project_root()) == "project"
+    assert not catalog.is_builtin(catalog.project_root())
+    monkeypatch.setenv("NVFP4_CATALOG", str(tmp_path / "team"))
+    assert catalog.project_root() == tmp_path / "team" and catalog.label(tmp_path / "team") == "project"
+    assert catalog.label(tmp_path / "other") == str(tmp_path / "other")
+    # The built-in catalog only by name or by its own folder, and its cases keep their bare ids.
+    assert catalog.resolve("builtin") == catalog.HERE and catalog.resolve("./builtin") == Path("builtin")
+    assert catalog.is_builtin(catalog.HERE / ".." / "vectors") and catalog.label(catalog.HERE) is None
+    monkeypatch.chdir(catalog.HERE)
+    assert catalog.is_builtin(Path(".")) and not catalog.is_builtin(catalog.project_root())
+
+
+def test_catalog_files_get_the_permissions_of_a_plain_open_for_a_team_to_share(tmp_path):
+    old = os.umask(0o022)
+    try:
+        src = tmp_path / "x.npz"
+        save_case(src, random_problem(77, reqs=2, topk=3))
+        catalog.add_case(src, comment="c", flags=["split-merge"], root=tmp_path / "proj")
+        os.umask(0o027)
+        catalog.add_case(src, comment="c", flags=["split-merge"], name="again", root=tmp_path / "proj")
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path / "proj").as_posix(): p.stat().st_mode & 0o777
+             for p in (tmp_path / "proj").rglob("*") if p.is_file()}
+    assert modes == {"data/000-x.npz": 0o644, "data/001-again.npz": 0o640, "manifest.json": 0o640}
