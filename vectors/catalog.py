@@ -27,11 +27,12 @@ A catalog is a folder (``root``) kept as a small database: the built-in one
 is this package's (``HERE``); a project catalog (``project_root``: default
 ``./nvfp4-catalog``, or ``$NVFP4_CATALOG``) holds a team's own promoted
 cases, in the same format, outside the installed suite, so that an upgrade
-keeps them. It is created by its first ``add``; its cases are
-numbered from 0 and all of them are promoted cases (``regen`` re-reads
-them, it writes no built-in case there). ``add`` and ``regen`` hold its exclusive lock, ``verify``
-and ``regen --check`` its shared one (``nvfp4_suite.vectors.lock``), so
-concurrent commands lose nothing. The manifest is validated when read: case
+keeps them. It is created by its first ``add``; its cases are numbered
+from 0 and all of them are promoted cases (``regen`` re-reads them, it
+writes no built-in case there). ``add`` and ``regen`` hold a catalog's
+exclusive lock, ``check``'s golden run, ``verify`` and ``regen --check`` its
+shared one (``nvfp4_suite.vectors.lock``), so concurrent commands lose
+nothing and a reader never sees a catalog half installed. The manifest is validated when read: case
 names from a safe character set (``check_name``), each ``file`` directly
 inside ``data/``; catalog files are read without following symlinks and
 written only by atomic renames. ``regen`` removes only files its previous
