@@ -73,7 +73,8 @@ def cmd_check(args) -> int:
     t0 = time.time()
     failed = errors = judged = 0
     summary = []
-    for root, why in ([] if args.no_golden else _golden_catalogs(args.catalog)):
+    catalogs = [] if args.no_golden else _golden_catalogs(args.catalog)
+    for root, why in catalogs:
         name = catalog.label(root)
         if name is not None:
             print(f"catalog {name} ({why}):")
@@ -120,7 +121,8 @@ def cmd_check(args) -> int:
         print(f"NOT CONFORMANT: backend {backend.name}; {', '.join(summary)}; {took}")
         return 1
     if errors or not judged:
-        why = "a catalog has unreadable cases" if errors else "nothing was judged"
+        why = (f"{'a' if len(catalogs) > 1 else 'the'} catalog has unreadable cases" if errors
+               else "nothing was judged")
         print(f"NO VERDICT ({why}): backend {backend.name}; {', '.join(summary)}; {took}")
         return 2
     print(f"CONFORMANT: backend {backend.name}; {', '.join(summary)}; {took}")
@@ -137,8 +139,9 @@ def _golden_catalogs(given) -> list:
     if given:
         extra = [(catalog.resolve(g), f"--catalog {g}") for g in given]
     elif catalog.project_root().is_dir():
-        extra = [(catalog.project_root(), f"{catalog.project_root()}, run because it exists: the default project "
-                  f"catalog, ${catalog.PROJECT_ENV} or ./{catalog.PROJECT_DEFAULT}; --catalog DIR chooses others")]
+        why = (f"{catalog.project_root()}, run because it exists: the default project catalog, "
+               f"${catalog.PROJECT_ENV} or ./{catalog.PROJECT_DEFAULT}; --catalog DIR chooses others")
+        extra = [(catalog.project_root(), why)]
     else:
         extra = []
     out, seen = [], set()
