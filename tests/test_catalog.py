@@ -21,6 +21,9 @@ from nvfp4_suite.vectors.check import check_golden
 from nvfp4_suite.vectors.cli import main
 from nvfp4_suite.vectors.io import load_case, save_case
 
+# ``add`` into the built-in catalog (here: a copy of it) is explicit; the default is the project's catalog.
+ADD_BUILTIN = ["--catalog", "builtin", "--comment", "c", "--flags", "split-merge"]
+
 
 def test_regen_check_reproduces_every_committed_byte(capsys):
     assert _regen(check=True) == 0
@@ -157,7 +160,7 @@ def test_add_then_regen_keeps_every_case_byte_identical(tmp_path):
 
     # Never let the commands below write to the checkout's own catalog.
     assert run("-c", "from nvfp4_suite.vectors import catalog; print(catalog.HERE)").strip() == str(suite / "vectors")
-    run("-m", "nvfp4_suite.vectors", "add", str(src), "--comment", "c", "--flags", "split-merge")
+    run("-m", "nvfp4_suite.vectors", "add", str(src), *ADD_BUILTIN)
     before = _snapshot(suite / "vectors")
     run("-m", "nvfp4_suite.vectors", "regen")
     assert _snapshot(suite / "vectors") == before
@@ -209,7 +212,9 @@ def test_a_regen_interrupted_while_installing_is_finished_by_the_next_regen(tmp_
     monkeypatch.setattr(cases, "CASES", cases.CASES[:2])
     reference = tmp_path / "reference"
     shutil.copytree(tmp_catalog, reference)
-    catalog.regen_write(root=reference)
+    with monkeypatch.context() as m:  # the same regeneration of the built-in catalog, done whole
+        m.setattr(catalog, "HERE", reference)
+        catalog.regen_write()
     replace, installed = os.replace, []
 
     def cut_after_two(src, dst):
@@ -247,7 +252,7 @@ def test_leftovers_of_interrupted_commands_are_removed_and_reported(tmp_catalog,
     before = _snapshot_data(tmp_catalog)
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))
-    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]) == 0
+    assert main(["add", str(src), *ADD_BUILTIN, "--name", "prod-bug"]) == 0
     err = capsys.readouterr().err
     assert "removed .regen-unfinished, the unfinished build folder of an interrupted regen" in err
     assert "removed .regen-stale, the complete build of an interrupted regen from another manifest" in err
@@ -320,7 +325,7 @@ def test_add_refuses_a_bad_case_name_naming_the_character(tmp_catalog, tmp_path,
     save_case(src, random_problem(77, reqs=2, topk=3))
     before = sorted(tmp_path.rglob("*"))
     snap = _snapshot(tmp_catalog)
-    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", name]) == 2
+    assert main(["add", str(src), *ADD_BUILTIN, "--name", name]) == 2
     err = capsys.readouterr().err
     assert f"case name {name!r}" in err and bad in err, err
     assert sorted(tmp_path.rglob("*")) == before and _snapshot(tmp_catalog) == snap
@@ -334,7 +339,7 @@ def test_add_never_writes_through_a_symlink_in_data(tmp_catalog, tmp_path, capsy
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))
     manifest = (tmp_catalog / "manifest.json").read_bytes()
-    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]) == 2
+    assert main(["add", str(src), *ADD_BUILTIN, "--name", "prod-bug"]) == 2
     assert f"{link}: exists but the manifest does not list it" in capsys.readouterr().err
     assert victim.read_text() == "precious" and link.is_symlink()
     assert (tmp_catalog / "manifest.json").read_bytes() == manifest
@@ -347,7 +352,7 @@ def test_a_symlinked_data_folder_is_refused_by_add_and_regen(tmp_catalog, tmp_pa
     before = sorted(p.name for p in elsewhere.iterdir())
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))
-    for cmd in (["add", str(src), "--comment", "c", "--flags", "split-merge"], ["regen"]):
+    for cmd in (["add", str(src), *ADD_BUILTIN], ["regen"]):
         assert main(cmd) == 2
         assert f"{tmp_catalog / 'data'}: is a symlink; a catalog's data folder must be a folder of its own" \
             in capsys.readouterr().err
@@ -445,7 +450,7 @@ def test_an_interrupted_add_leaves_no_file_behind(tmp_catalog, tmp_path, monkeyp
         return HalfWritten(real_fdopen(fd, mode)) if "w" in mode else real_fdopen(fd, mode, *a)
 
     monkeypatch.setattr(case_io.os, "fdopen", fdopen)
-    add = ["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", "prod-bug"]
+    add = ["add", str(src), *ADD_BUILTIN, "--name", "prod-bug"]
     assert main(add) == 2
     monkeypatch.setattr(case_io.os, "fdopen", real_fdopen)
     assert _snapshot(tmp_catalog) == before and not list((tmp_catalog / "data").glob(".*"))
@@ -521,3 +526,75 @@ def test_golden_check_fails_a_backend_that_zeroes_its_pool(monkeypatch):
     assert not run.ok and [c.status for c in run.cases] == ["FAIL", "FAIL"]
     assert len(run.cases[0].failures) == len({x["splits"] for x in valid["launches"]})
     assert all("backend modified its input 'pool'" in f.text for c in run.cases for f in c.failures)
+
+
+# --- project catalogs ---------------------------------------------------------
+
+def _builtin_bytes():
+    return catalog.MANIFEST.read_bytes(), sorted(p.name for p in catalog.DATA.iterdir())
+
+
+def test_a_project_catalog_holds_only_its_promoted_cases_numbered_from_0_and_regenerates_byte_identical(tmp_path):
+    before = _builtin_bytes()
+    proj = tmp_path / "proj"
+    for seed, name in ((77, "one"), (78, "two")):
+        src = tmp_path / f"r{seed}.npz"
+        save_case(src, random_problem(seed, reqs=2, topk=3), meta={"launches": [Launch(2, 8).to_json()]})
+        catalog.add_case(src, comment="c", flags=["split-merge"], name=name, root=proj)
+    _assert_consistent(proj)
+    m = catalog.load_manifest(proj / "manifest.json")
+    assert [c["name"] for c in m["cases"]] == ["one", "two"] and m["notes"] == cases.FLAGS
+    assert sorted(p.name for p in proj.iterdir()) == ["data", "manifest.json"]
+    snap = _snapshot_folder(proj)
+    assert catalog.regen_differences(root=proj) == (2, [])
+    assert catalog.verify(root=proj) == []
+    assert catalog.regen_write(root=proj)["cases"] == m["cases"]  # no built-in case written into it
+    assert _snapshot_folder(proj) == snap
+    assert _builtin_bytes() == before
+
+
+def _snapshot_folder(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_add_creates_no_catalog_over_case_files_a_lost_manifest_listed(tmp_path, capsys):
+    proj = tmp_path / "proj"
+    (proj / "data").mkdir(parents=True)
+    (proj / "data" / "000-mine.npz").write_bytes(b"a case only a lost manifest listed")
+    src = tmp_path / "x.npz"
+    save_case(src, random_problem(77, reqs=2, topk=3))
+    assert main(["add", str(src), "--comment", "c", "--flags", "split-merge", "--catalog", str(proj)]) == 2
+    assert f"{proj / 'manifest.json'} is missing and {proj / 'data'} holds case files (000-mine.npz)" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in proj.rglob("*")) == ["000-mine.npz", "data"]
+
+
+def test_the_default_project_catalog_is_the_env_folder_else_nvfp4_catalog_here_and_never_the_suite(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv("NVFP4_CATALOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert catalog.project_root() == Path("nvfp4-catalog") and catalog.label(catalog.project_root()) == "project"
+    assert not catalog.is_builtin(catalog.project_root())
+    monkeypatch.setenv("NVFP4_CATALOG", str(tmp_path / "team"))
+    assert catalog.project_root() == tmp_path / "team" and catalog.label(tmp_path / "team") == "project"
+    assert catalog.label(tmp_path / "other") == str(tmp_path / "other")
+    # The built-in catalog only by name or by its own folder, and its cases keep their bare ids.
+    assert catalog.resolve("builtin") == catalog.HERE and catalog.resolve("./builtin") == Path("builtin")
+    assert catalog.is_builtin(catalog.HERE / ".." / "vectors") and catalog.label(catalog.HERE) is None
+    monkeypatch.chdir(catalog.HERE)
+    assert catalog.is_builtin(Path(".")) and not catalog.is_builtin(catalog.project_root())
+
+
+def test_catalog_files_get_the_permissions_of_a_plain_open_for_a_team_to_share(tmp_path):
+    old = os.umask(0o022)
+    try:
+        src = tmp_path / "x.npz"
+        save_case(src, random_problem(77, reqs=2, topk=3))
+        catalog.add_case(src, comment="c", flags=["split-merge"], root=tmp_path / "proj")
+        os.umask(0o027)
+        catalog.add_case(src, comment="c", flags=["split-merge"], name="again", root=tmp_path / "proj")
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path / "proj").as_posix(): p.stat().st_mode & 0o777
+             for p in (tmp_path / "proj").rglob("*") if p.is_file()}
+    assert modes == {"data/000-x.npz": 0o644, "data/001-again.npz": 0o640, "manifest.json": 0o640}

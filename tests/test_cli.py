@@ -406,3 +406,162 @@ def test_a_backend_reusing_one_torch_output_buffer_is_not_conformant(spec, tmp_p
     r = _run("check", "--backend", spec, "--no-golden", "--examples", "3",
              env_extra=dict(HOSTILE, NVFP4_REPRO_DIR=str(tmp_path)))
     assert r.returncode == 1 and "NOT CONFORMANT" in r.stdout and "second run differs" in r.stdout, r.stdout
+
+
+# --- project catalogs: a team's own cases, outside the installed suite -------
+
+@pytest.fixture
+def small_builtin(tmp_path, monkeypatch):
+    """A built-in catalog of one valid and one invalid case (a copy, ``tmp_path/vectors``),
+    so that a run over it and a project catalog takes seconds."""
+    from nvfp4_suite.vectors import catalog
+
+    m = catalog.load_manifest()
+    chosen = [next(c for c in m["cases"] if c["result"] == r) for r in ("valid", "invalid")]
+    here = tmp_path / "vectors"
+    (here / "data").mkdir(parents=True)
+    for c in chosen:
+        shutil.copy(catalog.HERE / c["file"], here / c["file"])
+    (here / "manifest.json").write_text(catalog.dump({**m, "cases": chosen}))
+    monkeypatch.setattr(catalog, "HERE", here)
+    monkeypatch.setattr(catalog, "DATA", here / "data")
+    monkeypatch.setattr(catalog, "MANIFEST", here / "manifest.json")
+    monkeypatch.delenv("NVFP4_CATALOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return here
+
+
+def _repro(folder, seed=77):
+    """A saved problem whose launch (splits 2, xcds 8) ``mutants:PlacementBug`` fails."""
+    from nvfp4_suite.kernels.protocol import Launch
+    from nvfp4_suite.reference.examples import random_problem
+    from nvfp4_suite.vectors.io import save_case
+
+    src = folder / f"repro-{seed}.npz"
+    save_case(src, random_problem(seed, reqs=2, topk=3), meta={"launches": [Launch(2, 8).to_json()]})
+    return src
+
+
+def _add_to(catalog_dir, src, name):
+    from nvfp4_suite.vectors.cli import main
+
+    return main(["add", str(src), "--comment", "found in production", "--flags", "split-merge", "--name", name,
+                 "--catalog", str(catalog_dir)])
+
+
+def _suite_catalog_bytes():
+    """Every byte of the suite's own catalog (manifest and data) and the entries of its folder."""
+    here = ROOT / "vectors"
+    return ((here / "manifest.json").read_bytes(), sorted(p.name for p in here.iterdir() if p.name != "__pycache__"),
+            {p.name: p.read_bytes() for p in (here / "data").iterdir()})
+
+
+def test_add_from_a_project_dir_writes_there_leaves_the_suite_untouched_and_check_runs_it(tmp_path):
+    proj = tmp_path / "my project"
+    proj.mkdir()
+    src = _repro(tmp_path)
+    env = {"NVFP4_CATALOG": ""}  # unset: the default is ./nvfp4-catalog
+    before = _suite_catalog_bytes()
+    r = _run("add", str(src), "--comment", "found in production", "--flags", "split-merge", "--name", "prod-bug",
+             cwd=proj, env_extra=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _suite_catalog_bytes() == before
+    assert "check names it project:000-prod-bug" in r.stdout and "created the project catalog" in r.stderr
+    assert sorted(p.name for p in (proj / "nvfp4-catalog").iterdir()) == ["data", "manifest.json"]
+    assert [p.name for p in (proj / "nvfp4-catalog" / "data").iterdir()] == ["000-prod-bug.npz"]
+    r = _run("check", "--backend", "emulate", "--examples", "0", cwd=proj, env_extra=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "catalog project (nvfp4-catalog, run because it exists: the default project catalog" in r.stdout
+    last = r.stdout.splitlines()[-2]
+    assert last.startswith("CONFORMANT") and "golden cases judged (0 failed), catalog project: 1 golden cases " \
+        "judged (0 failed)" in last, r.stdout
+    assert _suite_catalog_bytes() == before
+
+
+def test_check_catalog_judges_the_added_case_and_a_failing_backend_fails_it(small_builtin, tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    proj = tmp_path / "team cases"
+    assert _add_to(proj, _repro(tmp_path), "prod-bug") == 0
+    capsys.readouterr()
+    assert main(["check", "--backend", "emulate", "--examples", "0", "--catalog", str(proj)]) == 0
+    out = capsys.readouterr().out
+    assert f"catalog {proj} (--catalog {proj}):" in out
+    assert f"catalog {proj}: 1 golden cases judged (0 failed)" in out.splitlines()[-2]
+    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "0", "--catalog", str(proj)]) == 1
+    out = capsys.readouterr().out
+    assert f"  {proj}:000-prod-bug FAIL at 1 of 2 launches [split-merge]" in out, out
+    hint = next(h for h in _replay_lines(out) if str(proj) in h)
+    assert main(shlex.split(hint)[3:]) == 1 and "xcds=8" in capsys.readouterr().out
+    # Without --catalog, and no ./nvfp4-catalog here, only the built-in catalog runs.
+    assert main(["check", "--backend", "emulate", "--examples", "0"]) == 0
+    assert "catalog " not in capsys.readouterr().out
+
+
+def test_two_catalogs_in_one_run_each_name_their_cases(small_builtin, tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _add_to(a, _repro(tmp_path, 77), "first") == 0 and _add_to(b, _repro(tmp_path, 78), "second") == 0
+    capsys.readouterr()
+    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "0",
+                 "--catalog", str(a), "--catalog", str(b), "--catalog", str(a)]) == 1
+    out = capsys.readouterr().out
+    assert f"  {a}:000-first FAIL" in out and f"  {b}:000-second FAIL" in out, out
+    assert out.count(f"catalog {a} (") == 1  # a folder given twice runs once
+    last = out.splitlines()[-1]
+    assert f"catalog {a}: 1 golden cases judged (1 failed), catalog {b}: 1 golden cases judged (1 failed)" in last
+
+
+def test_a_damaged_project_catalog_is_an_error_that_hides_no_other_verdict(small_builtin, tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    proj = tmp_path / "proj"
+    assert _add_to(proj, _repro(tmp_path), "prod-bug") == 0
+    data = proj / "data" / "000-prod-bug.npz"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    capsys.readouterr()
+    check = ["check", "--backend", "emulate", "--examples", "0", "--catalog", str(proj)]
+    assert main(check) == 2
+    out = capsys.readouterr().out
+    assert "golden vectors: 2 of 2 cases passed" in out  # the built-in verdict, still shown
+    assert f"  {proj}:000-prod-bug ERROR: {data}: sha256" in out, out
+    assert out.splitlines()[-1].startswith("NO VERDICT (a catalog has unreadable cases): backend emulate; "
+                                           "2 golden cases judged (0 failed), catalog")
+    (proj / "manifest.json").write_text("{not json")
+    assert main(check) == 2
+    out = capsys.readouterr().out
+    assert "golden vectors: 2 of 2 cases passed" in out
+    assert f"  {proj}: ERROR: {proj / 'manifest.json'}: unreadable manifest" in out, out
+    assert f"2 golden cases judged (0 failed), catalog {proj} unreadable; " in out.splitlines()[-1]
+    # A failing backend is NOT CONFORMANT (exit 1) whatever else is unreadable.
+    assert main(check[:2] + ["mutants:PlacementBug"] + check[3:]) == 1
+    assert "NOT CONFORMANT" in capsys.readouterr().out
+    missing = tmp_path / "no-such-catalog"
+    assert main(check[:-1] + [str(missing)]) == 2
+    assert f"{missing / 'manifest.json'} is missing: not a catalog" in capsys.readouterr().out
+    assert not missing.exists()
+
+
+def test_list_verify_and_regen_take_a_project_catalog(small_builtin, tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    proj = tmp_path / "proj"
+    assert _add_to(proj, _repro(tmp_path, 77), "one") == 0 and _add_to(proj, _repro(tmp_path, 78), "two") == 0
+    files = {p.name: p.read_bytes() for p in (proj / "data").iterdir()}
+    manifest = (proj / "manifest.json").read_bytes()
+    capsys.readouterr()
+    assert main(["list", "--catalog", str(proj)]) == 0
+    out = capsys.readouterr().out
+    assert "  0  one " in out and "  1  two " in out and "found in production" in out
+    assert main(["verify", "--catalog", str(proj)]) == 0 and "verify: OK" in capsys.readouterr().out
+    assert main(["regen", "--check", "--catalog", str(proj)]) == 0
+    assert "regen --check: OK (2 cases)" in capsys.readouterr().out
+    assert main(["regen", "--catalog", str(proj)]) == 0 and "wrote 2 cases" in capsys.readouterr().out
+    assert (proj / "manifest.json").read_bytes() == manifest
+    assert {p.name: p.read_bytes() for p in (proj / "data").iterdir()} == files
+    for cmd in ("list", "verify", "regen"):
+        assert main([cmd, "--catalog", str(tmp_path / "nothing")]) == 2
+        assert "is missing: not a catalog" in capsys.readouterr().err

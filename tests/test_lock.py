@@ -23,8 +23,10 @@ BUILTINS = 3
 
 # Runs one CLI command on the catalog folder argv[1] with the first BUILTINS
 # built-in cases. HOLD_UNTIL=path: once the command holds the catalog's lock
-# (HOLD_AT=lock) or has created its build folder (HOLD_AT=build), it waits
-# for that file to exist, so that the test decides when it goes on.
+# (HOLD_AT=lock), has created its build folder (HOLD_AT=build), is about to
+# install a complete build (HOLD_AT=install) or to read a case file
+# (HOLD_AT=read), it waits for that file to exist, so that the test decides
+# when it goes on.
 DRIVER = """
 import os, sys, time
 from pathlib import Path
@@ -35,7 +37,8 @@ catalog.HERE, catalog.MANIFEST, catalog.DATA = root, root / "manifest.json", roo
 cases.CASES = cases.CASES[:int(os.environ["BUILTINS"])]
 go = os.environ.get("HOLD_UNTIL")
 if go:
-    name = {"lock": "_clean_leftovers", "build": "regenerate"}[os.environ["HOLD_AT"]]
+    name = {"lock": "_clean_leftovers", "build": "regenerate", "install": "_install",
+            "read": "load_entry"}[os.environ["HOLD_AT"]]
     inner = getattr(catalog, name)
 
     def held(*a, **k):
@@ -63,8 +66,8 @@ def tiny(tmp_path, monkeypatch):
     return root
 
 
-def _start(root, *args, hold=None, at="lock"):
-    env = {**os.environ, "BUILTINS": str(BUILTINS), "OMP_NUM_THREADS": "1"}
+def _start(root, *args, hold=None, at="lock", builtins=BUILTINS):
+    env = {**os.environ, "BUILTINS": str(builtins), "OMP_NUM_THREADS": "1"}
     if hold:
         env.update(HOLD_UNTIL=str(hold), HOLD_AT=at)
     return subprocess.Popen([sys.executable, "-c", DRIVER, str(root), *args], stdout=subprocess.PIPE,
@@ -78,7 +81,7 @@ def _repro(tmp_path, seed):
 
 
 def _add_args(src, name):
-    return ["add", str(src), "--comment", "c", "--flags", "split-merge", "--name", name]
+    return ["add", str(src), "--catalog", "builtin", "--comment", "c", "--flags", "split-merge", "--name", name]
 
 
 def _wait_line(stream, text, proc):
@@ -177,6 +180,38 @@ def test_a_killed_regen_leaves_a_build_folder_the_next_regen_removes_and_reports
     assert f"removed {build.name}, the unfinished build folder of an interrupted regen" in capsys.readouterr().err
     _assert_consistent(tiny)
     assert {p.name: p.read_bytes() for p in (tiny / "data").iterdir()} == before
+
+
+def test_a_check_started_during_a_regens_install_waits_and_judges_the_new_catalog_whole(tiny, tmp_path):
+    # The regen holds the lock with its build complete, about to rename it into
+    # place (one more built-in case than the catalog on disk): a golden run that
+    # read now would see the old manifest beside new files. It waits instead.
+    go = tmp_path / "go"
+    regen = _start(tiny, "regen", hold=go, at="install", builtins=BUILTINS + 1)
+    _wait_line(regen.stdout, "holding", regen)
+    check = _start(tiny, "check", "--backend", "emulate", "--examples", "0")
+    assert f"held by pid {regen.pid} (regen)" in _wait_line(check.stderr, "check: waiting for the catalog lock", check)
+    assert check.poll() is None
+    go.touch()
+    (rc1, _, err1), (rc2, out2, err2) = _finish(regen), _finish(check)
+    assert rc1 == 0 and rc2 == 0, err1 + out2 + err2
+    n = BUILTINS + 1
+    assert f"golden vectors: {n} of {n} cases passed, 0 failed, 0 skipped, 0 unreadable" in out2, out2
+
+
+def test_a_regen_started_during_a_golden_run_waits_for_it(tiny, tmp_path):
+    go = tmp_path / "go"
+    check = _start(tiny, "check", "--backend", "emulate", "--examples", "0", hold=go, at="read")
+    _wait_line(check.stdout, "holding", check)
+    before = (tiny / "manifest.json").read_bytes()
+    regen = _start(tiny, "regen", builtins=BUILTINS + 1)
+    assert "held by a command reading the catalog" in _wait_line(regen.stderr, "waiting for the catalog lock", regen)
+    assert (tiny / "manifest.json").read_bytes() == before
+    go.touch()
+    (rc1, out1, err1), (rc2, _, err2) = _finish(check), _finish(regen)
+    assert rc1 == 0 and rc2 == 0, out1 + err1 + err2
+    assert f"golden vectors: {BUILTINS} of {BUILTINS} cases passed" in out1
+    assert len(_assert_consistent(tiny)["cases"]) == BUILTINS + 1
 
 
 def test_a_reader_never_removes_the_lock_file_under_another_reader(tmp_path):

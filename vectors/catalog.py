@@ -23,10 +23,16 @@ float64 result lies within a few float64 ulps of a rounding boundary.
 ``python -m nvfp4_suite.vectors regen --check`` in CI turns any such event into a failure
 rather than a silent change.
 
-A catalog is a folder (``root``: the built-in one is this package's) kept as
-a small database. ``add`` and ``regen`` hold its exclusive lock, ``verify``
-and ``regen --check`` its shared one (``nvfp4_suite.vectors.lock``), so
-concurrent commands lose nothing. The manifest is validated when read: case
+A catalog is a folder (``root``) kept as a small database: the built-in one
+is this package's (``HERE``); a project catalog (``project_root``: default
+``./nvfp4-catalog``, or ``$NVFP4_CATALOG``) holds a team's own promoted
+cases, in the same format, outside the installed suite, so that an upgrade
+keeps them. It is created by its first ``add``; its cases are numbered
+from 0 and all of them are promoted cases (``regen`` re-reads them, it
+writes no built-in case there). ``add`` and ``regen`` hold a catalog's
+exclusive lock, ``check``'s golden run, ``verify`` and ``regen --check`` its
+shared one (``nvfp4_suite.vectors.lock``), so concurrent commands lose
+nothing and a reader never sees a catalog half installed. The manifest is validated when read: case
 names from a safe character set (``check_name``), each ``file`` directly
 inside ``data/``; catalog files are read without following symlinks and
 written only by atomic renames. ``regen`` removes only files its previous
@@ -77,8 +83,50 @@ class CatalogError(CaseFileError):
     a file outside ``data/``, a symlink, a file it would overwrite or lose."""
 
 
+# ``--catalog builtin`` names the built-in catalog; any other value is a folder.
+BUILTIN = "builtin"
+PROJECT_ENV = "NVFP4_CATALOG"
+PROJECT_DEFAULT = "nvfp4-catalog"
+
+
 def _root(root) -> Path:
     return HERE if root is None else Path(root)
+
+
+def project_root() -> Path:
+    """The default project catalog folder: ``$NVFP4_CATALOG`` when set, else
+    ``./nvfp4-catalog`` in the current directory (never the installed suite's tree)."""
+    return Path(os.environ.get(PROJECT_ENV) or PROJECT_DEFAULT)
+
+
+def resolve(arg) -> Path:
+    """The folder a ``--catalog`` value names: ``builtin`` is the built-in
+    catalog, anything else a path (``./builtin`` for a folder of that name)."""
+    return HERE if arg == BUILTIN else Path(arg)
+
+
+def is_builtin(root) -> bool:
+    """True when ``root`` is the built-in catalog's folder (by path or as the same folder)."""
+    root = _root(root)
+    try:
+        return root.resolve() == HERE.resolve() or (root.exists() and os.path.samefile(root, HERE))
+    except OSError:
+        return False
+
+
+def label(root) -> str | None:
+    """How a report names catalog ``root``'s cases (``LABEL:NNN-name``): None for
+    the built-in catalog (its cases keep their bare ids), ``project`` for the
+    default project folder, else the folder as given."""
+    root = _root(root)
+    if is_builtin(root):
+        return None
+    try:
+        if root.resolve() == project_root().resolve():
+            return "project"
+    except OSError:
+        pass
+    return str(root)
 
 
 def exists(root=None) -> bool:
@@ -360,18 +408,22 @@ def _regen_added(case_id: int, entry: dict, problem: DecodeProblem, folder: Path
 def regenerate(folder: Path, progress=None, previous: dict | None = None, *, root=None) -> dict:
     """Write every case into ``folder``; return the manifest dict.
 
-    Built-in cases come from ``cases.CASES``; cases promoted with ``add``
-    (``source: added`` in ``previous``, the manifest of catalog ``root``) are
-    re-read from their committed files (which must match ``previous``'s
-    sha256) and follow the built-ins, in their previous order, numbered on
-    from them. Writes nothing outside ``folder``.
+    In the built-in catalog, built-in cases come from ``cases.CASES``; cases
+    promoted with ``add`` (``source: added`` in ``previous``, the manifest of
+    catalog ``root``) are re-read from their committed files (which must
+    match ``previous``'s sha256) and follow the built-ins, in their previous
+    order, numbered on from them. A project catalog holds no built-in case:
+    every case of ``previous`` is re-read so, numbered from 0. Writes nothing
+    outside ``folder``.
     """
+    builtins = C.CASES if is_builtin(root) else []
     # Read first: a missing or altered promoted file stops the run before any work.
-    added = [(c, load_entry(c, root)[0]) for c in (previous or {}).get("cases", []) if c.get("source") == "added"]
+    added = [(c, load_entry(c, root)[0]) for c in (previous or {}).get("cases", [])
+             if c.get("source") == "added" or not builtins]
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
-    total = len(C.CASES) + len(added)
-    for i, case in enumerate(C.CASES):
+    total = len(builtins) + len(added)
+    for i, case in enumerate(builtins):
         if progress:
             progress(f"  [{i + 1}/{total}] {case.name}")
         entries.append(_write_case(i, case, folder))
@@ -379,10 +431,31 @@ def regenerate(folder: Path, progress=None, previous: dict | None = None, *, roo
         if progress:
             progress(f"  [{len(entries) + 1}/{total}] {entry['name']} (added)")
         entries.append(_regen_added(len(entries), entry, problem, folder))
+    return _manifest(entries)
+
+
+def _manifest(entries: list) -> dict:
     return {
         "schema_version": SCHEMA_VERSION, "generator_version": GENERATOR_VERSION,
         "contract_version": CONTRACT_VERSION, "notes": C.FLAGS, "cases": entries,
     }
+
+
+def _create(root: Path) -> None:
+    """Under the exclusive lock: make folder ``root`` an empty project catalog
+    (a manifest with no case, an empty ``data/``), as its first ``add`` does.
+    Refuses a ``data/`` holding case files: cases only a lost manifest listed,
+    which ``add`` will not bury under a new one."""
+    if exists(root):
+        raise CatalogError(f"{root / 'manifest.json'}: exists; this folder is a catalog already")
+    data = _data_dir(root)
+    cases = sorted(p.name for p in data.glob("*.npz")) if data.is_dir() else []
+    if cases:
+        raise CatalogError(f"{root / 'manifest.json'} is missing and {data} holds case files "
+                           f"({', '.join(cases[:5])}{', ...' if len(cases) > 5 else ''}): restore the manifest, "
+                           "or move them out of data/; nothing was created")
+    data.mkdir(exist_ok=True)
+    write_atomic(root / "manifest.json", dump(_manifest([])).encode())
 
 
 def dump(manifest: dict) -> str:
@@ -544,10 +617,13 @@ def add_case(file, *, comment: str, flags, name: str | None = None, splits=None,
     or unknown flags, CatalogError where ``data/`` already holds a file of the
     new case's name. Runs under the catalog's exclusive lock; the data file
     and then the manifest are each replaced atomically, and the data file is
-    removed again if the manifest could not be written."""
+    removed again if the manifest could not be written. A project catalog
+    folder without a manifest is created first (``_create``); the built-in
+    one is never created."""
     from nvfp4_suite.reference import ProblemError
 
     root = _root(root)
+    builtin = is_builtin(root)
     name = check_name(Path(file).stem if name is None else name)
     if splits and any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in splits):
         raise ValueError(f"splits {list(splits)}: split counts are integers >= 1")
@@ -561,8 +637,14 @@ def add_case(file, *, comment: str, flags, name: str | None = None, splits=None,
         raise CaseFileError(f"{file}: the validator cannot judge its problem ({type(e).__name__}: {e})") from None
     counts = sorted(set(splits)) if splits else (_split_counts(launches(meta)) if meta.get("launches") else [1])
     extra = {} if expected_error else expectations(problem, counts)
+    if not builtin:
+        root.mkdir(parents=True, exist_ok=True)
     with lock.locked(root, exclusive=True, what="add", notice=notice):
         _clean_leftovers(root, notice)
+        if not builtin and not exists(root):
+            _create(root)
+            if notice:
+                notice(f"add: created the project catalog {root}")
         m = load_manifest(root / "manifest.json")
         unknown = [f for f in flags if f not in m["notes"]]
         if unknown:

@@ -25,9 +25,9 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem, ProblemError, ReferenceBudgetError
 from nvfp4_suite.reference.compare import Report, backend_interval, describe_modified_inputs
 
-from . import catalog, interrupts
-from .harness import BackendCrash, modified_inputs, private_copy, run_case, save_repro
+from . import catalog, interrupts, lock
 from .coverage import Coverage
+from .harness import BackendCrash, modified_inputs, private_copy, run_case, save_repro
 from .io import CaseFileError
 from .render import golden_lines, replay_command, shown  # noqa: F401 - replay_command: imported from here by callers
 
@@ -163,6 +163,12 @@ class CaseResult:
     error: str | None = None
     expected_error: str | None = None
     outside: list = dataclasses.field(default_factory=list)  # (launch, observation): --outside-domain
+    catalog: str | None = None  # the catalog's label (catalog.label); None: the built-in one
+
+    @property
+    def tag(self) -> str:
+        """How the report names the case: ``id name`` in the built-in catalog, ``LABEL:NNN-name`` in another."""
+        return f"{self.id:3d} {self.name:<28}" if self.catalog is None else f"{self.catalog}:{self.id:03d}-{self.name}"
 
 
 def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
@@ -183,15 +189,16 @@ def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
     return cache[key]
 
 
-def check_case(backend, entry: dict, splits=None, outside_domain: bool = False) -> CaseResult:
-    """Run one manifest entry's launches that ``backend`` supports (``splits``:
-    only launches with these split counts; the others are skipped as not selected;
-    ``outside_domain``: launches skipped only for the input domain also run, their
-    outcome kept in ``outside`` as information, never as a verdict)."""
-    res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog.HERE / entry["file"],
-                     expected_error=entry.get("expected_error"))
+def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, root=None) -> CaseResult:
+    """Run one manifest entry (of catalog ``root``, default the built-in one)'s
+    launches that ``backend`` supports (``splits``: only launches with these
+    split counts; the others are skipped as not selected; ``outside_domain``:
+    launches skipped only for the input domain also run, their outcome kept in
+    ``outside`` as information, never as a verdict)."""
+    res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog._root(root) / entry["file"],
+                     expected_error=entry.get("expected_error"), catalog=catalog.label(root))
     try:
-        problem, _, extra = catalog.load_entry(entry)
+        problem, _, extra = catalog.load_entry(entry, root)
     except CaseFileError as e:
         res.status, res.error = Status.ERROR, str(e)
         return res
@@ -262,27 +269,31 @@ class GoldenRun:
 
 
 def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None,
-                 outside_domain: bool = False) -> GoldenRun:
-    """Every catalog case (or those whose id is in ``cases``) against ``backend``
-    (``splits``: only launches with these split counts; ``outside_domain``: see
-    ``check_case``). Raises CaseFileError
-    when the manifest itself cannot be read. An ``interrupts.Interrupted``
-    (a signal while the CLI's handlers are installed, or stdout's reader going
-    away, checked between cases) ends the run early with the cases run so far
-    and ``stopped`` naming why; a plain KeyboardInterrupt propagates."""
-    m = catalog.load_manifest()
-    chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
-    run = GoldenRun([])
-    try:
-        for i, c in enumerate(chosen):
-            interrupts.stop_if_asked()
-            if progress:
-                progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-            run.cases.append(check_case(backend, c, splits, outside_domain))
-            if stop_at_first and run.cases[-1].status == Status.FAIL:
-                break
-    except interrupts.Interrupted as e:
-        run.stopped = e.reason
+                 outside_domain: bool = False, *, root=None, notice=None) -> GoldenRun:
+    """Every case of catalog ``root`` (default: the built-in one; or those whose
+    id is in ``cases``) against ``backend`` (``splits``: only launches with
+    these split counts; ``outside_domain``: see ``check_case``). Holds the
+    catalog's shared lock throughout (``notice``: told if it waits), so an
+    ``add`` or ``regen`` waits for it and it never reads a catalog half
+    installed. Raises CaseFileError when the manifest itself cannot be read.
+    An ``interrupts.Interrupted`` (a signal while the CLI's handlers are
+    installed, or stdout's reader going away, checked between cases) ends the
+    run early with the cases run so far and ``stopped`` naming why; a plain
+    KeyboardInterrupt propagates."""
+    with lock.locked(catalog._root(root), exclusive=False, what="check", notice=notice):
+        m = catalog.load_manifest(path=catalog._root(root) / "manifest.json")
+        chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
+        run = GoldenRun([])
+        try:
+            for i, c in enumerate(chosen):
+                interrupts.stop_if_asked()
+                if progress:
+                    progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
+                run.cases.append(check_case(backend, c, splits, outside_domain, root))
+                if stop_at_first and run.cases[-1].status == Status.FAIL:
+                    break
+        except interrupts.Interrupted as e:
+            run.stopped = e.reason
     return run
 
 

@@ -85,16 +85,36 @@ def cmd_check(args) -> int:
     failed = errors = judged = 0
     summary = []
     stopped = None
-    if not args.no_golden:
-        golden = check_golden(backend, progress=_progress, splits=args.splits, outside_domain=args.outside_domain)
+    catalogs = [] if args.no_golden else _golden_catalogs(args.catalog)
+    for root, why in catalogs:
+        label = catalog.label(root)
+        if label is not None:
+            _say(f"catalog {label} ({why}):")
+        try:
+            if label is not None and not catalog.exists(root):
+                raise CaseFileError(f"{root / 'manifest.json'} is missing: not a catalog "
+                                    f"(`add --catalog {root}` creates one)")
+            golden = check_golden(backend, progress=_progress, splits=args.splits,
+                                  outside_domain=args.outside_domain, root=root, notice=_notice)
+        except CaseFileError as e:
+            if label is None:
+                raise  # the built-in catalog: nothing to judge against, exit 2 as a setup error
+            # Another catalog's damage is its own ERROR: the other catalogs' verdicts still stand.
+            _say(f"  {label}: ERROR: {e}")
+            errors += 1
+            summary.append(f"catalog {label} unreadable")
+            continue
         _say(*golden_lines(golden, spec, getattr(backend, "timeout", None)))
         failed += golden.count(Status.FAIL)
         errors += golden.count(Status.ERROR)
         judged += golden.judged
-        stopped = golden.stopped
-        summary.append(f"{golden.judged} golden cases judged ({golden.count(Status.FAIL)} failed"
+        summary.append(("" if label is None else f"catalog {label}: ")
+                       + f"{golden.judged} golden cases judged ({golden.count(Status.FAIL)} failed"
                        + (f", {golden.count(Status.SKIP)} skipped" if golden.count(Status.SKIP) else "")
                        + (f", {golden.count(Status.ERROR)} unreadable" if golden.count(Status.ERROR) else "") + ")")
+        if golden.stopped:
+            stopped = golden.stopped
+            break
     if args.examples > 0 and stopped is None:
         _say(f"generated problems: {args.examples} (seed {args.seed})")
         gen = check_generated(backend, args.examples, args.seed, args.splits, progress=_progress,
@@ -117,7 +137,8 @@ def cmd_check(args) -> int:
         print(f"\ninterrupted ({stopped}): no verdict; {', '.join(summary)}", file=sys.stderr)
         return 2
     if errors or not judged:
-        why = "the catalog has unreadable cases" if errors else "nothing was judged"
+        why = (f"{'a' if len(catalogs) > 1 else 'the'} catalog has unreadable cases" if errors
+               else "nothing was judged")
         print(f"NO VERDICT ({why}): backend {name}; {', '.join(summary)}; {took}")
         return 2
     print(f"CONFORMANT: backend {name}; {', '.join(summary)}; {took}")
@@ -125,6 +146,27 @@ def cmd_check(args) -> int:
         print(f"This checked the suite's own {spec!r} backend. To check your kernel: "
               "python -m nvfp4_suite.vectors check --backend yourpkg.module:YourBackend (README, 'Writing a backend').")
     return 0
+
+
+def _golden_catalogs(given) -> list:
+    """``(folder, why)`` of each catalog ``check`` runs, in order, each once:
+    the built-in one, then every ``--catalog`` value, or with none given the
+    default project catalog folder when it exists (``why``: how it was chosen)."""
+    if given:
+        extra = [(catalog.resolve(g), f"--catalog {g}") for g in given]
+    elif catalog.project_root().is_dir():
+        why = (f"{catalog.project_root()}, run because it exists: the default project catalog, "
+               f"${catalog.PROJECT_ENV} or ./{catalog.PROJECT_DEFAULT}; --catalog DIR chooses others")
+        extra = [(catalog.project_root(), why)]
+    else:
+        extra = []
+    out, seen = [], set()
+    for root, why in [(catalog.HERE, "built-in")] + extra:
+        key = catalog.HERE if catalog.is_builtin(root) else root.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append((root, why))
+    return out
 
 
 def _check_serving(spec: str, backend, args) -> int:
@@ -206,25 +248,36 @@ def _notice(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _managed(args, what: str):
+    """The folder of ``--catalog`` (default: the built-in catalog) for ``regen``,
+    ``verify`` and ``list``; SetupError when a project folder is no catalog."""
+    root = catalog.resolve(args.catalog)
+    if not catalog.is_builtin(root) and not catalog.exists(root):
+        raise SetupError(f"{what}: {root / 'manifest.json'} is missing: not a catalog "
+                         f"(`add --catalog {root}` creates one)")
+    return root
+
+
 def cmd_regen(args) -> int:
-    """``regen [--check]``: rewrite the catalog, or compare a fresh regeneration byte for byte."""
+    """``regen [--check] [--catalog DIR]``: rewrite a catalog, or compare a fresh regeneration byte for byte."""
+    root = _managed(args, "regen")
     if args.check:
-        if not catalog.exists():
+        if not catalog.exists(root):
             raise SetupError("regen --check: no manifest to check against")
-        n, bad = catalog.regen_differences(_progress, notice=_notice)
+        n, bad = catalog.regen_differences(_progress, root=root, notice=_notice)
         for b in bad:
             print(f"regen --check: {b}")
         print(f"regen --check: {'OK' if not bad else 'FAILED'} ({n} cases)")
         return 1 if bad else 0
-    manifest = catalog.regen_write(_progress, notice=_notice)
-    size = sum(catalog.case_file(c).stat().st_size for c in manifest["cases"])
+    manifest = catalog.regen_write(_progress, root=root, notice=_notice)
+    size = sum(catalog.case_file(c, root).stat().st_size for c in manifest["cases"])
     print(f"wrote {len(manifest['cases'])} cases, {size / 2**20:.2f} MiB")
     return 0
 
 
 def cmd_verify(args) -> int:
-    """``verify``: the reference reproduces every stored expectation (drift detector)."""
-    bad = catalog.verify(_progress, notice=_notice)
+    """``verify [--catalog DIR]``: the reference reproduces every stored expectation (drift detector)."""
+    bad = catalog.verify(_progress, root=_managed(args, "verify"), notice=_notice)
     for b in bad:
         print(f"verify: {b}")
     print(f"verify: {'OK' if not bad else 'FAILED'}")
@@ -232,8 +285,9 @@ def cmd_verify(args) -> int:
 
 
 def cmd_list(args) -> int:
-    """``list [--flag F]``: one line per case and its comment."""
-    m = catalog.load_manifest()
+    """``list [--flag F] [--catalog DIR]``: one line per case and its comment."""
+    root = _managed(args, "list")
+    m = catalog.load_manifest(root / "manifest.json")
     if args.flag and args.flag not in m["notes"]:
         raise SetupError(f"list: unknown flag {args.flag!r}; known: {', '.join(m['notes'])}")
     for c in m["cases"]:
@@ -246,10 +300,16 @@ def cmd_list(args) -> int:
 
 
 def cmd_add(args) -> int:
-    """``add FILE --comment C --flags F..``: promote a case file into the catalog."""
+    """``add FILE --comment C --flags F.. [--catalog DIR]``: promote a case file into a
+    catalog: the project's (default) or, explicitly, the built-in one."""
+    root = catalog.project_root() if args.catalog is None else catalog.resolve(args.catalog)
     entry = catalog.add_case(args.file, comment=args.comment, flags=args.flags, name=args.name, splits=args.splits,
-                             notice=_notice)
-    print(f"added case {entry['id']} ({entry['file']}), result {entry['result']}")
+                             root=root, notice=_notice)
+    print(f"added case {entry['id']} ({root / entry['file']}), result {entry['result']}")
+    if not catalog.is_builtin(root):
+        tag = f"{catalog.label(root)}:{entry['id']:03d}-{entry['name']}"
+        print(f"check names it {tag}" + (" (it runs the default project catalog when that folder exists)"
+                                         if catalog.label(root) == "project" else f" with --catalog {root}"))
     return 0
 
 
@@ -324,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors", description="NVFP4 sparse decode conformance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     backend_help = (f"registered name ({', '.join(kernels.registered())}) or module.path:attr")
+    managed_help = (f"the catalog folder (default: '{catalog.BUILTIN}', the suite's own; a project catalog "
+                    f"is e.g. ./{catalog.PROJECT_DEFAULT})")
     c = sub.add_parser("check", help="golden vectors + generated problems against a backend",
                        description="Run the golden vectors and generated problems against one backend. "
                                    "The generated problems' statistics line gives the largest |got - pre|/reach: "
@@ -339,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--outside-domain", action="store_true",
                    help="also run golden cases outside the backend's declared input domain and report what it "
                         "does there (information, not a verdict)")
+    c.add_argument("--catalog", action="append", metavar="DIR",
+                   help="also run this project catalog's cases beside the built-in ones (repeatable); default: "
+                        f"${catalog.PROJECT_ENV} or ./{catalog.PROJECT_DEFAULT} when that folder exists")
     c.add_argument("--shape", choices=("small", "serving"), default="small",
                    help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
                         "references on the backend's GPU when it has one); default small")
@@ -361,22 +426,29 @@ def build_parser() -> argparse.ArgumentParser:
                                    "leaves the catalog as it was). With --check: regenerate in a temporary folder "
                                    "and compare byte for byte, changing nothing (exit 1 on a difference).")
     g.add_argument("--check", action="store_true", help="regenerate in a temporary folder and compare bytes")
+    g.add_argument("--catalog", default=catalog.BUILTIN, metavar="DIR", help=managed_help)
     g.set_defaults(fn=cmd_regen)
     v = sub.add_parser("verify", help="recompute every stored expectation and compare (drift detector)",
                        description="Recompute every expectation stored in the golden catalog with the installed "
                                    "reference and compare bit for bit; exit 1 names each case that drifted.")
+    v.add_argument("--catalog", default=catalog.BUILTIN, metavar="DIR", help=managed_help)
     v.set_defaults(fn=cmd_verify)
     ls = sub.add_parser("list", help="list the golden cases",
                         description="One line per golden case (id, name, expected result, bug-class flags) "
                                     "and its comment; --flag keeps the cases of one bug class (`bugs` lists them).")
     ls.add_argument("--flag", help="only cases with this bug-class flag")
+    ls.add_argument("--catalog", default=catalog.BUILTIN, metavar="DIR", help=managed_help)
     ls.set_defaults(fn=cmd_list)
-    a = sub.add_parser("add", help="promote a saved case file (e.g. from .repro/) into the catalog")
+    a = sub.add_parser("add", help="promote a saved case file (e.g. from .repro/) into your project's catalog")
     a.add_argument("file", help="the case file to promote")
     a.add_argument("--comment", required=True, help="what the case targets")
     a.add_argument("--flags", nargs="+", required=True, help="its bug-class flags (see `list`)")
     a.add_argument("--name", help="case name (default: the file's stem)")
     a.add_argument("--splits", type=_split_count, nargs="+", help="split counts (>= 1) to store expectations for")
+    a.add_argument("--catalog", metavar="DIR",
+                   help=f"the project catalog folder to add to, created on first use; default ${catalog.PROJECT_ENV} "
+                        f"or ./{catalog.PROJECT_DEFAULT}. '{catalog.BUILTIN}' (or the suite's vectors/ folder) adds "
+                        "to the suite's own built-in catalog: for the suite's maintainers")
     a.set_defaults(fn=cmd_add)
     from . import bugs
 

@@ -193,10 +193,12 @@ def save_repro(spec: str, problem: DecodeProblem, launch: Launch, report_text: s
     """Write a failing problem to ``$NVFP4_REPRO_DIR`` (default ``.repro/``) as a
     case file named by its content hash; returns the path. Its meta holds the
     backend ``spec`` (as given to ``--backend``) and the launch record that
-    failed, which ``python -m nvfp4_suite.vectors replay PATH`` reruns with no other
-    argument; ``python -m nvfp4_suite.vectors add PATH`` makes it a golden case.
-    Raises OSError when the folder cannot hold it (a file, unwritable, not
-    creatable), leaving no partial file behind; callers print the report anyway."""
+    failed, which ``python -m nvfp4_suite.vectors replay PATH`` reruns (with no other
+    argument only when ``spec`` is a registered backend name; else with ``--backend SPEC``,
+    as the printed replay command gives it); ``python -m nvfp4_suite.vectors add PATH``
+    makes it a golden case of the project's catalog. Raises OSError when the
+    folder cannot hold it (a file, unwritable, not creatable), leaving no partial
+    file behind; callers print the report anyway."""
     from .io import save_case
 
     folder = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))

@@ -54,15 +54,24 @@ def _npy_bytes(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def _umask() -> int:
+    mask = os.umask(0o22)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path, data: bytes) -> None:
     """Replace ``path`` by ``data`` through a new temporary file beside it
     (``.NAME.*.tmp``, created exclusively) and a rename: a reader sees the old
     or the new content, never a part; an interruption leaves at most the
     temporary file (removed here when the interruption is an exception); a
-    symlink at ``path`` is replaced, never written through."""
+    symlink at ``path`` is replaced, never written through. The file gets
+    the permissions a plain ``open`` would give it (0666 less the umask),
+    not the temporary file's 0600: a project catalog is shared by a team."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

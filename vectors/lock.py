@@ -1,6 +1,7 @@
 """The catalog's lock: ``fcntl.flock`` on ``FOLDER/.lock``, so that commands
 that change a catalog (``add``, ``regen``) run one at a time and commands
-that read all of it (``verify``, ``regen --check``) never see one half-done.
+that read all of it (``check``'s golden run, ``verify``, ``regen --check``)
+never see one half-done.
 
 Writers take it exclusive, readers shared. A command that finds it held
 waits, saying once who holds it, and gives up after ``timeout`` seconds with

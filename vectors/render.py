@@ -64,7 +64,7 @@ def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
         for c in failed:
             first = c.failures[0]
             new = [f for f in c.flags if f not in seen]
-            out.append(f"  {c.id:3d} {c.name:<28} FAIL at {len(c.failures)} of {len(c.ran)} launches "
+            out.append(f"  {c.tag} FAIL at {len(c.failures)} of {len(c.ran)} launches "
                        f"[{', '.join(c.flags)}]")
             if new:
                 seen.update(new)
@@ -72,10 +72,10 @@ def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
                 out.append(indent(first.text, "        "))
             out.append(f"      replay: {replay_command(c.file, spec, first.launch, timeout)}")
     for c in errors:
-        out.append(f"  {c.id:3d} {c.name:<28} ERROR: {c.error}")
+        out.append(f"  {c.tag} ERROR: {c.error}")
     for c in skipped:
         reasons = sorted({why for _, why in c.skipped})
-        out.append(f"  {c.id:3d} {c.name:<28} SKIPPED: {'; '.join(reasons)}")
+        out.append(f"  {c.tag} SKIPPED: {'; '.join(reasons)}")
         for launch, seen in c.outside:
             out.append(f"      outside the domain, information only: {launch.describe()}: {seen}")
     if partial:
