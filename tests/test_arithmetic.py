@@ -1,7 +1,8 @@
 """nvfp4_suite.reference.arithmetic: the declarations, and a kernel judged in each.
 
-The third-party model (tests/thirdparty_kernel.py: P in bf16 relative to one
-max per 128 keys, split by slot position, otherwise float32) is conformant
+The third-party model (tests/thirdparty.py: P in bf16 relative to one max per
+128 keys, split by slot position, otherwise float32; compacted slot lists and
+four separate cache tensors, declared) is conformant
 when it declares ``EXACT_P_BF16`` and not when it declares the exact class or
 the seed's geometry; its injected bugs are caught under its declaration; a
 kernel of a position-split geometry is judged against its own schedule.
@@ -20,10 +21,12 @@ from nvfp4_suite.reference import EXACT_P_BF16, SEED_GEOMETRY, Exact, Geometry, 
 from nvfp4_suite.reference.compare import compare_backend_output, interval_vs_oracle
 from nvfp4_suite.reference.emulate import _emulate, split_schedule
 from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.layout import present
 from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.cases import compact
 from nvfp4_suite.vectors.check import check_generated, check_golden
 from nvfp4_suite.vectors.cli import main
-from thirdparty_kernel import BUGS, ThirdPartyKernel
+from thirdparty import BUGS, LAYOUT, ThirdPartyKernel
 
 POSITION = Geometry(32, 8, True, "position")
 
@@ -116,10 +119,10 @@ def test_the_thirdparty_model_also_meets_its_whole_geometry_and_only_with_its_sp
     # One max per 128 keys, l summed over them, P in bf16, split by position: the
     # emulation of that chain judges it to float32 noise; the rank rule does not fit.
     mine = Geometry(128, 128, True, "position")
-    run = check_golden(ThirdPartyKernel(mine))
+    run = check_golden(ThirdPartyKernel(geometry=mine))
     assert run.ok, run.text()
-    assert check_generated(ThirdPartyKernel(mine), examples=10, seed=1, shrink=False).ok
-    wrong = ThirdPartyKernel(dataclasses.replace(mine, split_rule="rank"))
+    assert check_generated(ThirdPartyKernel(geometry=mine), examples=10, seed=1, shrink=False).ok
+    wrong = ThirdPartyKernel(geometry=dataclasses.replace(mine, split_rule="rank"))
     assert not check_golden(wrong, cases=_cases("minus-one", "stale-tail")).ok
 
 
@@ -129,12 +132,12 @@ def _cases(*flags):
 
 @pytest.mark.parametrize("declared", [None, SEED_GEOMETRY], ids=["exact-class", "seed-geometry"])
 def test_the_thirdparty_model_is_not_conformant_when_it_declares_another_arithmetic(declared):
-    run = check_golden(ThirdPartyKernel(declared), cases=_cases("rounding", "large-logits"))
+    run = check_golden(ThirdPartyKernel(geometry=declared), cases=_cases("rounding", "large-logits"))
     assert not run.ok
-    assert not check_generated(ThirdPartyKernel(declared), examples=10, seed=1, shrink=False).ok
+    assert not check_generated(ThirdPartyKernel(geometry=declared), examples=10, seed=1, shrink=False).ok
 
 
-@pytest.mark.parametrize("bug, flag", [("stale_tail", "stale-tail"), ("split_no_rescale", "split-rescale"),
+@pytest.mark.parametrize("bug, flag", [("no_causal_cut", "stale-tail"), ("merge_no_rescale", "split-rescale"),
                                        ("head_mod", "head-map")])
 def test_thirdparty_bugs_are_caught_under_its_declaration(bug, flag):
     assert bug in BUGS
@@ -144,8 +147,8 @@ def test_thirdparty_bugs_are_caught_under_its_declaration(bug, flag):
 
 @pytest.mark.parametrize("seed, splits", [(0, 1), (1, 3), (2, 8)])
 def test_the_p_rounding_term_bounds_an_independent_p_in_bf16_kernel_and_is_needed(seed, splits):
-    p = random_problem(seed, reqs=3, q_len=2, num_kv_heads=2, topk=8)
-    pre = ThirdPartyKernel()(p, splits=splits, pre_round=True).astype(np.float64)
+    p = compact(random_problem(seed, reqs=3, q_len=2, num_kv_heads=2, topk=8)).validate()
+    pre = ThirdPartyKernel()(present(p, LAYOUT), splits=splits, pre_round=True).astype(np.float64)
     with_term = interval_vs_oracle(p, geometry=EXACT_P_BF16)
     assert np.all(np.abs(pre - with_term.pre) <= with_term.delta)
     without = interval_vs_oracle(p, p_bf16=False)
@@ -155,7 +158,7 @@ def test_the_p_rounding_term_bounds_an_independent_p_in_bf16_kernel_and_is_neede
 def test_check_arithmetic_overrides_what_the_backend_declares(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     tail = ["--examples", "2", "--no-golden"]
-    assert main(["check", "--backend", "thirdparty_kernel:ThirdPartyKernel", "--arithmetic", "exact-p-bf16", *tail]) == 0
+    assert main(["check", "--backend", "thirdparty:ThirdPartyKernel", "--arithmetic", "exact-p-bf16", *tail]) == 0
     assert "arithmetic exact-p-bf16" in capsys.readouterr().out
     # The seed's arithmetic (the emulate backend, conformant as it declares itself:
     # tests/test_cli.py) judged as the exact class: P's rounding is outside it.

@@ -1,10 +1,6 @@
 """The README's worked example runs as written: its adapter, on a numpy model of the kernel
 (``tests/thirdparty.py`` standing in for ``mykernel``), and its commands.
 
-Two shims, each marked, stand in for work merged from other branches:
-ARITHMETIC (``judge_p_bf16``: the backend cannot declare "exact, P in bf16" yet) and
-STRATEGIES (``compacted_strategies``: the strategies draw compacted lists once they
-read ``Capabilities.slot_lists``).
 """
 
 import re
@@ -15,12 +11,7 @@ from pathlib import Path
 import pytest
 
 import thirdparty as T
-from nvfp4_suite.reference import ProblemError
 from nvfp4_suite.reference import layout as L
-from nvfp4_suite.reference.compare import interval_vs_oracle
-from nvfp4_suite.reference.problem import outside_slot_domain
-from nvfp4_suite.vectors import catalog, check, harness, strategies
-from nvfp4_suite.vectors.cases import compact
 from nvfp4_suite.vectors.cli import main
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -72,45 +63,12 @@ def adapter(tmp_path, monkeypatch):
     return mod
 
 
-@pytest.fixture
-def judge_p_bf16(monkeypatch):
-    """ARITHMETIC: "exact, P in bf16" for exact-class backends. LEAD: at merge with `home`,
-    declare it in the README's adapter and drop this fixture."""
-    def p_bf16_interval(problem, *, geometry, splits=1):
-        return interval_vs_oracle(problem, p_bf16=True), "oracle (exact class, P in bf16)"
-
-    monkeypatch.setattr(check, "backend_interval", p_bf16_interval)
-    monkeypatch.setattr(harness, "backend_interval", p_bf16_interval)
-    monkeypatch.setattr(catalog, "judgment_name", lambda geometry, splits: None)
-
-
-@pytest.fixture
-def compacted_strategies(monkeypatch):
-    """STRATEGIES: generated problems inside the compacted domain. LEAD: drop at merge with `gen`."""
-    original = strategies.problems_for
-
-    def valid(p):
-        try:
-            p.validate()
-        except ProblemError:
-            return False
-        return True
-
-    def problems_for(caps):
-        drawn = original(caps)
-        if caps.slot_lists != "compacted":
-            return drawn
-        return drawn.map(lambda p: p if outside_slot_domain(p, "compacted") is None else compact(p)).filter(valid)
-
-    monkeypatch.setattr(strategies, "problems_for", problems_for)
-
-
 def test_the_adapter_declares_what_the_readme_says(adapter):
     caps = adapter.Backend().capabilities
     assert caps.slot_lists == "compacted" and caps.cache_layout == L.SEPARATE == T.LAYOUT
 
 
-def test_the_readme_check_command_finds_the_example_conformant(adapter, judge_p_bf16, compacted_strategies, capsys):
+def test_the_readme_check_command_finds_the_example_conformant(adapter, capsys):
     argv = _commands()[0]
     assert argv == ["check", "--backend", "adapter:Backend"]
     # Fewer generated problems and two split counts keep it CI-sized; the cases are all run.
@@ -121,12 +79,14 @@ def test_the_readme_check_command_finds_the_example_conformant(adapter, judge_p_
     assert "8 generated problems" in out
 
 
-def test_without_the_arithmetic_declared_the_example_is_not_conformant(adapter, capsys):
-    assert main(["check", "--backend", "adapter:Backend", "--examples", "0", "--splits", "1"]) == 1
+def test_judged_as_the_exact_class_the_example_is_not_conformant(adapter, capsys):
+    # Its P in bf16 is outside the exact class: the declaration is what makes it conformant.
+    assert main(["check", "--backend", "adapter:Backend", "--arithmetic", "exact", "--examples", "0",
+                 "--splits", "1"]) == 1
     assert "NOT CONFORMANT: backend mykernel" in capsys.readouterr().out
 
 
-def test_the_readme_outside_domain_command_reports_information_only(adapter, judge_p_bf16, capsys):
+def test_the_readme_outside_domain_command_reports_information_only(adapter, capsys):
     argv = _commands()[1]
     assert argv == ["check", "--backend", "adapter:Backend", "--outside-domain", "--examples", "0"]
     assert main(argv + ["--splits", "1"]) == 0

@@ -17,7 +17,8 @@ kernel does, not what the contract prescribes.
 ``ThirdPartyKernel(bug)`` injects one bug from ``BUGS``;
 ``ThirdPartyKernel(slot_lists=..., layout=...)`` misdeclares its domain or layout;
 ``ThirdPartyKernel(p_bf16=False)`` is the same kernel with P left in float32,
-an exact-class kernel the suite judges today without any arithmetic declaration.
+an exact-class kernel; ``ThirdPartyKernel(geometry=...)`` misdeclares its
+arithmetic.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from nvfp4_suite.kernels.protocol import Capabilities, INTERPRETED_LIMITS, Limits
-from nvfp4_suite.reference import bf16_round
+from nvfp4_suite.reference import EXACT_P_BF16, bf16_round
 from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
 from nvfp4_suite.reference.layout import SEPARATE, CacheLayout
 from nvfp4_suite.reference.paged_cache import BLK, D, unpack_e2m1, unswizzle_v_scales
@@ -33,12 +34,11 @@ from nvfp4_suite.reference.paged_cache import BLK, D, unpack_e2m1, unswizzle_v_s
 # The kernel's cache: four tensors [pages, 128, Hkv, row], linear V scales.
 LAYOUT: CacheLayout = SEPARATE
 
-# ARITHMETIC: the one place the model's arithmetic is declared to the suite. Until the
-# backend protocol can declare "exact, P in bf16, one max per 128 keys, split by slot
-# position" (the `home` branch), the model is an exact-class backend (geometry None) and
-# its tests judge it with P in bf16 through `judge` in tests/test_thirdparty.py.
-# LEAD: at merge, set GEOMETRY to that declaration and drop the `judge` fixture there.
-GEOMETRY = None
+# Its arithmetic, declared: exact but P rounded to bf16 (reference/CONTRACT.md 7.1). One max
+# per 128 keys and the split by slot position need no declaration under it (the P term of
+# the oracle's interval covers any running max); tests/test_arithmetic.py also judges the
+# model against its whole geometry, Geometry(128, 128, True, "position").
+GEOMETRY = EXACT_P_BF16
 
 BUGS = {
     "v_scale_swizzled": "V scales read through the seed's swizzle although the cache holds them linear",
@@ -51,18 +51,22 @@ BUGS = {
 }
 
 
-class ThirdPartyKernel:
-    """The model as a backend: ``slot_lists`` and ``layout`` are what it declares
-    (its true ones by default), ``bug`` one of ``BUGS`` or None."""
+_TRUE = object()  # the geometry argument's default: the model's own declaration
 
-    geometry = GEOMETRY
+
+class ThirdPartyKernel:
+    """The model as a backend: ``slot_lists``, ``layout`` and ``geometry`` are
+    what it declares (its true ones by default: ``GEOMETRY``, or the exact class
+    with ``p_bf16=False``), ``bug`` one of ``BUGS`` or None."""
 
     def __init__(self, bug: str | None = None, *, slot_lists: str = "compacted",
-                 layout: CacheLayout | None = LAYOUT, p_bf16: bool = True, limits: Limits = INTERPRETED_LIMITS):
+                 layout: CacheLayout | None = LAYOUT, p_bf16: bool = True, limits: Limits = INTERPRETED_LIMITS,
+                 geometry=_TRUE):
         if bug is not None and bug not in BUGS:
             raise ValueError(f"unknown bug {bug!r}")
         self.bug = bug
         self.p_bf16 = p_bf16
+        self.geometry = (GEOMETRY if p_bf16 else None) if geometry is _TRUE else geometry
         self.name = "thirdparty" + ("" if p_bf16 else "-p-f32") + (f":{bug}" if bug else "")
         self.capabilities = Capabilities(splits=(1, 2, 3, 4, 8), targets=("numpy",), slot_lists=slot_lists,
                                          cache_layout=layout, limits=limits)
@@ -70,9 +74,11 @@ class ThirdPartyKernel:
     def available(self) -> str | None:
         return None
 
-    def __call__(self, problem, *, splits: int = 1) -> np.ndarray:
+    def __call__(self, problem, *, splits: int = 1, pre_round: bool = False) -> np.ndarray:
+        """The output; ``pre_round``: the float32 values before their final bf16
+        rounding (for the tests of the tolerance derivation)."""
         problem.validate()  # the host side
-        return run(self._tensors(problem), problem, splits, self.bug, self.p_bf16)
+        return run(self._tensors(problem), problem, splits, self.bug, self.p_bf16, pre_round)
 
     @staticmethod
     def _tensors(problem) -> dict:
@@ -83,12 +89,13 @@ class ThirdPartyKernel:
         return cache
 
 
-def run(cache: dict, problem, splits: int, bug: str | None = None, p_bf16: bool = True) -> np.ndarray:
+def run(cache: dict, problem, splits: int, bug: str | None = None, p_bf16: bool = True,
+        pre_round: bool = False) -> np.ndarray:
     """The kernel on raw arrays: ``cache`` (``k_codes``, ``k_scales``, ``v_codes``,
     ``v_scales``: uint8 ``[pages, 128*Hkv*row]``) and ``problem``'s q, topk,
     block_table, seq_lens, q_len and scalars (attributes); ``p_bf16``: P rounded
     to bf16 before PV (the kernel) or left in float32. Returns bf16 values
-    as float32 ``[rows, H, 128]``."""
+    as float32 ``[rows, H, 128]`` (``pre_round``: before that last rounding)."""
     hk = int(problem.num_kv_heads)
     q = np.asarray(problem.q, np.float32)
     rows, H = q.shape[:2]
@@ -168,5 +175,5 @@ def run(cache: dict, problem, splits: int, bug: str | None = None, p_bf16: bool 
                 den = (den + pl * w).astype(np.float32)
             with np.errstate(invalid="ignore", divide="ignore"):
                 res = np.where(den[:, None] > 0, num / den[:, None] * vg, np.float32(0))
-            out[r, heads] = bf16_round(res.astype(np.float32))
-    return out
+            out[r, heads] = res.astype(np.float32)
+    return out if pre_round else bf16_round(out)
