@@ -37,8 +37,12 @@ from nvfp4_suite.reference import DecodeProblem
 HERE = Path(__file__).resolve().parent
 SIGNATURES = HERE / "signatures.json"
 
+# The one feature of an invalid-input case's launch (what it asks of a kernel is a refusal).
+INVALID = "invalid-input"
+
 # Feature name -> the phrase a report says of a launch that has it.
 FEATURES = {
+    INVALID: "an invalid input that the host side must refuse with its ProblemError",
     "invalid-before-valid": "a -1 or future slot before a valid slot in some slot list",
     "future-slot": "a future block id in some slot list",
     "minus-one-slot": "a -1 slot in some slot list",
@@ -220,10 +224,27 @@ def mutant_matches(outcomes: list[Outcome], signatures: dict) -> list[Match]:
     return sorted(out, key=lambda m: (-m.jaccard, m.spec))
 
 
+def current_signatures() -> dict:
+    """The recorded signatures when they were recorded on the installed catalog
+    (its manifest's sha256 matches), else an empty record: a pattern recorded
+    on another catalog names nothing here."""
+    import hashlib
+
+    from . import catalog
+
+    sig = load_signatures()
+    try:
+        here = hashlib.sha256(catalog.MANIFEST.read_bytes()).hexdigest()
+    except OSError:
+        here = None
+    return sig if sig["catalog"] == here else {"catalog": None, "mutants": {}}
+
+
 def summary_lines(outcomes: list[Outcome], signatures: dict | None = None) -> list[str]:
-    """The cause summary of a golden run (printed above the per-class lines):
-    the shared features, a matching mutant, and the classes ranked by share.
-    Empty when nothing failed."""
+    """The cause summary of a golden run (printed above the per-case lines):
+    the shared features, a matching mutant (``signatures``, default
+    ``current_signatures()``), and the classes ranked by share. Empty when
+    nothing failed."""
     if not any(o.failed for o in outcomes):
         return []
     lines = []
@@ -232,7 +253,7 @@ def summary_lines(outcomes: list[Outcome], signatures: dict | None = None) -> li
         lines.append(f"  shared by the failures: {c.phrase()}")
     if not causes:
         lines.append("  shared by the failures: no feature common to every failing launch")
-    for m in mutant_matches(outcomes, signatures if signatures is not None else load_signatures())[:2]:
+    for m in mutant_matches(outcomes, signatures if signatures is not None else current_signatures())[:2]:
         lines.append(f"  matches {m.bug} ({m.what}; mutant {m.spec}): {m.both} launches fail in both, "
                      f"{m.mutant_only} only in the mutant, {m.run_only} only here")
     shares = class_shares(outcomes)
@@ -304,7 +325,7 @@ def main(argv=None) -> int:
         bad = [s for s in args.mutant if s not in specs]
         if bad or not args.check:
             print(f"--mutant {bad[0] if bad else args.mutant[0]}: " + (
-                f"not a detectable numpy mutant (python -m nvfp4_suite.vectors bugs --mutants numpy)"
+                "not a detectable numpy mutant (python -m nvfp4_suite.vectors bugs --mutants numpy)"
                 if bad else "only with --check (the file records every mutant)"), file=sys.stderr)
             return 2
         specs = args.mutant

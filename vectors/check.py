@@ -25,12 +25,11 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem, ProblemError, ReferenceBudgetError
 from nvfp4_suite.reference.compare import Report, backend_interval, describe_modified_inputs
 
-from . import catalog, interrupts, lock
+from . import blame, catalog, interrupts, lock
 from .coverage import Coverage
 from .harness import BackendCrash, modified_inputs, private_copy, run_case, save_repro
 from .io import CaseFileError
 from .render import golden_lines, replay_command, shown  # noqa: F401 - replay_command: imported from here by callers
-
 
 PREFERENCE = ("flydsl", "triton", "torch", "emulate")
 
@@ -163,6 +162,9 @@ class CaseResult:
     error: str | None = None
     expected_error: str | None = None
     outside: list = dataclasses.field(default_factory=list)  # (launch, observation): --outside-domain
+    # Launch -> the facts of the problem and launch a cause summary compares
+    # (blame.launch_features), for every launch run.
+    features: dict = dataclasses.field(default_factory=dict)
     catalog: str | None = None  # the catalog's label (catalog.label); None: the built-in one
 
     @property
@@ -205,6 +207,7 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
     if entry["result"] == "invalid":
         good, text = check_invalid(problem, entry["expected_error"], backend)
         res.ran.append(Launch())
+        res.features[Launch()] = frozenset({blame.INVALID})
         if not good:
             res.status = Status.FAIL
             res.failures.append(LaunchFailure(Launch(), text))
@@ -221,6 +224,7 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
                 res.outside.append((launch, observe_outside(backend, problem, launch)))
             continue
         res.ran.append(launch)
+        res.features[launch] = blame.launch_features(problem, launch)
         try:
             expected = _expected(backend, problem, extra, launch, cache)
         except (CaseFileError, ReferenceBudgetError) as e:
@@ -257,6 +261,12 @@ class GoldenRun:
     def judged(self) -> int:
         """Cases with at least one launch run."""
         return sum(c.status in (Status.PASS, Status.FAIL) for c in self.cases)
+
+    def outcomes(self) -> list[blame.Outcome]:
+        """Every launch run, as the cause summary sees it (``blame.Outcome``)."""
+        return [blame.Outcome(c.id, tuple(c.flags), launch, c.features[launch],
+                              any(f.launch == launch for f in c.failures))
+                for c in self.cases for launch in c.ran if launch in c.features]
 
     @property
     def ok(self) -> bool:
@@ -295,6 +305,38 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
         except interrupts.Interrupted as e:
             run.stopped = e.reason
     return run
+
+
+def observe_outside(backend, problem, launch: Launch) -> str:
+    """What ``backend`` does on ``problem`` outside its declared input domain, in
+    words (crash, NaN, zeros, garbage, or agreeing with the exact reference);
+    information only, never a verdict. The launch itself must be supported."""
+    from .harness import OutputTypeError, _call  # the harness's one guarded call, without its judgement
+
+    try:
+        got, _ = _call(backend, problem, launch)
+    except BackendCrash as e:
+        return f"crash ({e})"
+    if isinstance(got, OutputTypeError):
+        return f"no output array ({got})"
+    iv, _ = backend_interval(problem, geometry=None)
+    if got.shape != iv.lo.shape:
+        return f"output of shape {list(got.shape)}, expected {list(iv.lo.shape)}"
+    n = got.size
+    nan = int(np.isnan(got).sum())
+    outside = int((~((got >= iv.lo) & (got <= iv.hi))).sum())
+    rows = np.abs(got).reshape(problem.rows, -1).max(axis=1)
+    zero_rows = int(((rows == 0) & (np.abs(iv.nearest).reshape(problem.rows, -1).max(axis=1) > 0)).sum())
+    if outside == 0:
+        return "agrees with the exact reference (every element inside its interval)"
+    parts = [f"{outside} of {n} elements outside the exact reference's interval"]
+    if nan:
+        parts.append(f"NaN in {nan}")
+    if zero_rows:
+        parts.append(f"{zero_rows} rows zero where the reference is not")
+    if outside > nan:
+        parts.append(f"{outside - nan} finite elements off (garbage)")
+    return "; ".join(parts)
 
 
 # --- generated problems -------------------------------------------------------

@@ -12,6 +12,8 @@ import shlex
 
 from nvfp4_suite.kernels.protocol import Launch
 
+from . import blame
+
 
 def shown(name) -> str:
     """``name`` (a backend's, which it chose) safe to print on one line: as it
@@ -58,8 +60,10 @@ def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
     if run.stopped:
         out.append(f"  stopped early ({run.stopped}): the cases not listed were not run")
     if failed:
-        classes = collections.Counter(f for c in failed for f in c.flags)
-        out.append("  failing bug classes (cases): " + ", ".join(f"{k} ({n})" for k, n in classes.most_common()))
+        # What the failures share comes first: one cause can fail cases of many classes.
+        # A pattern recorded on the built-in catalog means nothing for a project catalog's ids.
+        builtin = all(c.catalog is None for c in run.cases)
+        out += blame.summary_lines(run.outcomes(), None if builtin else {"mutants": {}})
         seen = set()
         for c in failed:
             first = c.failures[0]
