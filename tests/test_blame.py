@@ -53,20 +53,27 @@ def _o(case, failed, *features, flags=("x",), splits=1):
 
 
 def test_shared_causes_are_the_features_every_failure_has_and_some_pass_lacks():
-    outs = [_o(0, True, "a", "b"), _o(1, True, "a", "c"), _o(2, False, "a", "b"), _o(3, False, "b")]
+    outs = [_o(0, True, "hkv>1", "q_len>1"), _o(1, True, "hkv>1", "planar"), _o(2, False, "hkv>1", "q_len>1"),
+            _o(3, False, "q_len>1")]
     causes = blame.shared_causes(outs)
-    assert [c.feature for c in causes] == ["a"]
+    assert [c.feature for c in causes] == ["hkv>1"]
     assert (causes[0].failing, causes[0].passing_with, causes[0].passing) == (2, 1, 2)
 
 
 def test_shared_causes_exclude_features_every_launch_has():
-    outs = [_o(0, True, "a"), _o(1, False, "a")]
+    outs = [_o(0, True, "planar"), _o(1, False, "planar")]
     assert blame.shared_causes(outs) == []
 
 
 def test_shared_causes_rank_the_rarest_among_passing_launches_first():
-    outs = [_o(0, True, "a", "b"), _o(1, False, "a"), _o(2, False, "a"), _o(3, False, "b"), _o(4, False)]
-    assert [c.feature for c in blame.shared_causes(outs)] == ["b", "a"]
+    outs = [_o(0, True, "planar", "xcds"), _o(1, False, "planar"), _o(2, False, "planar"), _o(3, False, "xcds"),
+            _o(4, False)]
+    assert [c.feature for c in blame.shared_causes(outs)] == ["xcds", "planar"]
+
+
+def test_shared_causes_of_equal_share_come_in_the_order_of_features():
+    outs = [_o(0, True, "q_len>1", "invalid-before-valid"), _o(1, False)]
+    assert [c.feature for c in blame.shared_causes(outs)] == ["invalid-before-valid", "q_len>1"]
 
 
 def test_class_shares_rank_by_share_not_by_count():

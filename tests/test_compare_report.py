@@ -11,6 +11,7 @@ from nvfp4_suite.reference.compare import (
     OUTSIDE,
     UNWRITTEN,
     compare_with_emulation,
+    compare_with_interval,
     interval_vs_emulation,
     ulp_distance,
 )
@@ -66,9 +67,20 @@ def test_nan_where_value_expected_and_unwritten_rows_are_reported():
     got = R.emulate(p).copy()
     got[0, 3, 3] = np.nan
     got[5] = np.nan
-    rep = compare_with_emulation(p, got)
+    # An out= buffer the harness pre-filled with NaN: row 5 was never written.
+    rep = compare_with_interval(p, got, interval_vs_emulation(p), "emulation", sentinel=True)
     assert rep.nan_rows == [0] and rep.unwritten_rows == [5]
     assert "1 row not written" in rep.summary() and "1 row with NaN" in rep.summary()
+
+
+def test_a_returned_row_of_nan_is_a_row_with_nan_not_a_row_never_written():
+    # A backend that returns its output wrote every value of it: NaN there is its own.
+    p = small_problem()
+    got = R.emulate(p).copy()
+    got[5] = np.nan
+    rep = compare_with_emulation(p, got)
+    assert rep.nan_rows == [5] and rep.unwritten_rows == []
+    assert "not written" not in rep.details() and "1 row with NaN" in rep.summary()
 
 
 def test_non_bf16_values_and_wrong_shapes_fail():
@@ -148,7 +160,7 @@ def test_rows_never_written_and_nans_are_listed_once_and_the_report_fits_a_scree
     got[5] = np.nan
     got[0, 3, 3] = np.nan
     got[1] = garbage(got[1].shape)
-    rep = compare_with_emulation(p, got)
+    rep = compare_with_interval(p, got, interval_vs_emulation(p), "emulation", sentinel=True)
     reasons = [w.reason for w in rep.worst]
     assert reasons.count(UNWRITTEN) == 1 and reasons.count(NAN) == 1 and OUTSIDE in reasons
     assert len(rep.worst) == MAX_LISTED

@@ -350,3 +350,30 @@ def test_save_repro_into_an_unusable_folder_raises_oserror_and_leaves_nothing(tm
         save_repro("x:y", _tiny(), Launch(), "FAIL")
     if where == "read-only":
         assert list(folder.iterdir()) == []
+
+
+def test_a_crash_report_carries_the_backends_traceback():
+    class Raises:
+        name = "raises"
+        geometry = None
+        capabilities = Capabilities()
+
+        def available(self):
+            return None
+
+        def __call__(self, problem, *, splits=1):
+            return self.inner(problem)
+
+        def inner(self, problem):
+            raise ValueError("zero-size array to reduction operation")
+
+    p = random_problem(2, reqs=1, topk=2)
+    try:
+        run_case(Raises(), p, Launch())
+    except BackendCrash as e:
+        text = e.details()
+    else:
+        raise AssertionError("no crash")
+    assert text.startswith("backend raised ValueError: zero-size array to reduction operation\n"
+                           "backend traceback (innermost frames):")
+    assert "in inner" in text and 'raise ValueError("zero-size array' in text

@@ -99,6 +99,10 @@ def test_misdeclared_domain_fails_exactly_the_cases_outside_the_true_domain():
     # The cause is the input domain: every failing case is outside the compacted domain,
     # and every compacted twin passes.
     assert failed and failed == cases - _compacted_ids(), run.text()
+    # And the report says so first, above the cases' own classes.
+    lines = run.text().splitlines()
+    assert lines[1].startswith("  shared by the failures: every failing launch (5) has a -1 or future slot "
+                               "before a valid slot in some slot list; of the 5 passing launches, 0 have it"), lines[:4]
 
 
 def test_outside_domain_cases_are_run_as_information_with_outside_domain():

@@ -132,7 +132,8 @@ class Cause:
 def shared_causes(outcomes: list[Outcome]) -> list[Cause]:
     """Features held by every failing launch and missing from at least one
     passing launch, ordered by how few passing launches hold them (the most
-    telling first). Empty when nothing failed or nothing passed."""
+    telling first; ties in ``FEATURES`` order). Empty when nothing failed or
+    nothing passed."""
     failing = [o for o in outcomes if o.failed]
     passing = [o for o in outcomes if not o.failed]
     if not failing or not passing:
@@ -141,7 +142,9 @@ def shared_causes(outcomes: list[Outcome]) -> list[Cause]:
     causes = [Cause(f, len(failing), sum(f in o.features for o in passing), len(passing))
               for f in common]
     causes = [c for c in causes if c.passing_with < c.passing]
-    return sorted(causes, key=lambda c: (c.passing_with / c.passing, c.feature))
+    # Ties in the order of FEATURES: the input-domain facts before the launch's.
+    order = list(FEATURES)
+    return sorted(causes, key=lambda c: (c.passing_with / c.passing, order.index(c.feature)))
 
 
 @dataclasses.dataclass(frozen=True)

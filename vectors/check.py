@@ -233,7 +233,7 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
         try:
             _, rep = run_case(backend, problem, launch, expected)
         except BackendCrash as e:
-            res.failures.append(LaunchFailure(launch, str(e)))
+            res.failures.append(LaunchFailure(launch, e.details()))
             continue
         if not rep.passed:
             res.failures.append(LaunchFailure(launch, rep.details(), rep))
@@ -431,7 +431,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             _, rep = run_case(backend, problem, launch)
             ok, text = rep.passed, rep.details()
         except BackendCrash as e:
-            ok, text = False, str(e)
+            ok, text = False, e.details()
         if not state["shrinking"]:
             state["n"] += 1
             if rep is not None:

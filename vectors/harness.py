@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +51,23 @@ from . import interrupts
 class BackendCrash(Exception):
     """The backend's own call raised ``error`` on ``launch``."""
 
+    # Frames of the backend's traceback a report shows (the innermost: where it raised).
+    TRACE_FRAMES = 8
+
     def __init__(self, error: BaseException, launch: Launch):
         what = getattr(error, "kind", None) or type(error).__name__
         super().__init__(f"backend raised {what}" + (f": {error}" if str(error) else ""))
         self.error = error
         self.launch = launch
+
+    def details(self) -> str:
+        """The message and, where the error carries one, the innermost frames of
+        its traceback (a crash is debugged from where it raised)."""
+        tb = self.error.__traceback__
+        if tb is None:
+            return str(self)
+        frames = traceback.format_tb(tb)[-self.TRACE_FRAMES:]
+        return str(self) + "\nbackend traceback (innermost frames):\n" + "".join(frames).rstrip()
 
 
 def _arrays(problem: DecodeProblem) -> list[str]:
@@ -179,7 +192,7 @@ def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
         first = None
     else:
         iv, against = expected or backend_interval(problem, geometry=backend.geometry, splits=launch.splits)
-        report = compare_with_interval(problem, first, iv, against)
+        report = compare_with_interval(problem, first, iv, against, sentinel=backend.capabilities.out)
         if isinstance(second, OutputTypeError) or second.shape != first.shape:
             report.repeat_mismatch = int(first.size)
         else:

@@ -130,6 +130,25 @@ def generated_lines(gen) -> list[str]:
     return out
 
 
+# A failing problem this small (query rows x KV heads x slots) has its arrays printed.
+SHOWN_SLOTS = 64
+
+
+def problem_lines(p) -> list[str]:
+    """The small arrays of a minimised problem (a ``DecodeProblem``), enough to
+    reason about it from the report: seq_lens, each row's position, each (KV
+    head, row) slot list and the block table; nothing when it is larger than
+    ``SHOWN_SLOTS`` slots (the saved file holds it)."""
+    if p.rows * p.num_kv_heads * p.TOPK > SHOWN_SLOTS:
+        return []
+    out = [f"  seq_lens {p.seq_lens.tolist()}, positions {p.positions.tolist()} (negative: a padding row)"]
+    for h in range(p.num_kv_heads):
+        out.append(f"  slot lists of KV head {h} (row: ids; -1 empty, > the row's own block: future): "
+                   + "; ".join(f"{r}: {p.topk[h, r].tolist()}" for r in range(p.rows)))
+    out.append(f"  block_table {p.block_table.tolist()}")
+    return out
+
+
 def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: float | None = None) -> list[str]:
     """The report of a generated run's failing problem (a ``check.FailingProblem``):
     its size and launch, its report (both reports when it was flaky), where it
@@ -144,6 +163,7 @@ def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: fl
         head = "FIRST FAILING PROBLEM (minimised):"
     out = [head, f"  rows {p.rows}, Hkv {p.num_kv_heads}, TOPK {p.TOPK}, q_len {p.q_len}, "
                  f"launch {launch.describe(p)}"]
+    out += problem_lines(p)
     if failing.flaky_text is not None:
         out += ["  the failing run:", indent(failing.text, "    "), "  the rerun:", indent(failing.flaky_text, "    ")]
     else:

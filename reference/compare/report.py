@@ -308,10 +308,14 @@ def _pick_worst(code: np.ndarray, err: np.ndarray, zero: np.ndarray) -> list[int
     return sorted(chosen + rest[:MAX_LISTED - len(chosen)], key=lambda i: (-err[i], i))
 
 
-def compare_with_interval(problem: DecodeProblem, got, iv: Interval, against: str) -> Report:
+def compare_with_interval(problem: DecodeProblem, got, iv: Interval, against: str, *,
+                          sentinel: bool = False) -> Report:
     """The judgement of ``got`` (float32 ``[rows, H, 128]``) against ``iv`` (an
     ``Interval`` for ``problem``, e.g. from ``backend_interval`` or read back
-    from a golden case file); ``against`` names the reference in the report."""
+    from a golden case file); ``against`` names the reference in the report.
+    ``sentinel``: ``got`` is an ``out=`` buffer the harness pre-filled with NaN,
+    so a row that is still all NaN was never written; otherwise the backend
+    wrote every value it returned and such a row is a row of NaN."""
     shape = (problem.rows, problem.H, 128)
     got = np.asarray(got)
     if got.shape != shape or got.dtype != np.float32:
@@ -319,7 +323,7 @@ def compare_with_interval(problem: DecodeProblem, got, iv: Interval, against: st
                       shape_error=f"output must be float32 {shape}, got {got.dtype} {got.shape}")
     nan = np.isnan(got)
     row_nan = nan.reshape(problem.rows, -1)
-    unwritten_row = row_nan.all(axis=1)
+    unwritten_row = row_nan.all(axis=1) & sentinel
     unwritten = [int(r) for r in np.flatnonzero(unwritten_row)]
     nan_rows = [int(r) for r in np.flatnonzero(row_nan.any(axis=1) & ~unwritten_row)]
     not_bf16 = ~is_bf16(got) & ~nan

@@ -1,0 +1,28 @@
+"""vectors/render.py: the report text of a check (the parts not tested beside the CLI)."""
+
+import dataclasses
+
+from nvfp4_suite.kernels.protocol import Launch
+from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.vectors.check import FailingProblem
+from nvfp4_suite.vectors.render import SHOWN_SLOTS, failing_lines, problem_lines
+
+
+def test_a_small_failing_problem_shows_its_arrays():
+    p = random_problem(3, reqs=2, q_len=2, num_kv_heads=2, topk=3, seq_lens=[130, 1])
+    lines = problem_lines(p)
+    assert lines[0] == f"  seq_lens [130, 1], positions {p.positions.tolist()} (negative: a padding row)"
+    assert p.positions.tolist() == [128, 129, -1, 0]
+    for h in range(2):
+        assert f"  slot lists of KV head {h} (row: ids; -1 empty, > the row's own block: future): " \
+               f"0: {p.topk[h, 0].tolist()}; 1: {p.topk[h, 1].tolist()}" in lines[1 + h]
+    assert lines[-1] == f"  block_table {p.block_table.tolist()}"
+    text = "\n".join(failing_lines(FailingProblem(p, Launch(splits=2), "the report"), "emulate", "f.npz", None))
+    assert "\n  seq_lens [130, 1]" in text and "the report" in text and "replay: python -m" in text
+
+
+def test_a_large_failing_problem_shows_no_arrays():
+    p = random_problem(3, reqs=4, num_kv_heads=2, topk=9)
+    assert p.rows * p.num_kv_heads * p.TOPK > SHOWN_SLOTS and problem_lines(p) == []
+    small = dataclasses.replace(p, topk=p.topk[:, :, :8])
+    assert p.rows * 2 * 8 == SHOWN_SLOTS and problem_lines(small)
