@@ -157,7 +157,7 @@ def test_the_p_rounding_term_bounds_an_independent_p_in_bf16_kernel_and_is_neede
 
 def test_check_arithmetic_overrides_what_the_backend_declares(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
-    tail = ["--examples", "2", "--no-golden"]
+    tail = ["--examples", "5", "--no-golden"]
     assert main(["check", "--backend", "thirdparty:ThirdPartyKernel", "--arithmetic", "exact-p-bf16", *tail]) == 0
     assert "arithmetic exact-p-bf16" in capsys.readouterr().out
     # The seed's arithmetic (the emulate backend, conformant as it declares itself:
