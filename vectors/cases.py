@@ -289,15 +289,19 @@ def _xcds_rows():
     return _base(175, reqs=5, q_len=3, num_kv_heads=1, topk=6, seq_lens=[300, 129, 0, 200, 390])
 
 
-def _poisoned():
+def _page0_spare():
     p = _base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0], spare_pages=3)
-    # Page 0, where kernels commonly point a masked load, becomes a spare page (poisoned below).
+    # Page 0, where kernels commonly point a masked load, becomes a spare page (poisoned by the callers).
     spare = min(set(range(p.num_pages)) - set(p.block_table[p.block_table >= 0].tolist()))
     pool = p.pool.copy()
     pool[[0, spare]] = pool[[spare, 0]]
     bt = p.block_table.copy()
     bt[p.block_table == 0], bt[p.block_table == spare] = spare, 0
-    return poison_unread(_replace(p, pool=pool, block_table=bt))
+    return _replace(p, pool=pool, block_table=bt)
+
+
+def _poisoned():
+    return poison_unread(_page0_spare())
 
 
 def _layout_case(layout):
@@ -504,13 +508,7 @@ def _compacted_topk_major(hk):
 
 
 def _compacted_poisoned():
-    p = _base(176, reqs=3, q_len=2, num_kv_heads=2, topk=6, seq_lens=[600, 200, 0], spare_pages=3)
-    spare = min(set(range(p.num_pages)) - set(p.block_table[p.block_table >= 0].tolist()))
-    pool = p.pool.copy()
-    pool[[0, spare]] = pool[[spare, 0]]
-    bt = p.block_table.copy()
-    bt[p.block_table == 0], bt[p.block_table == spare] = spare, 0
-    return poison_unread(compact(_replace(p, pool=pool, block_table=bt)))
+    return poison_unread(compact(_page0_spare()))
 
 
 def _compacted(case: str, fn, flags=None, comment=None) -> Case:
