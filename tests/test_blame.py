@@ -28,7 +28,7 @@ def test_launch_features_name_each_slot_list_fact():
     # Row 0 at position 299 (self block 2): [-1, 0, 2] has -1 before valid ids; row 1 at 127: compacted.
     p = _problem([[[-1, 0, 2], [0, -1, -1]]], seq_lens=[300, 128])
     f = blame.launch_features(p, Launch(splits=2))
-    assert {"invalid-before-valid", "minus-one-slot", "splits>1", "token_rows", "odd-valid-count",
+    assert {"not-compacted", "invalid-before-valid", "minus-one-slot", "splits>1", "token_rows", "odd-valid-count",
             "partial-last-block"} <= f
     assert "future-slot" not in f and "row-without-work" not in f and "hkv>1" not in f
 
@@ -44,7 +44,7 @@ def test_launch_features_see_future_ids_and_rows_without_work():
 def test_launch_features_compacted_lists_have_no_invalid_before_valid():
     p = _problem([[[0, 1, 2, -1], [0, -1, -1, -1]]], seq_lens=[384, 128])
     f = blame.launch_features(p, Launch())
-    assert "invalid-before-valid" not in f and "future-slot" not in f
+    assert "invalid-before-valid" not in f and "future-slot" not in f and "not-compacted" not in f
     assert "partial-last-block" not in f  # both positions end a block (383, 127)
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
+from nvfp4_suite.reference.problem import outside_slot_domain
 
 HERE = Path(__file__).resolve().parent
 SIGNATURES = HERE / "signatures.json"
@@ -43,6 +44,7 @@ INVALID = "invalid-input"
 # Feature name -> the phrase a report says of a launch that has it.
 FEATURES = {
     INVALID: "an invalid input that the host side must refuse with its ProblemError",
+    "not-compacted": "a slot list outside the compacted domain (reference/CONTRACT.md 3.1)",
     "invalid-before-valid": "a -1 or future slot before a valid slot in some slot list",
     "future-slot": "a future block id in some slot list",
     "minus-one-slot": "a -1 slot in some slot list",
@@ -68,6 +70,8 @@ def launch_features(problem: DecodeProblem, launch: Launch) -> frozenset[str]:
     valid = problem.valid_slots                       # [Hkv, rows, TOPK]
     ids = problem.topk
     out = set()
+    if outside_slot_domain(problem, "compacted") is not None:
+        out.add("not-compacted")
     # An invalid slot before a valid one: the last valid slot lies after the first invalid one.
     topk = problem.TOPK
     idx = np.arange(topk)[None, None, :]
