@@ -670,3 +670,19 @@ def test_a_json_file_that_cannot_be_written_is_exit_2_naming_it_before_anything_
     assert main(["check", "--backend", "emulate", "--json", path]) == 2
     out, err = capsys.readouterr()
     assert out == "" and f"--json {path}" in err and "nothing was run" in err
+
+
+def test_json_report_of_a_generated_failure_names_its_size_saved_file_flakiness_and_replay(tmp_path, monkeypatch,
+                                                                                          capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "repro"))
+    assert main(["check", "--backend", "hostile:FlakyOnce", "--examples", "5", "--no-golden",
+                 "--json", str(tmp_path / "r.json")]) == 1
+    out = capsys.readouterr().out
+    data = _json_report(tmp_path / "r.json")
+    failing = data["generated"]["failing"]
+    assert data["verdict"] == "NOT CONFORMANT" and data["catalogs"] == [] and failing["flaky"] is True
+    assert Path(failing["saved"]).is_file() and [failing["replay"]] == _replay_lines(out)
+    assert f"rows {failing['size']['rows']}, Hkv {failing['size']['kv_heads']}" in out
