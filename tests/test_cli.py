@@ -686,3 +686,12 @@ def test_json_report_of_a_generated_failure_names_its_size_saved_file_flakiness_
     assert data["verdict"] == "NOT CONFORMANT" and data["catalogs"] == [] and failing["flaky"] is True
     assert Path(failing["saved"]).is_file() and [failing["replay"]] == _replay_lines(out)
     assert f"rows {failing['size']['rows']}, Hkv {failing['size']['kv_heads']}" in out
+
+
+def test_the_readme_json_command_writes_a_report_that_validates(small_builtin, tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    (line,) = [ln for ln in (ROOT / "README.md").read_text().splitlines() if "--json nvfp4-verdict.json" in ln]
+    assert line.startswith("python -m nvfp4_suite.vectors check ")
+    assert main(shlex.split(line)[3:]) == 0  # run in tmp_path (small_builtin's working folder)
+    assert _json_report(tmp_path / "nvfp4-verdict.json")["verdict"] == "CONFORMANT"
