@@ -25,6 +25,7 @@ import os
 import shlex
 import sys
 import time
+from typing import Callable
 
 from nvfp4_suite.kernels.flydsl.lanes import SPLITS
 from nvfp4_suite.kernels.flydsl.sim.backend import FlydslSimBackend, sim_missing
@@ -66,18 +67,19 @@ def generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str]
 
 
 def tasks_for(arch: str, golden: bool, cases=None, splits=None, examples: int = 0, seed: int = 1,
-              shard_size: int = 10) -> list[tuple[str, object, tuple]]:
+              shard_size: int = 10) -> list[tuple[str, Callable[..., tuple[bool, list[str], int]], tuple]]:
     """The tasks of one target as ``(name, function, arguments)``: a golden task
     per case and split count of its manifest launches (``cases``, ``splits``:
     only these), a generated task per shard."""
-    tasks = []
+    tasks: list[tuple[str, Callable[..., tuple[bool, list[str], int]], tuple]] = []
     if golden:
         for c in catalog.load_manifest()["cases"]:
             if cases and c["id"] not in cases:
                 continue
+            counts: list[int | None]
             if c["result"] == "valid":
-                counts = sorted({x.splits for x in catalog.launches(c)} & set(SPLITS))
-                counts = [s for s in counts if not splits or s in splits]
+                counts = [s for s in sorted({x.splits for x in catalog.launches(c)} & set(SPLITS))
+                          if not splits or s in splits]
             else:
                 counts = [None]
             tasks += [(f"{arch} golden case {c['id']} {c['name']}" + (f" splits {s}" if s else ""),
