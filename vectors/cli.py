@@ -227,6 +227,7 @@ def _check_serving(spec: str, backend, args) -> int:
         raise SetupError("--shape serving checks generated problems: give --examples > 0")
     print(_describe_backend(spec, backend))
     ok, lines = check_serving(backend, args.examples, args.seed, progress=_progress)
+    _clear_bar()
     for line in lines:
         print(line)
     print(f"{'CONFORMANT' if ok else 'NOT CONFORMANT'}: backend {shown(backend.name)}; "
@@ -302,6 +303,7 @@ def cmd_replay(args) -> int:
 
 
 def _notice(msg: str) -> None:
+    _clear_bar()
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -322,11 +324,13 @@ def cmd_regen(args) -> int:
         if not catalog.exists(root):
             raise SetupError("regen --check: no manifest to check against")
         n, bad = catalog.regen_differences(_progress, root=root, notice=_notice)
+        _clear_bar()
         for b in bad:
             print(f"regen --check: {b}")
         print(f"regen --check: {'OK' if not bad else 'FAILED'} ({n} cases)")
         return 1 if bad else 0
     manifest = catalog.regen_write(_progress, root=root, notice=_notice)
+    _clear_bar()
     size = sum(catalog.case_file(c, root).stat().st_size for c in manifest["cases"])
     print(f"wrote {len(manifest['cases'])} cases, {size / 2**20:.2f} MiB")
     return 0
@@ -335,6 +339,7 @@ def cmd_regen(args) -> int:
 def cmd_verify(args) -> int:
     """``verify [--catalog DIR]``: the reference reproduces every stored expectation (drift detector)."""
     bad = catalog.verify(_progress, root=_managed(args, "verify"), notice=_notice)
+    _clear_bar()
     for b in bad:
         print(f"verify: {b}")
     print(f"verify: {'OK' if not bad else 'FAILED'}")
