@@ -565,3 +565,133 @@ def test_list_verify_and_regen_take_a_project_catalog(small_builtin, tmp_path, c
     for cmd in ("list", "verify", "regen"):
         assert main([cmd, "--catalog", str(tmp_path / "nothing")]) == 2
         assert "is missing: not a catalog" in capsys.readouterr().err
+
+
+# --- check/replay --json FILE: the machine-readable verdict -------------------
+
+def _json_report(path):
+    """The report at ``path``, checked against the schema file in the package."""
+    import json
+
+    from nvfp4_suite.vectors import report
+
+    data = json.loads(Path(path).read_text())
+    assert report.validate(data, report.load_schema()) == []
+    return data
+
+
+def _timeless(text):
+    """A report's text without the run's duration (the last field of the verdict line)."""
+    return [ln.rsplit("; ", 1)[0] if ln.startswith(("CONFORMANT", "NOT CONFORMANT")) else ln
+            for ln in text.splitlines()]
+
+
+@pytest.fixture
+def head_mod_fails(small_builtin, monkeypatch):
+    """``small_builtin`` with its valid case replaced by one ``mutants:numpy_head_mod`` fails."""
+    from nvfp4_suite.vectors import catalog
+
+    m = catalog.load_manifest()
+    case = next(c for c in catalog.load_manifest(ROOT / "vectors" / "manifest.json")["cases"]
+                if c["name"] == "no-valid-slot-rows")
+    shutil.copy(ROOT / "vectors" / case["file"], small_builtin / case["file"])
+    chosen = [case] + [c for c in m["cases"] if c["result"] == "invalid"]
+    (small_builtin / "manifest.json").write_text(catalog.dump({**m, "cases": chosen}))
+    return small_builtin
+
+
+def test_json_report_of_a_failing_backend_lists_failing_cases_with_replay_commands_that_run(head_mod_fails, tmp_path,
+                                                                                          capsys):
+    import hashlib
+
+    from nvfp4_suite.vectors.cli import main
+
+    small_builtin = head_mod_fails
+
+    args = ["check", "--backend", "mutants:numpy_head_mod", "--examples", "0"]
+    assert main(args) == 1
+    plain = capsys.readouterr().out
+    assert main(args + ["--json", str(tmp_path / "r.json")]) == 1
+    assert _timeless(capsys.readouterr().out) == _timeless(plain)  # the text report is unchanged
+    data = _json_report(tmp_path / "r.json")
+    assert (data["verdict"], data["exit_code"], data["command"]) == ("NOT CONFORMANT", 1, "check")
+    assert data["backend"]["spec"] == "mutants:numpy_head_mod" and data["backend"]["arithmetic"]
+    (cat,) = data["catalogs"]
+    assert cat["label"] == "built-in"
+    assert cat["manifest_sha256"] == hashlib.sha256((small_builtin / "manifest.json").read_bytes()).hexdigest()
+    failed = [c for c in cat["cases"] if c["status"] == "FAIL"]
+    assert failed and cat["counts"]["FAIL"] == len(failed) and len(cat["cases"]) == 2
+    first = failed[0]["failures"][0]
+    assert first["failing_elements"] > 0 and first["replay"] in _replay_lines(plain)
+    run = subprocess.run([sys.executable, *shlex.split(first["replay"])[1:]], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "FAIL" in run.stdout, run.stdout + run.stderr
+    # The same replay with --json: the launch's failing elements, counted the same way.
+    assert main(shlex.split(first["replay"])[3:] + ["--json", str(tmp_path / "replay.json")]) == 1
+    rep = _json_report(tmp_path / "replay.json")
+    (launch,) = rep["replay"]["launches"]
+    assert rep["verdict"] == "NOT CONFORMANT" and launch["status"] == "FAIL"
+    assert launch["failing_elements"] == first["failing_elements"] and launch["launch"] == first["launch"]
+
+
+def test_json_report_of_a_conformant_run_validates_with_golden_and_generated_parts(small_builtin, tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    assert main(["check", "--backend", "emulate", "--examples", "2", "--seed", "5",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    data = _json_report(tmp_path / "r.json")
+    assert (data["verdict"], data["exit_code"], data["seed"], data["examples"]) == ("CONFORMANT", 0, 5, 2)
+    assert data["catalogs"][0]["counts"]["PASS"] == 2 and data["generated"]["problems_run"] == 2
+    assert data["generated"]["failing"] is None and sum(v["problems"] for v in data["generated"]["coverage"].values())
+
+
+def test_json_report_is_written_for_an_interrupted_run_and_for_no_verdict(small_builtin, tmp_path, monkeypatch,
+                                                                          capsys):
+    from nvfp4_suite.vectors import cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "check_generated", interrupted)
+    assert cli.main(["check", "--backend", "emulate", "--examples", "3", "--json", str(tmp_path / "i.json")]) == 2
+    data = _json_report(tmp_path / "i.json")
+    assert data["verdict"] == "INTERRUPTED" and data["exit_code"] == 2 and data["catalogs"][0]["counts"]["PASS"] == 2
+    assert cli.main(["check", "--no-golden", "--examples", "0", "--json", str(tmp_path / "n.json")]) == 2
+    data = _json_report(tmp_path / "n.json")
+    assert data["verdict"] == "NO VERDICT" and "nothing to check" in data["reason"]
+    assert sorted(os.listdir(tmp_path)) == ["i.json", "n.json", "vectors"]  # no temporary file left
+
+
+@pytest.mark.parametrize("where", ["missing folder/r.json", "-"])
+def test_a_json_file_that_cannot_be_written_is_exit_2_naming_it_before_anything_runs(tmp_path, capsys, where):
+    from nvfp4_suite.vectors.cli import main
+
+    path = where if where == "-" else str(tmp_path / where)
+    assert main(["check", "--backend", "emulate", "--json", path]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"--json {path}" in err and "nothing was run" in err
+
+
+def test_json_report_of_a_generated_failure_names_its_size_saved_file_flakiness_and_replay(tmp_path, monkeypatch,
+                                                                                          capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "repro"))
+    assert main(["check", "--backend", "hostile:FlakyOnce", "--examples", "5", "--no-golden",
+                 "--json", str(tmp_path / "r.json")]) == 1
+    out = capsys.readouterr().out
+    data = _json_report(tmp_path / "r.json")
+    failing = data["generated"]["failing"]
+    assert data["verdict"] == "NOT CONFORMANT" and data["catalogs"] == [] and failing["flaky"] is True
+    assert Path(failing["saved"]).is_file() and [failing["replay"]] == _replay_lines(out)
+    assert f"rows {failing['size']['rows']}, Hkv {failing['size']['kv_heads']}" in out
+
+
+def test_the_readme_json_command_writes_a_report_that_validates(small_builtin, tmp_path, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    (line,) = [ln for ln in (ROOT / "README.md").read_text().splitlines() if "--json nvfp4-verdict.json" in ln]
+    assert line.startswith("python -m nvfp4_suite.vectors check ")
+    assert main(shlex.split(line)[3:]) == 0  # run in tmp_path (small_builtin's working folder)
+    assert _json_report(tmp_path / "nvfp4-verdict.json")["verdict"] == "CONFORMANT"

@@ -71,3 +71,22 @@ def test_nothing_to_check_and_an_unknown_case_are_exit_2(capsys):
     if sim_missing(("gfx950",)) is None:
         assert sim_sweep.main(["--golden", "--case", "9999", "--arch", "gfx950"]) == 2
         assert "9999" in capsys.readouterr().err
+
+
+def test_on_a_terminal_passing_tasks_move_the_bar_and_failing_ones_are_still_printed():
+    import io
+
+    from nvfp4_suite.vectors.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar, lines = Progress(Tty(), columns=200), []
+    tasks = [("good task", lambda: (True, [], 5), ()), ("broken task", lambda: 1 / 0, ()),
+             ("good too", lambda: (True, [], 2), ())]
+    failed, n, _ = sim_sweep.run_tasks(tasks, 1, out=lines.append, progress=bar)
+    assert failed == ["broken task"] and n == 7
+    assert [x.split("] ", 1)[1] for x in lines if x.startswith("[")] == ["FAIL broken task"]
+    drawn = bar.stream.getvalue()
+    assert "33% |" in drawn and "PASS good task" in drawn and "100% |" in drawn and "PASS good too" in drawn

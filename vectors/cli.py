@@ -14,30 +14,58 @@ this module parses arguments and prints.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import sys
 import tempfile
 import time
 
 from nvfp4_suite import kernels
+from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import ReferenceBudgetError
 from nvfp4_suite.reference.arithmetic import arithmetic_name, parse_arithmetic
 
 from . import catalog, export, interrupts, isolate
-from .check import (PREFERENCE, SetupError, Status, check_golden, check_generated, check_invalid, pick_backend,
-                    replay_launches, save_failing)
+from . import report as jsonreport
+from .check import (
+    PREFERENCE,
+    SetupError,
+    Status,
+    check_generated,
+    check_golden,
+    check_invalid,
+    pick_backend,
+    replay_launches,
+    save_failing,
+)
 from .entry import reader_gone
 from .harness import BackendCrash, run_case
 from .io import CaseFileError, load_case
+from .progress import Progress
 from .render import failing_lines, generated_lines, golden_lines, shown
 
 REFERENCE_BACKENDS = ("emulate", "reference")
 
 
+_bar: Progress | None = None
+
+
 def _progress(msg: str) -> None:
-    end = "\r" if sys.stderr.isatty() else "\n"
-    print(msg, file=sys.stderr, end=end, flush=True)
+    """A progress line on stderr: a live bar on a terminal, the plain line elsewhere."""
+    global _bar
+    if _bar is None or _bar.stream is not sys.stderr:
+        _bar = Progress(sys.stderr)
+    _bar(msg)
+
+
+def _live() -> bool:
+    """Whether progress goes to a terminal (the bar is drawn, so it may be updated often)."""
+    return _bar is not None and _bar.stream is sys.stderr and _bar.tty
+
+
+def _clear_bar() -> None:
+    """Erase the bar before a report line reaches the terminal."""
+    if _bar is not None and _bar.stream is sys.stderr:
+        _bar.clear()
 
 
 def _describe_backend(spec: str, b) -> str:
@@ -57,6 +85,7 @@ def _describe_backend(spec: str, b) -> str:
 def _say(*lines: str) -> None:
     """Print report lines to stdout, or to stderr once stdout's reader is gone
     (the evidence of a stopped run still reaches the terminal)."""
+    _clear_bar()
     out = sys.stderr if interrupts.reader_gone() else sys.stdout
     for line in lines:
         print(line, file=out)
@@ -66,9 +95,13 @@ def cmd_check(args) -> int:
     """``check``: golden vectors and generated problems against one backend."""
     if args.no_golden and args.examples == 0:
         raise SetupError("nothing to check: --no-golden with --examples 0")
+    rec: jsonreport.Recorder = args.recorder
+    rec.data.update(seed=args.seed, examples=args.examples)
     spec, backend = pick_backend(args.backend)
     backend = judged_in(backend, args.arithmetic)
     if args.shape == "serving":
+        if args.json is not None:
+            raise SetupError("--json: the report covers --shape small only (serving-size checks print text only)")
         return _check_serving(spec, backend, args)
     caps = backend.capabilities
     if args.splits:
@@ -79,6 +112,8 @@ def cmd_check(args) -> int:
         raise SetupError(f"no golden vectors: {catalog.MANIFEST} is missing (reinstall the suite, or pass "
                          "--no-golden to check generated problems only)")
     backend = _isolated(spec, backend, args)
+    rec.backend(spec, backend)
+    timeout = getattr(backend, "timeout", None)
     name = shown(backend.name)
     print(_describe_backend(spec, backend))
     t0 = time.time()
@@ -101,10 +136,12 @@ def cmd_check(args) -> int:
                 raise  # the built-in catalog: nothing to judge against, exit 2 as a setup error
             # Another catalog's damage is its own ERROR: the other catalogs' verdicts still stand.
             _say(f"  {label}: ERROR: {e}")
+            rec.catalog(root, why, error=str(e))
             errors += 1
             summary.append(f"catalog {label} unreadable")
             continue
-        _say(*golden_lines(golden, spec, getattr(backend, "timeout", None)))
+        _say(*golden_lines(golden, spec, timeout))
+        rec.catalog(root, why, golden, spec=spec, timeout=timeout)
         failed += golden.count(Status.FAIL)
         errors += golden.count(Status.ERROR)
         judged += golden.judged
@@ -117,7 +154,9 @@ def cmd_check(args) -> int:
             break
     if args.examples > 0 and stopped is None:
         _say(f"generated problems: {args.examples} (seed {args.seed})")
+        live = _live()  # on a terminal the bar moves at every problem and every second of minimising
         gen = check_generated(backend, args.examples, args.seed, args.splits, progress=_progress,
+                              progress_every=1 if live else 10, shrink_report_s=1.0 if live else 10.0,
                               shrink_budget_s=getattr(backend, "shrink_budget_s", None))
         _say(*generated_lines(gen))
         judged += gen.n
@@ -126,19 +165,24 @@ def cmd_check(args) -> int:
         if gen.failing is not None:
             failed += 1
             saved, why = save_failing(spec, gen.failing)
-            _say(*failing_lines(gen.failing, spec, saved, why, getattr(backend, "timeout", None)))
+            _say(*failing_lines(gen.failing, spec, saved, why, timeout))
+            rec.generated(gen, spec, saved, why, timeout)
+        else:
+            rec.generated(gen, spec, None, None, timeout)
     took = f"{time.time() - t0:.1f} s"
     if stopped:
         summary.append(f"stopped early: {stopped}")
     if failed:
         _say(f"NOT CONFORMANT: backend {name}; {', '.join(summary)}; {took}")
         return 1
+    _clear_bar()
     if stopped:
         print(f"\ninterrupted ({stopped}): no verdict; {', '.join(summary)}", file=sys.stderr)
         return 2
     if errors or not judged:
         why = (f"{'a' if len(catalogs) > 1 else 'the'} catalog has unreadable cases" if errors
                else "nothing was judged")
+        rec.data["reason"] = why
         print(f"NO VERDICT ({why}): backend {name}; {', '.join(summary)}; {took}")
         return 2
     print(f"CONFORMANT: backend {name}; {', '.join(summary)}; {took}")
@@ -172,8 +216,9 @@ def _golden_catalogs(given) -> list:
 def _check_serving(spec: str, backend, args) -> int:
     """``check --shape serving``: serving-size problems only (``nvfp4_suite.vectors.serving``)."""
     try:
-        from .serving import check_serving
         import torch  # noqa: F401 - the serving references run on torch
+
+        from .serving import check_serving
     except ImportError as e:
         raise SetupError(f"--shape serving needs torch, which cannot be imported here ({e}); "
                          "install torch or check --shape small") from e
@@ -182,6 +227,7 @@ def _check_serving(spec: str, backend, args) -> int:
         raise SetupError("--shape serving checks generated problems: give --examples > 0")
     print(_describe_backend(spec, backend))
     ok, lines = check_serving(backend, args.examples, args.seed, progress=_progress)
+    _clear_bar()
     for line in lines:
         print(line)
     print(f"{'CONFORMANT' if ok else 'NOT CONFORMANT'}: backend {shown(backend.name)}; "
@@ -218,10 +264,16 @@ def cmd_replay(args) -> int:
                              "give --backend explicitly (e.g. the one the printed replay command names)")
     spec, backend = pick_backend(spec)
     backend = _isolated(spec, backend, args)
+    rec: jsonreport.Recorder = args.recorder
+    rec.backend(spec, backend)
+    launches: list[dict] = []
+    rec.data["replay"] = jsonreport.replay_json(str(args.file), expected_error, launches)
     print(_describe_backend(spec, backend))
     if expected_error:
         ok, text = check_invalid(problem, expected_error, backend)
         print(text)
+        launches.append({"launch": Launch().to_json(), "status": "PASS" if ok else "FAIL", "reason": None,
+                         "failing_elements": None, "text": text})
         return 0 if ok else 1
     ok, ran = True, 0
     caps = backend.capabilities
@@ -229,22 +281,29 @@ def cmd_replay(args) -> int:
         why = caps.refuses(problem, launch)
         if why:
             print(f"{launch.describe(problem)}: SKIPPED: {why}")
+            launches.append({"launch": launch.to_json(), "status": "SKIP", "reason": why, "failing_elements": None,
+                             "text": f"SKIPPED: {why}"})
             continue
         ran += 1
+        failing = None
         try:
             _, rep = run_case(backend, problem, launch)
-            passed, text = rep.passed, rep.details()
+            passed, text, failing = rep.passed, rep.details(), int(rep.n_fail)
         except BackendCrash as e:
             passed, text = False, f"FAIL: {e}"
         print(f"{launch.describe(problem)}: " + text)
+        launches.append({"launch": launch.to_json(), "status": "PASS" if passed else "FAIL", "reason": None,
+                         "failing_elements": failing, "text": text})
         ok &= passed
     if not ran:
+        rec.data["reason"] = "no launch is inside the backend's capabilities"
         print(f"NO VERDICT: no launch of {args.file} is inside backend {shown(backend.name)}'s capabilities")
         return 2
     return 0 if ok else 1
 
 
 def _notice(msg: str) -> None:
+    _clear_bar()
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -265,11 +324,13 @@ def cmd_regen(args) -> int:
         if not catalog.exists(root):
             raise SetupError("regen --check: no manifest to check against")
         n, bad = catalog.regen_differences(_progress, root=root, notice=_notice)
+        _clear_bar()
         for b in bad:
             print(f"regen --check: {b}")
         print(f"regen --check: {'OK' if not bad else 'FAILED'} ({n} cases)")
         return 1 if bad else 0
     manifest = catalog.regen_write(_progress, root=root, notice=_notice)
+    _clear_bar()
     size = sum(catalog.case_file(c, root).stat().st_size for c in manifest["cases"])
     print(f"wrote {len(manifest['cases'])} cases, {size / 2**20:.2f} MiB")
     return 0
@@ -278,6 +339,7 @@ def cmd_regen(args) -> int:
 def cmd_verify(args) -> int:
     """``verify [--catalog DIR]``: the reference reproduces every stored expectation (drift detector)."""
     bad = catalog.verify(_progress, root=_managed(args, "verify"), notice=_notice)
+    _clear_bar()
     for b in bad:
         print(f"verify: {b}")
     print(f"verify: {'OK' if not bad else 'FAILED'}")
@@ -379,6 +441,13 @@ def _isolated(spec: str, backend, args):
     return isolate.Isolated(spec, backend, args.timeout)
 
 
+def _json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="FILE",
+                   help=f"also write the verdict as JSON (schema {jsonreport.SCHEMA_NAME}, version "
+                        f"{jsonreport.SCHEMA_VERSION}: nvfp4_suite/vectors/report.schema.json) to FILE, written "
+                        "whatever the exit code; '-' is refused (stdout carries the text report)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors", description="NVFP4 sparse decode conformance")
@@ -409,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "references on the backend's GPU when it has one); default small")
     add_arithmetic_option(c)
     _isolation_args(c)
+    _json_arg(c)
     c.set_defaults(fn=cmd_check)
     r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend",
                        description="Rerun a saved failure or a golden case file and print its report.")
@@ -418,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--xcds", type=int, help="this XCD placement (default: the file's launches)")
     r.add_argument("--order", help="this workgroup order (default: the file's launches)")
     _isolation_args(r)
+    _json_arg(r)
     r.set_defaults(fn=cmd_replay)
     g = sub.add_parser("regen", help="regenerate every golden case (with --check: compare, change nothing)",
                        description="Regenerate the golden catalog from the reference, deterministically: "
@@ -473,6 +544,7 @@ def console_main() -> int:
 def main(argv=None) -> int:
     """Entry point of ``python -m nvfp4_suite.vectors``; returns the exit status."""
     args = build_parser().parse_args(argv)
+    args.recorder = jsonreport.Recorder(args.cmd, list(sys.argv[1:] if argv is None else argv))
     if getattr(args, "examples", 0) < 0:
         print("error: --examples must be >= 0", file=sys.stderr)
         return 2
@@ -488,23 +560,47 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
+    """Run the command; with ``--json FILE``, FILE is checked writable first and
+    written at the end whatever the exit code (exit 2 if it cannot be)."""
+    path = getattr(args, "json", None)
+    if path is not None:
+        why = jsonreport.writable(path)
+        if why:
+            print(f"error: {why}; nothing was run", file=sys.stderr)
+            return 2
+    t0 = time.time()
+    rc, reason, interrupted = _outcome(args)
+    if path is not None:
+        try:
+            jsonreport.write(path, args.recorder.finish(rc, reason, interrupted, round(time.time() - t0, 3)))
+        except OSError as e:
+            print(f"error: --json {path}: the report could not be written ({e})", file=sys.stderr)
+            return 2
+    return rc
+
+
+def _outcome(args) -> tuple[int, str | None, bool]:
+    """``(exit code, why there is no verdict or None, whether an interruption ended it)`` of the command."""
     try:
         rc = args.fn(args)
         sys.stdout.flush()  # a reader that went away (`| head`) shows here, not at exit
-        return rc
+        return rc, None, False
     except (SetupError, CaseFileError, ReferenceBudgetError) as e:
+        _clear_bar()
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 2, f"error: {e}", False
     except KeyboardInterrupt as e:
-        why = f" ({e.reason})" if isinstance(e, interrupts.Interrupted) else ""
-        print(f"\ninterrupted{why}: no verdict", file=sys.stderr)
-        return 2
+        _clear_bar()
+        why = e.reason if isinstance(e, interrupts.Interrupted) else "KeyboardInterrupt"
+        print(f"\ninterrupted{f' ({e.reason})' if isinstance(e, interrupts.Interrupted) else ''}: no verdict",
+              file=sys.stderr)
+        return 2, f"interrupted ({why})", True
     except SystemExit as e:
         # Backend calls are guarded by the harness; this is code reached some
         # other way (a backend attribute, a factory at run time) ending the
         # process. It is never a verdict.
         print(f"error: SystemExit({e.code!r}) was raised during the run by code it called (a backend's "
               "attributes?); nothing was judged", file=sys.stderr)
-        return 2
+        return 2, f"SystemExit({e.code!r}) raised during the run", False
     except BrokenPipeError:
-        return reader_gone()
+        return reader_gone(), "stdout's reader went away", True

@@ -25,6 +25,7 @@ import os
 import shlex
 import sys
 import time
+from typing import Callable
 
 from nvfp4_suite.kernels.flydsl.lanes import SPLITS
 from nvfp4_suite.kernels.flydsl.sim.backend import FlydslSimBackend, sim_missing
@@ -33,6 +34,8 @@ from nvfp4_suite.kernels.flydsl.targets import ARCHS
 from . import catalog
 from .check import check_generated, check_golden
 from .harness import save_repro
+from .progress import Progress
+from .render import golden_lines
 
 
 def golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, list[str], int]:
@@ -41,7 +44,7 @@ def golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, list
     ``(conforms, report lines, wave-instructions simulated)``."""
     b = FlydslSimBackend(arch)
     run = check_golden(b, cases={case_id}, splits=None if splits is None else {splits})
-    return run.ok, run.lines(b.name)[1:], b.instructions
+    return run.ok, golden_lines(run, b.name)[1:], b.instructions
 
 
 def generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str], int]:
@@ -64,18 +67,19 @@ def generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str]
 
 
 def tasks_for(arch: str, golden: bool, cases=None, splits=None, examples: int = 0, seed: int = 1,
-              shard_size: int = 10) -> list[tuple[str, object, tuple]]:
+              shard_size: int = 10) -> list[tuple[str, Callable[..., tuple[bool, list[str], int]], tuple]]:
     """The tasks of one target as ``(name, function, arguments)``: a golden task
     per case and split count of its manifest launches (``cases``, ``splits``:
     only these), a generated task per shard."""
-    tasks = []
+    tasks: list[tuple[str, Callable[..., tuple[bool, list[str], int]], tuple]] = []
     if golden:
         for c in catalog.load_manifest()["cases"]:
             if cases and c["id"] not in cases:
                 continue
+            counts: list[int | None]
             if c["result"] == "valid":
-                counts = sorted({x.splits for x in catalog.launches(c)} & set(SPLITS))
-                counts = [s for s in counts if not splits or s in splits]
+                counts = [s for s in sorted({x.splits for x in catalog.launches(c)} & set(SPLITS))
+                          if not splits or s in splits]
             else:
                 counts = [None]
             tasks += [(f"{arch} golden case {c['id']} {c['name']}" + (f" splits {s}" if s else ""),
@@ -86,10 +90,11 @@ def tasks_for(arch: str, golden: bool, cases=None, splits=None, examples: int = 
     return tasks
 
 
-def run_tasks(tasks, jobs: int, out=print) -> tuple[list[str], int, float]:
+def run_tasks(tasks, jobs: int, out=print, progress: Progress | None = None) -> tuple[list[str], int, float]:
     """Run ``tasks`` on ``jobs`` worker processes (1: in this process), printing a
-    line per finished task through ``out``: ``(names failed, wave-instructions,
-    wall seconds)``."""
+    line per finished task through ``out`` (``progress``: a terminal's bar, which
+    then shows the passing tasks' lines, the failing ones still printed): ``(names
+    failed, wave-instructions, wall seconds)``."""
     # Most splits first: those tasks run longest, so the pool ends together.
     tasks = sorted(tasks, key=lambda t: -(t[2][2] or 0) if t[1] is golden_task else -8)
     t0 = time.perf_counter()
@@ -99,7 +104,13 @@ def run_tasks(tasks, jobs: int, out=print) -> tuple[list[str], int, float]:
         nonlocal instructions
         ok, lines, n = result
         instructions += n
-        out(f"[{done}/{len(tasks)} {time.perf_counter() - t0:6.0f}s] {'PASS' if ok else 'FAIL'} {name}")
+        line = f"[{done}/{len(tasks)} {time.perf_counter() - t0:6.0f}s] {'PASS' if ok else 'FAIL'} {name}"
+        if progress is not None and ok:
+            progress(line)
+            return
+        if progress is not None:
+            progress.clear()
+        out(line)
         if not ok:
             failed.append(name)
             out("    " + "\n    ".join(lines))
@@ -155,7 +166,10 @@ def main(argv=None) -> int:
     if not tasks:
         print("nothing to check: no golden launch has the split counts chosen", file=sys.stderr)
         return 2
-    failed, instructions, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: print(s, flush=True))
+    bar = Progress(sys.stderr)
+    failed, instructions, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: print(s, flush=True),
+                                         progress=bar if bar.tty else None)
+    bar.clear()
     print(f"{len(tasks) - len(failed)} of {len(tasks)} tasks conform; {instructions} wave-instructions simulated "
           f"in {dt:.0f} s ({instructions / max(dt, 1e-9):.0f} per second over {args.jobs} workers)")
     for name in failed:
