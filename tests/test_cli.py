@@ -272,7 +272,8 @@ def test_a_backend_raising_systemexit_is_not_conformant_in_check_golden_check_ge
     r = _run("check", "--backend", "hostile:ExitsOnCall", "--examples", "2", "--no-golden", env_extra=env)
     assert r.returncode == 1 and "NOT CONFORMANT" in r.stdout, r.stdout + r.stderr
     (saved,) = tmp_path.iterdir()
-    r = _run("replay", str(saved), env_extra=env)
+    # The file records a backend that is not a registered name: replay takes it from --backend.
+    r = _run("replay", str(saved), "--backend", "hostile:ExitsOnCall", env_extra=env)
     assert r.returncode == 1 and "FAIL: backend raised SystemExit: 0" in r.stdout, r.stdout + r.stderr
 
 
@@ -335,7 +336,8 @@ def test_an_intermittent_failure_is_a_flaky_verdict_with_both_results_a_repro_an
     out = r.stdout
     assert "FLAKY FAILURE (the same problem and launch failed once and passed when rerun)" in out
     assert "the failing run:" in out and "the rerun:" in out and "NOT CONFORMANT" in out
-    assert len(out.splitlines()) < 80
+    # The failure's part of the report (after the coverage table) fits a screen.
+    assert len(out[out.index("FLAKY FAILURE"):].splitlines()) < 50
     (cmd,) = _replay_lines(out)
     (saved,) = tmp_path.iterdir()
     assert cmd == f"python -m nvfp4_suite.vectors replay {saved} --backend hostile:FlakyOnce"

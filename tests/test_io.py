@@ -205,3 +205,8 @@ def test_a_fifo_or_device_is_refused_without_waiting_for_a_writer(tmp_path):
     assert r.returncode == 2 and "pipe.npz: not a regular file" in r.stderr, r.stderr
     with pytest.raises(CaseFileError, match="/dev/zero: not a regular file"):
         load_case("/dev/zero")
+
+
+def test_a_folder_given_as_a_case_file_is_refused_naming_it(tmp_path):
+    with pytest.raises(CaseFileError, match="not a regular file"):
+        load_case(tmp_path)

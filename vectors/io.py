@@ -126,10 +126,12 @@ def _read_bytes(path: Path, follow_symlinks: bool) -> bytes:
         if not follow_symlinks and path.is_symlink():
             raise CaseFileError(f"{path}: is a symlink; catalog files are never links") from None
         raise CaseFileError(f"{path}: cannot open ({e.strerror})") from None
+    # Checked before fdopen: a folder opens as a descriptor but not as a file object.
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise CaseFileError(f"{path}: not a regular file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CaseFileError(f"{path}: not a regular file")
         if st.st_size > MAX_CASE_BYTES:
             raise CaseFileError(f"{path}: {st.st_size} bytes; case files are limited to {MAX_CASE_BYTES} bytes")
         return f.read(MAX_CASE_BYTES + 1)
