@@ -17,8 +17,8 @@ import functools
 
 import numpy as np
 
-from nvfp4_suite.kernels.protocol import Capabilities
 from nvfp4_suite.kernels.flydsl.lanes import grid_x, workgroup_row
+from nvfp4_suite.kernels.protocol import Capabilities
 from nvfp4_suite.reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
 from nvfp4_suite.reference.emulate import _emulate, exp2_f32
 from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode

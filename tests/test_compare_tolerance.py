@@ -3,15 +3,14 @@ against the oracle, and the oracle's own noise bound."""
 
 import numpy as np
 import pytest
+from compare_helpers import small_problem, step, whole_ulp_bound
 
 import nvfp4_suite.reference as R
-from compare_helpers import small_problem, step, whole_ulp_bound
 from nvfp4_suite.reference.compare import (
     bf16_interval,
     compare_with_emulation,
     compare_with_oracle,
     interval_vs_emulation,
-    oracle_noise,
 )
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.formats import bf16_ulp

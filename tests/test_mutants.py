@@ -7,9 +7,9 @@ import itertools
 
 import numpy as np
 import pytest
+from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
 
 import nvfp4_suite.reference as R
-from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
 from nvfp4_suite.reference.compare import compare_with_emulation, interval_vs_emulation
 from nvfp4_suite.reference.emulate import _emulate
 from nvfp4_suite.reference.examples import random_problem

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
 from nvfp4_suite.kernels.torch import reference as TR  # noqa: E402
+from nvfp4_suite.kernels.triton.decode import GEOMETRY as TRITON_GEOMETRY  # noqa: E402
 from nvfp4_suite.reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
 from nvfp4_suite.reference.compare.tolerance import gamma_exact  # noqa: E402
 from nvfp4_suite.reference.emulate import (  # noqa: E402
@@ -34,7 +35,6 @@ from nvfp4_suite.reference.oracle import oracle_details  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
 from nvfp4_suite.vectors.io import load_case  # noqa: E402
 from nvfp4_suite.vectors.strategies import problems  # noqa: E402
-from nvfp4_suite.kernels.triton.decode import GEOMETRY as TRITON_GEOMETRY  # noqa: E402
 
 GEOMETRIES = [SEED_GEOMETRY, TRITON_GEOMETRY, Geometry(64, 16, False)]
 # One case per feature the emulation's code paths branch on.

@@ -13,8 +13,17 @@ import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem, bf16_round
 from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.paged_cache import (
+    BLK,
+    GROUP,
+    D,
+    build_pool,
+    pack_e2m1,
+    page_views,
+    swizzle_v_scales,
+    unswizzle_v_scales,
+)
 from nvfp4_suite.reference.problem import read_slabs
-from nvfp4_suite.reference.paged_cache import BLK, D, GROUP, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
 
 from .bug_classes import CLASSES
 

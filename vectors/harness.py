@@ -41,8 +41,8 @@ import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
-from nvfp4_suite.reference.layout import present
 from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
+from nvfp4_suite.reference.layout import present
 
 from . import interrupts
 

@@ -15,7 +15,16 @@ import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.formats import E4M3FN_TABLE, e2m1_decode
-from nvfp4_suite.reference.paged_cache import BLK, D, GROUP, PARTS, ROW_SCALES, V_SCALE_UNSWIZZLE, PageLayout, unpack_e2m1
+from nvfp4_suite.reference.paged_cache import (
+    BLK,
+    GROUP,
+    PARTS,
+    ROW_SCALES,
+    V_SCALE_UNSWIZZLE,
+    D,
+    PageLayout,
+    unpack_e2m1,
+)
 from nvfp4_suite.reference.problem import HG
 
 from ..protocol import Capabilities

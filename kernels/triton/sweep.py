@@ -10,7 +10,7 @@ import importlib
 import itertools
 import sys
 
-from nvfp4_suite.kernels.bench import _problem, _time, ROOFLINE
+from nvfp4_suite.kernels.bench import ROOFLINE, _problem, _time
 
 
 def main(argv=None) -> int:
