@@ -231,7 +231,7 @@ class NumpyKernel:
         bug = self.bug
         if bug == "odd_block_dropped" and len(mine) % 2:
             mine = mine[:-1]
-        m, l, acc = -np.inf, 0.0, np.zeros(D)
+        m, denom, acc = -np.inf, 0.0, np.zeros(D)
         for s in mine:
             blk = int(slots[s])
             if valid[s]:
@@ -258,14 +258,14 @@ class NumpyKernel:
                 p = np.exp(sc - m_use)
                 if bug == "softmax_no_max":
                     alpha, p = 1.0, np.exp(sc.astype(np.float32)).astype(np.float64)
-                l = l * alpha + p.sum()
+                denom = denom * alpha + p.sum()
                 acc = acc * alpha + p @ v
             m = m_new
         if bug == "softmax_no_max" and m != -np.inf:
             m = 0.0  # the partials are unshifted: the merge must not rescale them
         if bug == "masked_page_zero" and len(mine) < len(slots):
             acc = acc + np.zeros(BLK) @ v_all[0, kvh]
-        return m, l, acc
+        return m, denom, acc
 
     def _merge(self, parts, v_global, splits):
         bug = self.bug

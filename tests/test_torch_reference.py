@@ -133,7 +133,7 @@ def test_generated_problems_match_numpy_bit_for_bit_on_cpu(p, splits, geometry):
 
 @pytest.mark.thorough
 def test_whole_catalog_matches_numpy_bit_for_bit_on_cpu():
-    for name, p, splits in _golden():
+    for _name, p, splits in _golden():
         for s in splits:
             for g in GEOMETRIES:
                 assert_emulation_matches(p, s, g, "cpu")
@@ -182,7 +182,7 @@ def test_pool_on_the_device_must_match_the_problem():
 @pytest.mark.gpu
 @GPU
 def test_whole_catalog_matches_numpy_bit_for_bit_on_the_gpu():
-    for name, p, splits in _golden():
+    for _name, p, splits in _golden():
         for s in sorted({1, splits[-1]}):
             for g in GEOMETRIES:
                 assert_emulation_matches(p, s, g, "cuda")

@@ -250,8 +250,9 @@ def check_serving(backend, examples: int, seed: int, progress=None, *,
 
     Each problem: the reference interval on the device (``reference_interval``),
     then ``nvfp4_suite.vectors.harness.run_case`` with it (two calls, outputs
-    bitwise equal, inputs unchanged), judged by ``nvfp4_suite.reference.compare``'s report. Returns ``(ok, lines)``: a line per
-    problem with its facts, verdict and timings, and a total.
+    bitwise equal, inputs unchanged), judged by ``nvfp4_suite.reference.compare``'s
+    report. Returns ``(ok, lines)``: a line per problem with its facts, verdict and
+    timings, and a total.
     """
     import torch
 
@@ -372,7 +373,8 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
                        for f in ("lo", "hi", "nearest"))
             same = "equal" if diff == 0 else f"{diff} ends differ"
         lines.append(f"{i + 1:2d} {p.rows:4d} {p.num_kv_heads:3d} {p.TOPK:4d} {p.q_len:5d} "
-                     f"{p.pool.nbytes / 2**30:5.2f} {splits:6d} | {'-' if t_np is None else f'{t_np:.2f}':>11} {t_ref:11.2f} {t_run:9.2f} "
+                     f"{p.pool.nbytes / 2**30:5.2f} {splits:6d} | {'-' if t_np is None else f'{t_np:.2f}':>11} "
+                     f"{t_ref:11.2f} {t_run:9.2f} "
                      f"{'-' if t_k is None else f'{t_k * 1e3:.2f}':>9} | {same}")
         del p, pool_ref
     return lines

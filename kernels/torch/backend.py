@@ -108,9 +108,9 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     m = s.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     p = torch.exp(s - m)
-    l = p.sum(dim=-1, keepdim=True)
+    denom = p.sum(dim=-1, keepdim=True)
     o = torch.matmul(p, v)
-    o = torch.where(l > 0, o * (v_global_scale / l.clamp(min=1e-38)), torch.zeros_like(o))
+    o = torch.where(denom > 0, o * (v_global_scale / denom.clamp(min=1e-38)), torch.zeros_like(o))
     return o.permute(1, 0, 2, 3).reshape(rows, hk * HG, D).to(torch.bfloat16)
 
 
