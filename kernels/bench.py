@@ -95,14 +95,14 @@ def main(argv=None) -> int:
                       k_global_scale=0.05, v_global_scale=0.05)
             out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
             auto = triton_decode.auto_splits(rows, hk, topk, sms)
-            times = {}
+            times: dict[int, float] = {}
             for sp in sorted({1, 2, 4, 8, auto}):
                 if sp > max(1, topk):
                     continue
                 # partial binds this iteration's tensors and split count (_time calls it at once)
                 run = functools.partial(triton_decode.decode, q, pool, ids, bt, seq, splits=sp, out=out, **kw)
                 times[sp] = _time(run, args.reps, args.calls)
-            best = min(times, key=times.get)
+            best = min(times, key=times.__getitem__)
             nbytes = rows * hk * topk * 128 * 72 * 2 + q.numel() * 2 * 2
             src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
             dst = torch.empty_like(src)

@@ -144,7 +144,7 @@ class Launch:
 
     def kwargs(self, caps: Capabilities) -> dict:
         """The keyword arguments a backend with ``caps`` receives for this launch."""
-        kw = {"splits": self.splits}
+        kw: dict[str, int | str] = {"splits": self.splits}
         if caps.xcds != (0,):
             kw["xcds"] = self.xcds
         if caps.orders:

@@ -396,6 +396,8 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     dev = q.device
     if splits is None or splits == "auto":
         splits = 1 if _interpret() else auto_splits(rows, hk, tk, _sm_count(dev))
+    elif isinstance(splits, str):  # e.g. "4" from a command line: it compared as str > int below
+        raise ValueError(f'splits = {splits!r}: an int >= 1, None or "auto"')
     if num_stages is None:
         num_stages = default_stages(splits)
     if out is None:
@@ -435,7 +437,7 @@ class TritonBackend:
     def __init__(self, mutant: str | None = None):
         if mutant is not None and mutant not in MUTANTS:
             raise ValueError(f"unknown mutant {mutant!r}; known: {sorted(MUTANTS)}")
-        self.mutant = MUTANTS.get(mutant, 0)
+        self.mutant = 0 if mutant is None else MUTANTS[mutant]
         if mutant:
             self.name = f"triton-mutant:{mutant}"
 
