@@ -8,6 +8,7 @@ structured bytes, so regeneration gives the same problem on every machine.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class Case:
     name: str
     comment: str
     flags: tuple
-    build: object
+    build: Callable[[], DecodeProblem]
     splits: tuple = (1, 2, 3, 8)
     expected_error: str | None = None
     xcds: tuple = (0, 8)

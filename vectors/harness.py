@@ -137,6 +137,7 @@ def _call(backend, problem: DecodeProblem, launch: Launch):
     out = None
     if caps.out:
         out = kw["out"] = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
+    got: np.ndarray | OutputTypeError
     try:
         res = backend(seen, **kw)
         got = to_output(out if res is None and out is not None else res)

@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from typing import Any, Callable
 
 import numpy as np
 from hypothesis import strategies as st
@@ -178,8 +179,8 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
     valid = (ids >= 0) & (ids < nvis[None, :, None])
     # Valid slots of a few rows read the pages at the top of the pool.
     hs, rs, ss = np.nonzero(valid)
-    for pg, i in zip(_top_pages(shape), rng.choice(len(hs), min(len(hs), len(_top_pages(shape))), replace=False)):
-        block_table[rs[i] // q_len, ids[hs[i], rs[i], ss[i]]] = pg
+    for top, i in zip(_top_pages(shape), rng.choice(len(hs), min(len(hs), len(_top_pages(shape))), replace=False)):
+        block_table[rs[i] // q_len, ids[hs[i], rs[i], ss[i]]] = top
     # A valid slot needs a page: the few -1 entries a valid slot reaches get one.
     req = np.broadcast_to((np.arange(rows) // q_len)[None, :, None], ids.shape)
     blk = np.where(valid, ids, 0)
@@ -301,6 +302,8 @@ def _kernel_time(backend, problem: DecodeProblem, splits: int) -> float | None:
 
     if not torch.cuda.is_available():
         return None
+    decode: Callable[..., Any]  # the two backends' module-level decode(q, pool, ...)
+    kw: dict[str, Any]
     if backend.name == "triton":
         from nvfp4_suite.kernels.triton.decode import decode
         kw = {"splits": splits}
