@@ -43,7 +43,8 @@ def _check(obj, what: str) -> Backend:
     except Exception as e:  # noqa: BLE001 - an attribute (a property) that raises when read
         raise BackendError(f"{what}: reading its attributes raised {type(e).__name__}: {e}") from e
     if errs:
-        raise BackendError(f"{what} does not follow nvfp4_suite.kernels.Backend (see kernels/protocol.py): {'; '.join(errs)}")
+        raise BackendError(f"{what} does not follow nvfp4_suite.kernels.Backend (see kernels/protocol.py): "
+                           f"{'; '.join(errs)}")
     return obj
 
 

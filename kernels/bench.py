@@ -17,6 +17,7 @@ batches, after warm-up. ``--torch`` adds the torch backend's time.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 ROOFLINE = 4.3e12
@@ -94,17 +95,18 @@ def main(argv=None) -> int:
                       k_global_scale=0.05, v_global_scale=0.05)
             out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
             auto = triton_decode.auto_splits(rows, hk, topk, sms)
-            times = {}
+            times: dict[int, float] = {}
             for sp in sorted({1, 2, 4, 8, auto}):
                 if sp > max(1, topk):
                     continue
-                times[sp] = _time(lambda: triton_decode.decode(q, pool, ids, bt, seq, splits=sp, out=out, **kw),
-                                  args.reps, args.calls)
-            best = min(times, key=times.get)
+                # partial binds this iteration's tensors and split count (_time calls it at once)
+                run = functools.partial(triton_decode.decode, q, pool, ids, bt, seq, splits=sp, out=out, **kw)
+                times[sp] = _time(run, args.reps, args.calls)
+            best = min(times, key=times.__getitem__)
             nbytes = rows * hk * topk * 128 * 72 * 2 + q.numel() * 2 * 2
             src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
             dst = torch.empty_like(src)
-            t_cp = _time(lambda: dst.copy_(src), args.reps, args.calls)
+            t_cp = _time(functools.partial(dst.copy_, src), args.reps, args.calls)
             line = (f"{topk:4d} {rows:5d} {hk:3d} {q_len:5d} {nbytes / 1e6:8.2f} | {auto:4d} {times[auto] * 1e6:8.1f} "
                     f"{nbytes / times[auto] / ROOFLINE:7.1%} | {best:4d} {times[best] * 1e6:8.1f} "
                     f"{nbytes / times[best] / ROOFLINE:7.1%} | {t_cp * 1e6:8.1f} {t_cp / times[best]:8.1%} | "
@@ -112,7 +114,7 @@ def main(argv=None) -> int:
             if args.torch:
                 from nvfp4_suite.kernels.torch import backend as torch_backend
 
-                t_to = _time(lambda: torch_backend.decode(q, pool, ids, bt, seq, **kw), 3, 2)
+                t_to = _time(functools.partial(torch_backend.decode, q, pool, ids, bt, seq, **kw), 3, 2)
                 line += f" {t_to * 1e6:9.1f}"
             print(line, flush=True)
     return 0

@@ -144,7 +144,7 @@ class Launch:
 
     def kwargs(self, caps: Capabilities) -> dict:
         """The keyword arguments a backend with ``caps`` receives for this launch."""
-        kw = {"splits": self.splits}
+        kw: dict[str, int | str] = {"splits": self.splits}
         if caps.xcds != (0,):
             kw["xcds"] = self.xcds
         if caps.orders:
@@ -209,8 +209,9 @@ class Backend(Protocol):
     declare them, ``out`` only when they declare ``out``. It returns the output
     (or None when it filled ``out``): bf16 values as float32, bfloat16 or
     float16 (float64 is refused: a report names it), ``[rows, H, 128]``, a
-    numpy array or a dense torch tensor on any device that holds data. It must not modify ``problem``'s arrays (it gets private
-    copies; a change fails the case) and must raise the named
+    numpy array or a dense torch tensor on any device that holds data. It must
+    not modify ``problem``'s arrays (it gets private copies; a change fails the
+    case) and must raise the named
     ``nvfp4_suite.reference.ProblemError`` subclass for invalid input.
     """
 

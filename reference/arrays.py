@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .paged_cache import BLK, D, V_SCALE_UNSWIZZLE, dequantize, page_views
+from .paged_cache import BLK, V_SCALE_UNSWIZZLE, D, dequantize, page_views
 from .problem import HG, DecodeProblem
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 import tracemalloc
+from typing import Callable
 
 import numpy as np
 
@@ -94,6 +95,7 @@ def main(argv=None) -> int:
     print(f"{'floor':<10} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (K/V inputs: "
           f"{(k32.nbytes + v32.nbytes) / 2**20:.0f} MiB, not counted)")
     whats = [w.strip() for w in args.what.split(",") if w.strip()]
+    fn: Callable[[DecodeProblem], object]  # the reference timed: either one's output is discarded
     for what in whats:
         if what == "oracle":
             from .oracle import sparse_decode as fn

@@ -198,7 +198,7 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     exp2 = exp2 or (lambda x: exp2_f32(x, ops))
     p_round = p_round or (lambda x: bf16_round_f32(x, ops))
     G = geometry
-    # m, l (per lane), O: float32; Oabs, Fabs: float64 -- per (pair, split, stream, head).
+    # m, denom (per lane), numer: float32; Oabs, Fabs: float64 -- per (pair, split, stream, head).
     check_reference_budget(f"the emulation at splits={splits}", problem, problem.num_kv_heads * problem.rows
                            * int(splits) * G.streams * HG * (4 + 4 * G.lanes + D * 20))
     a = ProblemArrays(problem, ops, pool)
@@ -212,8 +212,8 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     slots, T = split_schedule(a.valid, S, ops, G.split_rule)
 
     m = ops.full((P, S, W, HG), -math.inf, f32)
-    l = ops.zeros((P, S, W, HG, L), f32)
-    O = ops.zeros((P, S, W, HG, D), f32)
+    denom = ops.zeros((P, S, W, HG, L), f32)
+    numer = ops.zeros((P, S, W, HG, D), f32)
     Oabs = ops.zeros((P, S, W, HG, D), f64)
     Fabs = ops.zeros((P, S, W, HG, D), f64)
     # Relative float32 noise bound of p for each (pair, head), grown as keys are seen.
@@ -258,10 +258,10 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
         ps = lanes[..., 0]
         for i in range(1, G.keys_per_lane):
             ps = ps + lanes[..., i]
-        l[pi, zi] = l[pi, zi] * alpha[..., None] + ps
+        denom[pi, zi] = denom[pi, zi] * alpha[..., None] + ps
         pb = p_round(p) if G.p_bf16 else p
         pv = xp.matmul(ops.f64(pb), v)  # [A, W, 16, D]
-        O[pi, zi] = ops.f32(ops.f64(O[pi, zi] * alpha[..., None]) + pv)
+        numer[pi, zi] = ops.f32(ops.f64(numer[pi, zi] * alpha[..., None]) + pv)
         if details:
             va = xp.abs(v)
             ops.index_add(vsum, pi, xp.einsum("awk,awkd->ad", ops.f64(vis[:, :, 0, :]), va))
@@ -293,8 +293,8 @@ def _emulate(problem: DecodeProblem, splits: int, geometry: Geometry, details: b
     f_abs = ops.zeros((P, S, HG, D), f64)
     for w in range(W):
         wtw = wt[:, :, w, :, None]
-        l_lane = l_lane + l[:, :, w] * wtw
-        acc = acc + O[:, :, w] * wtw
+        l_lane = l_lane + denom[:, :, w] * wtw
+        acc = acc + numer[:, :, w] * wtw
         acc_abs = acc_abs + Oabs[:, :, w] * ops.f64(wtw)
         f_abs = f_abs + Fabs[:, :, w] * ops.f64(wtw)
     l_tot = _pairwise_sum(l_lane)  # [P, S, 16]

@@ -40,13 +40,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import tomllib
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from . import paged_cache as pc
 from .problem import DecodeProblem
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 has no TOML reader: layouts load from JSON there (``load`` says so)
+    tomllib = None
 
 PARTS = pc.PARTS
 # Bytes of one row of each view.
@@ -229,7 +234,8 @@ class CacheLayout:
 
     def to_data(self) -> dict:
         """The layout as the nested dict a TOML or JSON file holds."""
-        d = {"name": self.name, "v_scale_order": self.v_scale_order, "scale_format": self.scale_format}
+        d: dict[str, object] = {"name": self.name, "v_scale_order": self.v_scale_order,
+                                "scale_format": self.scale_format}
         d.update({p: self.view(p).to_data() for p in PARTS})
         return d
 
@@ -289,6 +295,9 @@ def load(path) -> CacheLayout:
         except json.JSONDecodeError as e:
             raise LayoutError(f"{path}: not JSON ({e})") from e
     else:
+        if tomllib is None:
+            raise LayoutError(f"{path}: reading a TOML layout needs Python >= 3.11 (tomllib); "
+                              f"this is {sys.version.split()[0]}: save the layout as .json")
         try:
             d = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
@@ -308,15 +317,17 @@ def _seed(name: str) -> CacheLayout:
     page = Affine(0, 2 * pc.BLK * pc.ROW_BYTES)
     if name == "token_rows":
         rows = {"k_data": 0, "k_scale": pc.ROW_DATA}
-        views = {p: View("pool", Affine(rows[p], 0), page, pc.ROW_BYTES, pc.BLK * pc.ROW_BYTES)
-                 for p in ("k_data", "k_scale")}
-        views.update({p: View("pool", Affine(rows[k], pc.BLK * pc.ROW_BYTES), page, pc.ROW_BYTES,
-                              pc.BLK * pc.ROW_BYTES) for p, k in (("v_data", "k_data"), ("v_scale", "k_scale"))})
+        token, head = Affine(pc.ROW_BYTES), Affine(pc.BLK * pc.ROW_BYTES)
+        views = {p: View("pool", Affine(rows[p], 0), page, token, head) for p in ("k_data", "k_scale")}
+        views.update({p: View("pool", Affine(rows[k], pc.BLK * pc.ROW_BYTES), page, token, head)
+                      for p, k in (("v_data", "k_data"), ("v_scale", "k_scale"))})
     else:
         base = {"k_data": 0, "k_scale": pc.BLK * pc.ROW_DATA, "v_data": pc.BLK * pc.ROW_BYTES,
                 "v_scale": pc.BLK * (pc.ROW_BYTES + pc.ROW_DATA)}
-        views = {p: View("pool", Affine(0, base[p]), page, WIDTH[p], pc.BLK * WIDTH[p]) for p in PARTS}
-    return CacheLayout(name=name, v_scale_order="swizzled", **views)
+        views = {p: View("pool", Affine(0, base[p]), page, Affine(WIDTH[p]), Affine(pc.BLK * WIDTH[p]))
+                 for p in PARTS}
+    return CacheLayout(name, views["k_data"], views["k_scale"], views["v_data"], views["v_scale"],
+                       v_scale_order="swizzled")
 
 
 TOKEN_ROWS = _seed("token_rows")
@@ -328,10 +339,10 @@ assert tuple(CANONICAL) == pc.LAYOUTS
 # serving-stack kernels hold their cache.
 SEPARATE = CacheLayout(
     name="separate",
-    k_data=View("k_codes", 0, "8192*Hkv", "64*Hkv", 64),
-    k_scale=View("k_scales", 0, "1024*Hkv", "8*Hkv", 8),
-    v_data=View("v_codes", 0, "8192*Hkv", "64*Hkv", 64),
-    v_scale=View("v_scales", 0, "1024*Hkv", "8*Hkv", 8),
+    k_data=View("k_codes", Affine(), Affine.parse("8192*Hkv"), Affine.parse("64*Hkv"), Affine(64)),
+    k_scale=View("k_scales", Affine(), Affine.parse("1024*Hkv"), Affine.parse("8*Hkv"), Affine(8)),
+    v_data=View("v_codes", Affine(), Affine.parse("8192*Hkv"), Affine.parse("64*Hkv"), Affine(64)),
+    v_scale=View("v_scales", Affine(), Affine.parse("1024*Hkv"), Affine.parse("8*Hkv"), Affine(8)),
     v_scale_order="linear",
 )
 
@@ -352,7 +363,7 @@ def _check_tensors(layout: CacheLayout, tensors: dict, hkv: int) -> int:
     missing = [t for t in strides if t not in tensors]
     if missing:
         raise LayoutError(f"{layout.name}: tensors {missing} missing (given {sorted(tensors)})")
-    pages = None
+    pages: int | None = None
     for t, stride in strides.items():
         a = tensors[t]
         if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.ndim != 2 or a.shape[1] != stride:
@@ -361,6 +372,7 @@ def _check_tensors(layout: CacheLayout, tensors: dict, hkv: int) -> int:
         if pages is not None and a.shape[0] != pages:
             raise LayoutError(f"{layout.name}: tensor {t!r} has {a.shape[0]} pages, another has {pages}")
         pages = a.shape[0]
+    assert pages is not None  # page_strides names each of the four views' tensors
     return pages
 
 

@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from .formats import E2M1_MAX, E4M3_MAX, is_bf16
-from .paged_cache import BLK, D, LAYOUTS, page_bytes, page_views, unswizzle_v_scales
+from .paged_cache import BLK, LAYOUTS, D, page_bytes, page_views, unswizzle_v_scales
 
 HG = 16
 _F32_TINY = float(np.finfo(np.float32).tiny)

@@ -17,8 +17,8 @@ import functools
 
 import numpy as np
 
-from nvfp4_suite.kernels.protocol import Capabilities
 from nvfp4_suite.kernels.flydsl.lanes import grid_x, workgroup_row
+from nvfp4_suite.kernels.protocol import Capabilities
 from nvfp4_suite.reference import SEED_GEOMETRY, DecodeProblem, bf16_round, e4m3fnuz_decode, emulate
 from nvfp4_suite.reference.emulate import _emulate, exp2_f32
 from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
@@ -231,7 +231,7 @@ class NumpyKernel:
         bug = self.bug
         if bug == "odd_block_dropped" and len(mine) % 2:
             mine = mine[:-1]
-        m, l, acc = -np.inf, 0.0, np.zeros(D)
+        m, denom, acc = -np.inf, 0.0, np.zeros(D)
         for s in mine:
             blk = int(slots[s])
             if valid[s]:
@@ -258,14 +258,14 @@ class NumpyKernel:
                 p = np.exp(sc - m_use)
                 if bug == "softmax_no_max":
                     alpha, p = 1.0, np.exp(sc.astype(np.float32)).astype(np.float64)
-                l = l * alpha + p.sum()
+                denom = denom * alpha + p.sum()
                 acc = acc * alpha + p @ v
             m = m_new
         if bug == "softmax_no_max" and m != -np.inf:
             m = 0.0  # the partials are unshifted: the merge must not rescale them
         if bug == "masked_page_zero" and len(mine) < len(slots):
             acc = acc + np.zeros(BLK) @ v_all[0, kvh]
-        return m, l, acc
+        return m, denom, acc
 
     def _merge(self, parts, v_global, splits):
         bug = self.bug

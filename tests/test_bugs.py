@@ -18,12 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mutants
 import pytest
 
-import mutants
 from nvfp4_suite.kernels import get_backend
-from nvfp4_suite.vectors import bugs, cases, catalog
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
+from nvfp4_suite.vectors import bugs, cases, catalog
 from nvfp4_suite.vectors.check import check_invalid
 from nvfp4_suite.vectors.harness import BackendCrash, run_case
 from nvfp4_suite.vectors.io import load_case

@@ -11,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nvfp4_suite import kernels
-from nvfp4_suite.kernels.protocol import Capabilities
 import nvfp4_suite.reference as R
+from nvfp4_suite import kernels
+from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.kernels.protocol import Launch
-from nvfp4_suite.vectors import catalog, cases
+from nvfp4_suite.vectors import cases, catalog
 from nvfp4_suite.vectors.check import check_golden
 from nvfp4_suite.vectors.cli import main
 from nvfp4_suite.vectors.io import load_case, save_case

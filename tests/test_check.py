@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from nvfp4_suite import kernels
 import nvfp4_suite.reference as R
+from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.check import check_generated, check_golden, replay_launches
@@ -199,10 +199,10 @@ def test_minimising_reports_its_progress_and_ends_at_the_problem_it_reports():
 def test_an_interrupted_minimisation_keeps_the_smallest_failing_problem_not_the_latest():
     # Minimising tries problems in hypothesis's order, not ours: a later failing try
     # may be larger. Interrupted after some tries, the smallest one seen must be kept.
+    import hostile
+
     from nvfp4_suite.vectors import interrupts
     from nvfp4_suite.vectors.check import problem_size
-
-    import hostile
 
     seen = []
 

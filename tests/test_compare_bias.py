@@ -1,9 +1,9 @@
 """nvfp4_suite.reference.compare.bias: the rounding statistics and the bias verdict."""
 
 import numpy as np
+from compare_helpers import small_problem, truncate
 
 import nvfp4_suite.reference as R
-from compare_helpers import small_problem, truncate
 from nvfp4_suite.reference.compare import (
     BIAS_ALPHA,
     bias_false_alarm,

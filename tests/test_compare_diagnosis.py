@@ -1,9 +1,9 @@
 """nvfp4_suite.reference.compare.diagnosis: the failure patterns it names and those it does not."""
 
 import numpy as np
+from compare_helpers import garbage, small_problem, step
 
 import nvfp4_suite.reference as R
-from compare_helpers import garbage, small_problem, step
 from nvfp4_suite.reference.compare import (
     compare_with_emulation,
     diagnose,

@@ -1,9 +1,9 @@
 """nvfp4_suite.reference.compare.report: the judgement of an output and what a report says."""
 
 import numpy as np
+from compare_helpers import garbage, small_problem, whole_ulp_bound
 
 import nvfp4_suite.reference as R
-from compare_helpers import garbage, small_problem, whole_ulp_bound
 from nvfp4_suite.reference.compare import (
     MAX_LISTED,
     NAN,

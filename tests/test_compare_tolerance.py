@@ -3,9 +3,9 @@ against the oracle, and the oracle's own noise bound."""
 
 import numpy as np
 import pytest
+from compare_helpers import small_problem, step, whole_ulp_bound
 
 import nvfp4_suite.reference as R
-from compare_helpers import small_problem, step, whole_ulp_bound
 from nvfp4_suite.reference.compare import (
     bf16_interval,
     compare_with_emulation,
@@ -15,6 +15,7 @@ from nvfp4_suite.reference.compare import (
 )
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.formats import bf16_ulp
+from nvfp4_suite.reference.oracle import oracle_details
 from nvfp4_suite.reference.paged_cache import D, dequantize, page_views, unswizzle_v_scales
 from nvfp4_suite.reference.problem import HG
 
@@ -96,7 +97,7 @@ def _oracle_in_extended_precision(p):
     """The oracle's output computed independently in np.longdouble (64-bit significand on
     x86): dot products, exp and sums 2**11 times finer than float64, and no float64
     subnormals. longdouble ``[rows, H, 128]``."""
-    hk, rows, topk = p.num_kv_heads, p.rows, p.TOPK
+    hk, rows = p.num_kv_heads, p.rows
     views = page_views(p.pool, p.layout, hk)
     mask = p.key_mask()
     pages = np.maximum(p.slot_pages(), 0)
@@ -130,3 +131,9 @@ def test_the_oracle_lies_within_its_own_noise_bound_of_an_extended_precision_eva
     for seed in (1, 3):
         p = random_problem(seed, reqs=2, num_kv_heads=1, topk=4, q_std=24.0, kv_std=4.0, sm_scale=1.0,
                            seq_lens=[500, 300])
+        out, _, mag, sabs, vsum = oracle_details(p)
+        err = np.abs(out.astype(np.longdouble) - _oracle_in_extended_precision(p)).astype(np.float64)
+        bound = oracle_noise(p, mag, sabs, vsum)
+        assert np.all(err <= bound), f"seed {seed}: {int((err > bound).sum())} elements beyond E"
+        subnormal += int(((out != 0) & (np.abs(out) < 2.0**-1022)).sum())
+    assert subnormal > 0, "no float64-subnormal output: the underflow part of E went untested"

@@ -22,7 +22,8 @@ import pytest
 from nvfp4_suite import reference
 from nvfp4_suite.kernels.flydsl import lanes, seed_index
 from nvfp4_suite.reference import formats, paged_cache, problem
-from nvfp4_suite.vectors import catalog, io as vio
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors import io as vio
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "reference" / "CONTRACT.md"

@@ -21,8 +21,16 @@ from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS, Capabilities, Launc
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.vectors import bugs
 from nvfp4_suite.vectors.check import check_generated
-from nvfp4_suite.vectors.coverage import (CI_DRAWS, CI_SEED, NEEDS, NO_WORK, Coverage, conditions_for,
-                                          launch_conditions, problem_conditions)
+from nvfp4_suite.vectors.coverage import (
+    CI_DRAWS,
+    CI_SEED,
+    NEEDS,
+    NO_WORK,
+    Coverage,
+    conditions_for,
+    launch_conditions,
+    problem_conditions,
+)
 from nvfp4_suite.vectors.strategies import run_generated
 
 # Problems the generated check may need to catch each covered mutant (the CI profile's 30 examples).

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import nvfp4_suite.reference as R
 from nvfp4_suite.reference.compare import compare_with_oracle, interval_vs_oracle
-from nvfp4_suite.reference.emulate import split_schedule, exp2_f32, fma_f32
+from nvfp4_suite.reference.emulate import exp2_f32, fma_f32, split_schedule
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.vectors.strategies import problems
 

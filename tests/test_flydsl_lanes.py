@@ -276,15 +276,15 @@ def _pairs(layout: str):
 
 @pytest.mark.parametrize("layout", ["x32", "2x16"])
 def test_score_mfma_pairs_each_keys_dims_with_the_same_query_dims_once(layout):
-    for st_ in range(2):
-        for i in range(16):
-            for n in range(16):
-                dims_k, dims_q = [], []
-                for ks in range(L.NKS):
-                    for g, e in _pairs(layout):
-                        dims_k += list(g * 32 + ks * 8 + e)      # K operand: lane (i, g), element e
-                        dims_q += list(_q_dims(n, g, ks, e))      # Q operand: lane (n, g), element e
-                assert dims_k == dims_q and sorted(dims_k) == list(range(L.D))
+    # The K operand's dims depend on the lane group g only, the same for every
+    # key lane i and score step: one pass per query lane n covers them all.
+    for n in range(16):
+        dims_k, dims_q = [], []
+        for ks in range(L.NKS):
+            for g, e in _pairs(layout):
+                dims_k += list(g * 32 + ks * 8 + e)      # K operand: lane (i, g), element e
+                dims_q += list(_q_dims(n, g, ks, e))      # Q operand: lane (n, g), element e
+        assert dims_k == dims_q and sorted(dims_k) == list(range(L.D))
     for w in range(L.NW):
         for st_ in range(2):
             assert np.array_equal(L.k_key(w, np.arange(16), st_), seed_k_key(w, np.arange(16), st_))
@@ -303,15 +303,15 @@ def _q_dims(n, g, ks, e):
 
 @pytest.mark.parametrize("layout", ["x32", "2x16"])
 def test_pv_mfma_pairs_each_v_token_with_its_probability_and_stores_the_right_dims(layout):
+    # Both operands' keys depend on the wave and the lane group g only, the same
+    # for every V lane i and P lane n: one pass per wave covers them all.
     for w in range(L.NW):
-        for i in range(16):
-            for n in range(16):
-                keys_v, keys_p = [], []
-                for g, e in _pairs(layout):
-                    keys_v += list(L.v_key(w, g, e))          # V operand: lane (i, g), element e
-                    keys_p += list(seed_v_key(w, g, e))       # P operand: lane (n, g) holds p[e]
-                    assert list(keys_p[-len(e):]) == list(w * 32 + L.score_key(g, e // 4, e % 4))
-                assert keys_v == keys_p and sorted(keys_v) == list(range(32 * w, 32 * w + 32))
+        keys_v, keys_p = [], []
+        for g, e in _pairs(layout):
+            keys_v += list(L.v_key(w, g, e))          # V operand: lane (i, g), element e
+            keys_p += list(seed_v_key(w, g, e))       # P operand: lane (n, g) holds p[e]
+            assert list(keys_p[-len(e):]) == list(w * 32 + L.score_key(g, e // 4, e % 4))
+        assert keys_v == keys_p and sorted(keys_v) == list(range(32 * w, 32 * w + 32))
     # Row m of V tile dt holds dim 2 * v_data_byte(m) + dt (nibble dt of the word loaded).
     loaded = [[2 * L.v_data_byte(m) + dt for dt in range(L.NDT)] for m in range(16)]
     stored = [[stored_dim(m, dt) for dt in range(L.NDT)] for m in range(16)]

@@ -27,8 +27,8 @@ def row(splits=2, xcds=0, sc=" sc1", stores=NDT + 1, regs=207, denorm=3, lds=276
         arch="gfx950"):
     text = "".join(ISA.format(sc=sc, regs=regs, denorm=denorm, lds=lds, scratch=scratch, spill=spill)
                    for _ in range(stores))
-    return {"arch": arch, "layout": "token_rows", "topk": 16, "splits": splits, "xcds": xcds, "compile_s": 1.0, "lds_expected": 27664,
-            **parse_isa(text)}
+    return {"arch": arch, "layout": "token_rows", "topk": 16, "splits": splits, "xcds": xcds, "compile_s": 1.0,
+            "lds_expected": 27664, **parse_isa(text)}
 
 
 def test_parse_isa_reads_the_metadata_and_counts_sc1_and_mfma():

@@ -6,10 +6,10 @@ import warnings
 import numpy as np
 import pytest
 
-from nvfp4_suite import kernels
 import nvfp4_suite.reference as R
-from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
+from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.vectors import harness
 from nvfp4_suite.vectors.harness import BackendCrash, run_case
 

@@ -5,14 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hostile
 import pytest
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.vectors.harness import BackendCrash, run_case
 from nvfp4_suite.vectors.isolate import Isolated
-
-import hostile
 
 ROOT = Path(__file__).resolve().parents[1]
 

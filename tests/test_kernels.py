@@ -32,12 +32,14 @@ def test_unknown_and_malformed_backends_raise_clear_errors():
 
 
 @pytest.mark.parametrize("source, spec, msg", [
-    ("raise RuntimeError('no GPU driver')\n", "badmod:Backend", "importing 'badmod' raised RuntimeError: no GPU driver"),
+    ("raise RuntimeError('no GPU driver')\n", "badmod:Backend",
+     "importing 'badmod' raised RuntimeError: no GPU driver"),
     ("def Backend():\n    raise OSError('device busy')\n", "badmod:Backend", "creating it raised OSError: device busy"),
     ("", "badmod:Missing", "module 'badmod' has no attribute 'Missing'"),
     # issue 20: a kernel module written as a script, exiting when it finds no device
     ("import sys\nsys.exit(0)\n", "badmod:Backend", "importing 'badmod' raised SystemExit: 0"),
-    ("def Backend():\n    raise SystemExit('no device')\n", "badmod:Backend", "creating it raised SystemExit: no device"),
+    ("def Backend():\n    raise SystemExit('no device')\n", "badmod:Backend",
+     "creating it raised SystemExit: no device"),
     ("def __getattr__(n):\n    raise RuntimeError('lazy load failed')\n", "badmod:Backend",
      "reading 'Backend' raised RuntimeError: lazy load failed"),
     ("class B:\n    @property\n    def name(self):\n        raise RuntimeError('no name')\n"

@@ -7,9 +7,9 @@ import itertools
 
 import numpy as np
 import pytest
+from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
 
 import nvfp4_suite.reference as R
-from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
 from nvfp4_suite.reference.compare import compare_with_emulation, interval_vs_emulation
 from nvfp4_suite.reference.emulate import _emulate
 from nvfp4_suite.reference.examples import random_problem
@@ -46,12 +46,14 @@ def test_only_the_host_side_validation_mutants_need_invalid_input():
 
 @pytest.mark.parametrize("bug", sorted(set(BUGS) - INVALID_INPUT_ONLY))
 def test_every_mutant_is_caught_by_generated_problems(bug):
-    assert not check_generated(NumpyKernel(bug), examples=60, seed=1, shrink=False).ok, f"mutant {bug} ({BUGS[bug]}) passed 60 generated problems"
+    assert not check_generated(NumpyKernel(bug), examples=60, seed=1, shrink=False).ok, \
+        f"mutant {bug} ({BUGS[bug]}) passed 60 generated problems"
 
 
 @pytest.mark.parametrize("bug", DETECTABLE)
 def test_every_rounding_mutant_is_caught_by_generated_problems(bug):
-    assert not check_generated(SeedKernel(bug), examples=60, seed=1, shrink=False).ok, f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed 60 generated problems"
+    assert not check_generated(SeedKernel(bug), examples=60, seed=1, shrink=False).ok, \
+        f"mutant {bug} ({ROUNDING_BUGS[bug]}) passed 60 generated problems"
 
 
 def _golden_valid(limit=None):
@@ -124,7 +126,8 @@ def test_half_away_rounding_is_undetectable_elementwise_at_every_tie():
         # ... and there delta > 0 puts both neighbours in the interval, the rounding of
         # pre nudged either way by less than delta: a value a correct kernel may hold.
         assert np.all(iv.delta >= 2.0**-126)
-        assert np.all((iv.lo[tie] <= np.minimum(got, iv.nearest)[tie]) & (np.maximum(got, iv.nearest)[tie] <= iv.hi[tie]))
+        assert np.all((iv.lo[tie] <= np.minimum(got, iv.nearest)[tie])
+                      & (np.maximum(got, iv.nearest)[tie] <= iv.hi[tie]))
         rep = compare_with_emulation(p, got, splits=s)
         assert rep.passed, rep.details()
         ties_total += int(tie.sum())

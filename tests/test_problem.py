@@ -104,8 +104,10 @@ def test_scalar_parameters_accept_numpy_scalars_and_0d_arrays_as_the_same_proble
         ("k_global_scale", np.array([0.0125]),
          r"k_global_scale = array\(\[0.0125\]\) \(ndarray of dtype float64 and shape \(1,\)\) is not a real number"),
         ("sm_scale", "0.1", r"sm_scale = '0.1' \(str\) is not a real number"),
-        ("v_global_scale", np.array(True), r"v_global_scale = array\(True\) \(ndarray of dtype bool .* not a real number"),
-        ("q_len", np.array([2]), r"q_len = array\(\[2\]\) \(ndarray of dtype int64 and shape \(1,\)\), must be an integer"),
+        ("v_global_scale", np.array(True),
+         r"v_global_scale = array\(True\) \(ndarray of dtype bool .* not a real number"),
+        ("q_len", np.array([2]),
+         r"q_len = array\(\[2\]\) \(ndarray of dtype int64 and shape \(1,\)\), must be an integer"),
         ("num_kv_heads", np.array(2.0), r"num_kv_heads = 2.0 \(float\), must be an integer >= 1"),
     ],
 )

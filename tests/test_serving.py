@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
 import mutants  # noqa: E402
+
 from nvfp4_suite.kernels import Capabilities, get_backend  # noqa: E402
 from nvfp4_suite.reference.paged_cache import BLK, page_bytes, page_views  # noqa: E402
 from nvfp4_suite.vectors import serving as S  # noqa: E402

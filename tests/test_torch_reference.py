@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
 from nvfp4_suite.kernels.torch import reference as TR  # noqa: E402
+from nvfp4_suite.kernels.triton.decode import GEOMETRY as TRITON_GEOMETRY  # noqa: E402
 from nvfp4_suite.reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
 from nvfp4_suite.reference.compare.tolerance import gamma_exact  # noqa: E402
 from nvfp4_suite.reference.emulate import (  # noqa: E402
@@ -34,7 +35,6 @@ from nvfp4_suite.reference.oracle import oracle_details  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
 from nvfp4_suite.vectors.io import load_case  # noqa: E402
 from nvfp4_suite.vectors.strategies import problems  # noqa: E402
-from nvfp4_suite.kernels.triton.decode import GEOMETRY as TRITON_GEOMETRY  # noqa: E402
 
 GEOMETRIES = [SEED_GEOMETRY, TRITON_GEOMETRY, Geometry(64, 16, False)]
 # One case per feature the emulation's code paths branch on.
@@ -133,7 +133,7 @@ def test_generated_problems_match_numpy_bit_for_bit_on_cpu(p, splits, geometry):
 
 @pytest.mark.thorough
 def test_whole_catalog_matches_numpy_bit_for_bit_on_cpu():
-    for name, p, splits in _golden():
+    for _name, p, splits in _golden():
         for s in splits:
             for g in GEOMETRIES:
                 assert_emulation_matches(p, s, g, "cpu")
@@ -182,7 +182,7 @@ def test_pool_on_the_device_must_match_the_problem():
 @pytest.mark.gpu
 @GPU
 def test_whole_catalog_matches_numpy_bit_for_bit_on_the_gpu():
-    for name, p, splits in _golden():
+    for _name, p, splits in _golden():
         for s in sorted({1, splits[-1]}):
             for g in GEOMETRIES:
                 assert_emulation_matches(p, s, g, "cuda")

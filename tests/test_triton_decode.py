@@ -9,12 +9,12 @@ import pytest
 pytest.importorskip("triton", reason="triton not installed: pip install -e '.[triton]'")
 
 from nvfp4_suite.kernels import get_backend  # noqa: E402
+from nvfp4_suite.kernels.protocol import Launch  # noqa: E402
 from nvfp4_suite.kernels.triton.decode import _DEQ_PTX_TEXT as DEQ_PTX_TEXT  # noqa: E402
 from nvfp4_suite.kernels.triton.decode import MUTANTS  # noqa: E402
-from nvfp4_suite.reference.formats import bf16_round  # noqa: E402
 from nvfp4_suite.reference.examples import random_problem  # noqa: E402
+from nvfp4_suite.reference.formats import bf16_round  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
-from nvfp4_suite.kernels.protocol import Launch  # noqa: E402
 from nvfp4_suite.vectors.check import check_invalid  # noqa: E402
 from nvfp4_suite.vectors.harness import run_case  # noqa: E402
 from nvfp4_suite.vectors.io import load_case  # noqa: E402

@@ -4,9 +4,9 @@ A bug class is one known way a sparse NVFP4 decode kernel goes wrong. Its name
 is the flag that golden cases carry (``vectors/manifest.json``), its
 description the manifest's ``notes`` entry (``nvfp4_suite.vectors.cases`` takes both from
 ``nvfp4_suite.vectors.bug_classes``, which holds them apart from this module so that
-the cases do not import the registry that looks them up in the catalog). Its golden cases are the catalog's cases carrying the flag
-(``golden_cases``). Its mutants are backends that each inject that one bug
-into a correct implementation; they are named by backend specs
+the cases do not import the registry that looks them up in the catalog). Its
+golden cases are the catalog's cases carrying the flag (``golden_cases``). Its
+mutants are backends that each inject that one bug into a correct implementation; they are named by backend specs
 (``module:attr``, as ``nvfp4_suite.kernels.get_backend`` and ``python -m nvfp4_suite.vectors check
 --backend`` take them), so this module imports nothing to list them:
 
@@ -58,13 +58,15 @@ class Mutant:
         return ENGINES[self.spec.split(":", 1)[0]]
 
 
-ENGINES = {"mutants": "numpy", "nvfp4_suite.kernels.triton.decode": "triton", "nvfp4_suite.kernels.flydsl.sim.backend": "flydsl"}
+ENGINES = {"mutants": "numpy", "nvfp4_suite.kernels.triton.decode": "triton",
+           "nvfp4_suite.kernels.flydsl.sim.backend": "flydsl"}
 
 _HALF_AWAY = (
     "differs from nearest-even only where the float32 value is exactly a bf16 tie; delta > 0 "
     "everywhere (term 4 alone is >= 2**-126), so both neighbours of a tie are in the interval: "
     "a correct kernel whose value lies a hair to either side gives either one. Only the bias "
-    "verdict can see it, and only in a problem with >= 32 distinct (row, head) groups of ties; the golden catalog holds 9 "
+    "verdict can see it, and only in a problem with >= 32 distinct (row, head) groups of ties; "
+    "the golden catalog holds 9 "
     "tie elements in all and the generator none in 1000 problems")
 _EXP2_LOW = (
     "a common factor on every weight cancels between the numerator and l; what is left (the "

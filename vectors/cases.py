@@ -8,13 +8,23 @@ structured bytes, so regeneration gives the same problem on every machine.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem, bf16_round
 from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.reference.paged_cache import (
+    BLK,
+    GROUP,
+    D,
+    build_pool,
+    pack_e2m1,
+    page_views,
+    swizzle_v_scales,
+    unswizzle_v_scales,
+)
 from nvfp4_suite.reference.problem import read_slabs
-from nvfp4_suite.reference.paged_cache import BLK, D, GROUP, build_pool, page_views, pack_e2m1, swizzle_v_scales, unswizzle_v_scales
 
 from .bug_classes import CLASSES
 
@@ -31,7 +41,7 @@ class Case:
     name: str
     comment: str
     flags: tuple
-    build: object
+    build: Callable[[], DecodeProblem]
     splits: tuple = (1, 2, 3, 8)
     expected_error: str | None = None
     xcds: tuple = (0, 8)

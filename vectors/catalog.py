@@ -301,7 +301,8 @@ def stored_interval(extra: dict, name: str) -> tuple[np.ndarray, np.ndarray, np.
     keys = [f"expect_{name}_{end}" for end in _ENDS]
     if not all(k in extra for k in keys):
         return None
-    return tuple(from_bf16_bits(extra[k]) for k in keys)
+    lo, hi, nearest = (from_bf16_bits(extra[k]) for k in keys)
+    return lo, hi, nearest
 
 
 def drift(problem: DecodeProblem, extra: dict, name: str, iv: Interval) -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class Condition:
     name: str
     what: str
     min_share: float
-    allowed: object = None
+    allowed: Callable[..., object] | None = None
 
     def allows(self, caps, splits) -> bool:
         """Whether the condition can occur for ``caps`` at split counts ``splits``."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,9 @@ def dump_arrays(problem: DecodeProblem, layout) -> dict[str, np.ndarray]:
 
 def write_dump(path, problem: DecodeProblem, layout, extra: dict | None = None) -> None:
     """Write ``problem`` in the export format to ``path`` (``extra``: more arrays)."""
-    np.savez_compressed(path, **dump_arrays(problem, layout), **(extra or {}))
+    arrays: dict[str, Any] = dump_arrays(problem, layout)
+    more: dict[str, Any] = extra or {}
+    np.savez_compressed(path, **arrays, **more)  # a name in both is a TypeError, never an overwrite
 
 
 def import_case(path, layout, canonical: str = "token_rows") -> tuple[DecodeProblem, dict]:

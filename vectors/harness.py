@@ -42,8 +42,8 @@ import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
-from nvfp4_suite.reference.layout import present
 from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
+from nvfp4_suite.reference.layout import present
 
 from . import interrupts
 
@@ -150,6 +150,7 @@ def _call(backend, problem: DecodeProblem, launch: Launch):
     out = None
     if caps.out:
         out = kw["out"] = np.full((problem.rows, problem.H, 128), np.nan, np.float32)
+    got: np.ndarray | OutputTypeError
     try:
         res = backend(seen, **kw)
         got = to_output(out if res is None and out is not None else res)

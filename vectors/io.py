@@ -25,6 +25,7 @@ import tempfile
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -241,5 +242,7 @@ def load_case(path, sha256: str | None = None, *, follow_symlinks: bool = True) 
         if name not in m:
             raise CaseFileError(f"{path}: field 'meta.{name}' missing")
     meta = check_meta(path, m.get("meta", {}))
-    problem = DecodeProblem(**{n: arrays.pop(n) for n in ARRAY_FIELDS}, **{n: m[n] for n in SCALAR_FIELDS})
+    fields: dict[str, Any] = {n: arrays.pop(n) for n in ARRAY_FIELDS}  # arrays, then str/int/float scalars
+    fields.update({n: m[n] for n in SCALAR_FIELDS})
+    problem = DecodeProblem(**fields)
     return problem, meta, arrays

@@ -97,8 +97,8 @@ class Isolated:
         self.capabilities = backend.capabilities
         self.timeout = float(timeout) if timeout is not None else default_timeout(backend.capabilities)
         self.shrink_budget_s = SHRINK_BUDGET_TIMEOUTS * self.timeout
-        self._proc = None
-        self._conn = None
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
 
     def available(self) -> str | None:
         """None: the parent checked the backend's own ``available()`` before wrapping it."""
@@ -124,6 +124,7 @@ class Isolated:
             raise Raised(msg[1], f"loading backend {self.spec!r} in the worker: {msg[2]}")
 
     def _reap(self) -> int | None:
+        assert self._proc is not None, "_reap follows _start"
         try:
             code = self._proc.wait(5)
         except subprocess.TimeoutExpired:
@@ -137,7 +138,8 @@ class Isolated:
             if self._proc.poll() is None:
                 self._proc.kill()
             self._proc.wait()
-            self._conn.close()
+            if self._conn is not None:  # None when the worker started but its connection was not made
+                self._conn.close()
         self._proc = self._conn = None
 
     def __del__(self):
@@ -210,6 +212,7 @@ def _worker(conn: Connection) -> None:
         except (EOFError, OSError):
             return
         before = {n: getattr(problem, n).copy() for n in _arrays(problem)}
+        answer: tuple  # (kind, details...): the parent reads it by kind
         try:
             res = backend(problem, **kw)
             out = kw.get("out")

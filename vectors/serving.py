@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from typing import Any, Callable
 
 import numpy as np
 from hypothesis import strategies as st
@@ -178,8 +179,8 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
     valid = (ids >= 0) & (ids < nvis[None, :, None])
     # Valid slots of a few rows read the pages at the top of the pool.
     hs, rs, ss = np.nonzero(valid)
-    for pg, i in zip(_top_pages(shape), rng.choice(len(hs), min(len(hs), len(_top_pages(shape))), replace=False)):
-        block_table[rs[i] // q_len, ids[hs[i], rs[i], ss[i]]] = pg
+    for top, i in zip(_top_pages(shape), rng.choice(len(hs), min(len(hs), len(_top_pages(shape))), replace=False)):
+        block_table[rs[i] // q_len, ids[hs[i], rs[i], ss[i]]] = top
     # A valid slot needs a page: the few -1 entries a valid slot reaches get one.
     req = np.broadcast_to((np.arange(rows) // q_len)[None, :, None], ids.shape)
     blk = np.where(valid, ids, 0)
@@ -250,8 +251,9 @@ def check_serving(backend, examples: int, seed: int, progress=None, *,
 
     Each problem: the reference interval on the device (``reference_interval``),
     then ``nvfp4_suite.vectors.harness.run_case`` with it (two calls, outputs
-    bitwise equal, inputs unchanged), judged by ``nvfp4_suite.reference.compare``'s report. Returns ``(ok, lines)``: a line per
-    problem with its facts, verdict and timings, and a total.
+    bitwise equal, inputs unchanged), judged by ``nvfp4_suite.reference.compare``'s
+    report. Returns ``(ok, lines)``: a line per problem with its facts, verdict and
+    timings, and a total.
     """
     import torch
 
@@ -300,6 +302,8 @@ def _kernel_time(backend, problem: DecodeProblem, splits: int) -> float | None:
 
     if not torch.cuda.is_available():
         return None
+    decode: Callable[..., Any]  # the two backends' module-level decode(q, pool, ...)
+    kw: dict[str, Any]
     if backend.name == "triton":
         from nvfp4_suite.kernels.triton.decode import decode
         kw = {"splits": splits}
@@ -372,7 +376,8 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
                        for f in ("lo", "hi", "nearest"))
             same = "equal" if diff == 0 else f"{diff} ends differ"
         lines.append(f"{i + 1:2d} {p.rows:4d} {p.num_kv_heads:3d} {p.TOPK:4d} {p.q_len:5d} "
-                     f"{p.pool.nbytes / 2**30:5.2f} {splits:6d} | {'-' if t_np is None else f'{t_np:.2f}':>11} {t_ref:11.2f} {t_run:9.2f} "
+                     f"{p.pool.nbytes / 2**30:5.2f} {splits:6d} | {'-' if t_np is None else f'{t_np:.2f}':>11} "
+                     f"{t_ref:11.2f} {t_run:9.2f} "
                      f"{'-' if t_k is None else f'{t_k * 1e3:.2f}':>9} | {same}")
         del p, pool_ref
     return lines

@@ -51,14 +51,15 @@ def main(argv=None) -> int:
     failed_any = False
     for arch in archs:
         tasks = tasks_for(arch, True, args.case)
-        cpu = time.process_time()
+        cpu0 = time.process_time()
         # The per-task lines (minutes of work) go to stderr, the table to stdout.
         failed, n, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: print(s, file=sys.stderr, flush=True))
         # CPU seconds of this process: the work itself when --jobs 1 (a shared
         # machine slows the wall time), not counted for worker processes.
-        cpu = f"{time.process_time() - cpu:8.1f}" if args.jobs <= 1 else f"{'-':>8}"
+        cpu_s = time.process_time() - cpu0
+        cpu = f"{cpu_s:8.1f}" if args.jobs <= 1 else f"{'-':>8}"
         failed_any |= bool(failed)
-        rate = n / max(float(cpu) if args.jobs <= 1 else dt, 1e-9)
+        rate = n / max(float(cpu) if args.jobs <= 1 else dt, 1e-9)  # the rate of the printed CPU seconds
         print(f"{arch:8} {dt:8.1f} {cpu} {len(tasks):6d} {n:12d} {rate:13.0f}  "
               + ("CONFORMANT" if not failed else f"FAILED: {', '.join(failed)}"), flush=True)
     return 1 if failed_any else 0

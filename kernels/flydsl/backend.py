@@ -15,7 +15,7 @@ import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.emulate import SEED_GEOMETRY
-from nvfp4_suite.reference.paged_cache import D, LAYOUTS, page_bytes
+from nvfp4_suite.reference.paged_cache import LAYOUTS, D, page_bytes
 from nvfp4_suite.reference.problem import HG
 
 from ..protocol import Capabilities

@@ -105,7 +105,9 @@ def rocm_path() -> tuple[str | None, str]:
         return current, f"ld.lld from {current}"
     for cand in _LLD_CANDIDATES:
         found = cand if os.path.isabs(cand) else shutil.which(cand)
-        version = _lld_version(found) if found and os.path.exists(found) else 0
+        if not found or not os.path.exists(found):
+            continue
+        version = _lld_version(found)
         if version >= 19:
             shim = Path(tempfile.gettempdir()) / f"nvfp4-rocm-shim-{version}"
             (shim / "llvm" / "bin").mkdir(parents=True, exist_ok=True)

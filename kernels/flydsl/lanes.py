@@ -30,8 +30,13 @@ from __future__ import annotations
 import numpy as np
 
 from nvfp4_suite.reference.formats import e4m3fn_decode, e4m3fnuz_decode
-from nvfp4_suite.reference.paged_cache import BLK, D, LAYOUTS, row_byte
-from nvfp4_suite.reference.problem import HG  # query heads per KV head: the MFMA N dimension
+
+# BLK, LAYOUTS and HG are re-exported (`X as X`): decode.py and sim/backend.py take the
+# kernel's geometry from this one module.
+from nvfp4_suite.reference.paged_cache import BLK as BLK
+from nvfp4_suite.reference.paged_cache import LAYOUTS as LAYOUTS
+from nvfp4_suite.reference.paged_cache import D, row_byte
+from nvfp4_suite.reference.problem import HG as HG  # query heads per KV head: the MFMA N dimension
 
 NW = 4          # waves per workgroup
 KPW = 32        # keys per wave and block

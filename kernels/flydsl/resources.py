@@ -159,14 +159,14 @@ def compile_configs(arch: str, configs: list[tuple], rocm: str) -> list[dict]:
 
 def format_table(rows: list[dict]) -> str:
     """The resource table: one line per configuration, failures named."""
-    head = (f"{'arch':7} {'layout':10} {'topk':>4} {'spl':>3} {'xcd':>3} {'regs':>4} {'vgpr':>4} {'agpr':>4} {'sgpr':>4} "
-            f"{'LDS':>6} {'wg':>2} {'scr':>3} {'spill':>5} {'sc1':>3} {'mfma':>4} {'s':>5}  result")
+    head = (f"{'arch':7} {'layout':10} {'topk':>4} {'spl':>3} {'xcd':>3} {'regs':>4} {'vgpr':>4} {'agpr':>4} "
+            f"{'sgpr':>4} {'LDS':>6} {'wg':>2} {'scr':>3} {'spill':>5} {'sc1':>3} {'mfma':>4} {'s':>5}  result")
     lines = [head]
     for r in rows:
         bad = problems(r)
         lines.append(
-            f"{r['arch']:7} {r['layout']:10} {r['topk']:>4} {r['splits']:>3} {r['xcds']:>3} {r['regs']:>4} {r['vgpr']:>4} "
-            f"{r['agpr']:>4} {r['sgpr']:>4} {r['lds']:>6} {workgroups_per_cu(r):>2} {r['scratch']:>3} "
+            f"{r['arch']:7} {r['layout']:10} {r['topk']:>4} {r['splits']:>3} {r['xcds']:>3} {r['regs']:>4} "
+            f"{r['vgpr']:>4} {r['agpr']:>4} {r['sgpr']:>4} {r['lds']:>6} {workgroups_per_cu(r):>2} {r['scratch']:>3} "
             f"{r['vgpr_spill'] + r['sgpr_spill']:>5} {r['sc1_ops']:>3} {r['mfma']:>4} {r['compile_s']:>5}  "
             + ("ok" if not bad else "FAIL: " + "; ".join(bad)))
     return "\n".join(lines)
@@ -174,7 +174,8 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    p = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.resources", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.resources",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     p.add_argument("--topk", type=int, nargs="+", default=list(TOPKS))
     p.add_argument("--splits", type=int, nargs="+", default=list(SPLITS))

@@ -15,7 +15,16 @@ import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.formats import E4M3FN_TABLE, e2m1_decode
-from nvfp4_suite.reference.paged_cache import BLK, D, GROUP, PARTS, ROW_SCALES, V_SCALE_UNSWIZZLE, PageLayout, unpack_e2m1
+from nvfp4_suite.reference.paged_cache import (
+    BLK,
+    GROUP,
+    PARTS,
+    ROW_SCALES,
+    V_SCALE_UNSWIZZLE,
+    D,
+    PageLayout,
+    unpack_e2m1,
+)
 from nvfp4_suite.reference.problem import HG
 
 from ..protocol import Capabilities
@@ -99,9 +108,9 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     m = s.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     p = torch.exp(s - m)
-    l = p.sum(dim=-1, keepdim=True)
+    denom = p.sum(dim=-1, keepdim=True)
     o = torch.matmul(p, v)
-    o = torch.where(l > 0, o * (v_global_scale / l.clamp(min=1e-38)), torch.zeros_like(o))
+    o = torch.where(denom > 0, o * (v_global_scale / denom.clamp(min=1e-38)), torch.zeros_like(o))
     return o.permute(1, 0, 2, 3).reshape(rows, hk * HG, D).to(torch.bfloat16)
 
 

@@ -9,7 +9,7 @@ four independent online softmaxes, one per 32-key quarter of every block, each
 the batch index of a batched product that Triton gives a warp of its own, so no
 running max, row sum or P tile crosses warps; the four are merged at the end
 (``GEOMETRY``: keys_per_max 32, P rounded to bf16 before the PV product).
-With splits > 1 each program stores its partial ``(acc, m, l)`` and a second
+With splits > 1 each program stores its partial ``(acc, m, denom)`` and a second
 kernel merges them in split order, so no ticket has to be reset between
 launches. ``splits=None``/``"auto"`` lets the host pick (``auto_splits``).
 kernels/triton/NOTES.md has the H200 measurements behind these choices.
@@ -66,7 +66,7 @@ def default_stages(splits: int) -> int:
 
 
 # Four streams per block (keys 32w .. 32w + 31 of every block in stream w), each with
-# its own running max, l a sum over its 32 keys and its own accumulator, merged at
+# its own running max, denom a sum over its 32 keys and its own accumulator, merged at
 # the end; P is rounded to bf16 before the PV product. One running max over all 128
 # keys (the previous kernel) passed 17 barriers per block (kernels/triton/NOTES.md).
 GEOMETRY = Geometry(keys_per_max=32, keys_per_lane=32, p_bf16=True)
@@ -78,7 +78,7 @@ MUTANTS = {"causal": 1, "v_scale_linear": 2, "minus_one": 3, "merge_no_rescale":
 DEQ = int(os.environ.get("NVFP4_TRITON_DEQ", "2"))
 # DEQ 2 dequantises to value * 2**-7 (see _DEQ_PTX); the softmax constant and
 # v_global_scale are multiplied by 2**7 to match, which changes no rounding:
-# s * c and acc * (v_global / l) are the same real numbers.
+# s * c and acc * (v_global / denom) are the same real numbers.
 DEQ2_SHIFT = 128.0
 
 
@@ -204,10 +204,10 @@ if triton is not None:
         return lo * sc, hi * sc
 
     @triton.jit
-    def _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, l, acc,
+    def _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk, lim, c, m, denom, acc,
                     W: tl.constexpr, PLANAR: tl.constexpr, UPCAST: tl.constexpr, MUTANT: tl.constexpr,
                     DEQ: tl.constexpr):
-        """Fold one 128-key block into W independent online softmaxes (m, l [W, 16],
+        """Fold one 128-key block into W independent online softmaxes (m, denom [W, 16],
         acc [W, 16, 128] float32), stream w taking keys KW w .. KW w + KW - 1 as batch w
         of every product: Triton puts the batch dimension of a batched product across
         the warps, so each stream's max, sum and P stay inside one warp. The scores take
@@ -232,7 +232,7 @@ if triton is not None:
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_use)
         p = tl.exp2(tl.fma(s, c, -m_use[:, :, None]))
-        l = l * alpha + tl.sum(p, axis=2)
+        denom = denom * alpha + tl.sum(p, axis=2)
         v_lo, v_hi = _dequant(vb, vsb, W, UPCAST, DEQ)
         v = tl.reshape(tl.join(v_lo, v_hi), [W, KW, 128])
         if UPCAST:
@@ -241,7 +241,7 @@ if triton is not None:
             v = tl.inline_asm_elementwise(_BF16_BOUNDARY, "=r,r", [v], dtype=tl.bfloat16, is_pure=False, pack=2)
             pv = tl.dot(p.to(tl.bfloat16), v)
         acc = acc * alpha[:, :, None] + pv
-        return m_new, l, acc
+        return m_new, denom, acc
 
     @triton.jit
     def _decode_kernel(
@@ -284,27 +284,27 @@ if triton is not None:
             q_o = q_o.to(tl.float32)
 
         m = tl.full([W, 16], float("-inf"), tl.float32)
-        l = tl.zeros([W, 16], tl.float32)
+        denom = tl.zeros([W, 16], tl.float32)
         acc = tl.zeros([W, 16, 128], tl.float32)
         if UPCAST:
             for i in range(SLOTS):
                 if i < n_mine:
                     blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                     page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
-                    m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
-                                            lim, c, m, l, acc, W, PLANAR, UPCAST, MUTANT, DEQ)
+                    m, denom, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
+                                                lim, c, m, denom, acc, W, PLANAR, UPCAST, MUTANT, DEQ)
         else:
             for i in range(n_mine):
                 blk = tl.sum(tl.where(sel == lo + i, ids, 0), axis=0)
                 page = tl.load(bt_ptr + req * bt_stride + blk).to(tl.int64)
-                m, l, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
-                                        lim, c, m, l, acc, W, PLANAR, UPCAST, MUTANT, DEQ)
+                m, denom, acc = _block_step(q_e, q_o, pool_ptr, page, page_b, kvh, HKV, blk, self_blk,
+                                            lim, c, m, denom, acc, W, PLANAR, UPCAST, MUTANT, DEQ)
 
-        # Stream merge: each stream's (l, acc) weighted by exp2(m_w - max_w m_w),
+        # Stream merge: each stream's (denom, acc) weighted by exp2(m_w - max_w m_w),
         # summed over the streams in any order (nvfp4_suite.reference.compare: 2 W u).
         big = tl.max(m, axis=0)
         wt = tl.exp2(m - tl.where(big == float("-inf"), 0.0, big)[None, :])
-        l_all = tl.sum(l * wt, axis=0)
+        l_all = tl.sum(denom * wt, axis=0)
         acc_all = tl.sum(acc * wt[:, :, None], axis=0)
 
         out_off = (row * (HKV * 16) + kvh * 16 + h)[:, None] * 128 + d[None, :]
@@ -396,6 +396,8 @@ def decode(q, pool, topk, block_table, seq_lens, *, layout: str, num_kv_heads: i
     dev = q.device
     if splits is None or splits == "auto":
         splits = 1 if _interpret() else auto_splits(rows, hk, tk, _sm_count(dev))
+    elif isinstance(splits, str):  # e.g. "4" from a command line: it compared as str > int below
+        raise ValueError(f'splits = {splits!r}: an int >= 1, None or "auto"')
     if num_stages is None:
         num_stages = default_stages(splits)
     if out is None:
@@ -435,7 +437,7 @@ class TritonBackend:
     def __init__(self, mutant: str | None = None):
         if mutant is not None and mutant not in MUTANTS:
             raise ValueError(f"unknown mutant {mutant!r}; known: {sorted(MUTANTS)}")
-        self.mutant = MUTANTS.get(mutant, 0)
+        self.mutant = 0 if mutant is None else MUTANTS[mutant]
         if mutant:
             self.name = f"triton-mutant:{mutant}"
 

@@ -6,15 +6,17 @@ error). Prints one line per variant; kernels/triton/NOTES.md logs the results.""
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import itertools
 import sys
 
-from nvfp4_suite.kernels.bench import _problem, _time, ROOFLINE
+from nvfp4_suite.kernels.bench import ROOFLINE, _problem, _time
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.triton.sweep", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.triton.sweep",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="256x4x1,64x4x1")
     ap.add_argument("--topk", type=int, default=16)
     ap.add_argument("--deq", default="1,2", help="dequantisation paths (nvfp4_suite.kernels.triton.decode.DEQ)")
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
         nbytes = rows * hk * args.topk * 128 * 72 * 2 + q.numel() * 2 * 2
         src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
-        t_cp = _time(lambda: dst.copy_(src))
+        t_cp = _time(functools.partial(dst.copy_, src))
         print(f"== {rows}x{hk} q_len {q_len} TOPK {args.topk}: {nbytes / 1e6:.1f} MB, copy {t_cp * 1e6:.1f} us",
               flush=True)
         out = torch.empty((rows, 16 * hk, 128), dtype=torch.bfloat16, device=dev)
@@ -51,8 +53,8 @@ def main(argv=None) -> int:
                                                    ints(args.maxnreg), ints(args.splits)):
             if sp == 0:
                 sp = mod.auto_splits(rows, hk, args.topk, torch.cuda.get_device_properties(0).multi_processor_count)
-            fn = lambda: mod.decode(q, pool, ids, bt, seq, splits=sp, out=out, num_warps=w, num_stages=st,  # noqa: E731
-                                    deq=dq, maxnreg=mr or None, **kw)
+            fn = functools.partial(mod.decode, q, pool, ids, bt, seq, splits=sp, out=out, num_warps=w, num_stages=st,
+                                   deq=dq, maxnreg=mr or None, **kw)
             try:
                 out.fill_(float("nan"))
                 fn()

@@ -43,10 +43,14 @@ the kernel's float32 values.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .tolerance import Interval, _key
+
+if TYPE_CHECKING:  # report.py imports this module: the name is for the annotation only
+    from .report import Report
 
 BIAS_ALPHA = 1e-9  # false-alarm probability of the bias verdict, per report
 

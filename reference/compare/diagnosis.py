@@ -98,7 +98,7 @@ def _block(expected: np.ndarray, fail: np.ndarray, q_len: int) -> str | None:
     if block.size < MIN_BLOCK or block.mean() < 0.75 or inside < 0.9 * total or everything:
         return None
     units = units.reshape(n_rows, n_heads)
-    groups = {}
+    groups: dict[tuple[int, ...], list[int]] = {}
     for r in np.flatnonzero(units.any(axis=1)):
         groups.setdefault(tuple(np.flatnonzero(units[r])), []).append(int(r))
     where = []
@@ -133,16 +133,17 @@ def _swapped_rows(expected: np.ndarray, got: np.ndarray, fail: np.ndarray) -> st
         return None
     e, g = expected.reshape(n_rows, -1), got.reshape(n_rows, -1)
     tol = np.abs(e).max(axis=1) / 64
-    holds = {}
+    holds: dict[int, int] = {}
     with np.errstate(invalid="ignore"):
-        for r in bad:
-            match = (np.abs(g[r] - e).max(axis=1) <= tol) & (tol > 0)
-            match[r] = False
+        for b in bad:
+            match = (np.abs(g[b] - e).max(axis=1) <= tol) & (tol > 0)
+            match[b] = False
             if np.count_nonzero(match) == 1:
-                holds[int(r)] = int(np.flatnonzero(match)[0])
+                holds[int(b)] = int(np.flatnonzero(match)[0])
     if not holds:
         return None
-    said, phrases = set(), []
+    said: set[int] = set()
+    phrases: list[str] = []
     for r, other in holds.items():
         if r in said:
             continue

@@ -201,7 +201,8 @@ class Report:
         """One phrase: how tightly the elements were checked and how the output rounds."""
         n = max(self.n_elements, 1)
         return (f"{100 * self.n_determined / n:.4g}% checked to one bf16 value; "
-                f"of {self.n_rounding} outputs near the unrounded value, {self.n_off_nearest} off nearest-even ({self.n_toward_zero} toward zero, "
+                f"of {self.n_rounding} outputs near the unrounded value, {self.n_off_nearest} off nearest-even "
+                f"({self.n_toward_zero} toward zero, "
                 f"{self.n_away_from_zero} away; {self.n_below} below, {self.n_above} above), "
                 f"mean signed error {self.mean_signed_ulp:+.3g} ulp")
 

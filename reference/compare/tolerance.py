@@ -275,8 +275,10 @@ def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None
     out, _, mag, sabs, vsum = details
     c = float(kernel_constant(problem))
     eta = (2 * np.log(2) * c * D * F32_EPS * sabs)[..., None]
-    exact = geometry is None or isinstance(geometry, Exact)
-    gamma = gamma_exact(problem, F32_EPS) if exact else gamma_emulated(problem, geometry, splits)
+    if geometry is None or isinstance(geometry, Exact):
+        gamma = gamma_exact(problem, F32_EPS)
+    else:
+        gamma = gamma_emulated(problem, geometry, splits)
     delta = (gamma + 2 * eta) * mag * (1 + P_BF16_REL) + (P_BF16_REL * mag if p_bf16 else 0.0)
     delta = delta + _underflow(problem, vsum) + oracle_noise(problem, mag, sabs, vsum)
     return _interval(out, delta, shared=P_BF16_REL * mag if p_bf16 else 0.0)
