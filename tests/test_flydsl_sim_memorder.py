@@ -1,0 +1,184 @@
+"""nvfp4_suite.kernels.flydsl.sim.memorder: hand-written message-passing kernels, with
+and without their release and acquire, at workgroup and agent scope, on one XCD and
+on two. The pairs hardware orders pass; the others are flagged, naming the store, the
+load, both workgroups and the missing instruction, and with stale values substituted
+their output is wrong."""
+
+import numpy as np
+import pytest
+
+from nvfp4_suite.kernels.flydsl.sim.launch import Kernel, dispatch
+from nvfp4_suite.kernels.flydsl.sim.memorder import MemOrder, vmcnt_of
+from nvfp4_suite.kernels.flydsl.sim.memory import Memory
+from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction, parse_program
+
+FILL = 0xDEADBEEF  # what the data buffer holds before the producers store
+
+
+def _kernel(body: str) -> Kernel:
+    text = f"""\t.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
+\t.text
+\t.globl\tk
+k:
+{body}
+.Lfunc_end0:
+\t.amdhsa_kernel k
+\t\t.amdhsa_group_segment_fixed_size 0
+\t\t.amdhsa_kernarg_size 24
+\t\t.amdhsa_user_sgpr_count 2
+\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
+\t\t.amdhsa_system_sgpr_workgroup_id_x 1
+\t\t.amdhsa_system_vgpr_workitem_id 0
+\t.end_amdhsa_kernel
+"""
+    return Kernel(parse_program(text))
+
+
+def message_passing(store_bits="", release="", acquire="s_waitcnt vmcnt(0)", load_bits="", peek=False) -> str:
+    """Two one-wave workgroups. Each stores 100 + lane + its id to its own slot of
+    ``data`` (``store_bits``), runs ``release``, and lane 0 takes a ticket from
+    ``flag`` with a returning atomic; then ``acquire``. The one that drew ticket 1
+    (the last) loads the other's slot (``load_bits``) and stores it to ``out``.
+    ``peek``: every workgroup first loads the other's slot into L1 (and drops it)."""
+    first = ("\tv_xor_b32_e32 v9, 0x100, v2\n\tglobal_load_dword v10, v9, s[4:5]\n\ts_waitcnt vmcnt(0)\n"
+             if peek else "")
+    return f"""\ts_load_dwordx4 s[4:7], s[0:1], 0x0
+\ts_load_dwordx2 s[8:9], s[0:1], 0x10
+\ts_waitcnt lgkmcnt(0)
+\tv_lshlrev_b32_e32 v1, 2, v0
+\ts_lshl_b32 s10, s2, 8
+\tv_add_u32_e32 v2, s10, v1
+{first}\tv_add_u32_e32 v3, 100, v0
+\tv_add_u32_e32 v3, s2, v3
+\tglobal_store_dword v2, v3, s[4:5] {store_bits}
+{release}
+\tv_mov_b32_e32 v4, 0
+\tv_mov_b32_e32 v5, 1
+\ts_mov_b64 exec, 1
+\tglobal_atomic_add v6, v4, v5, s[6:7] sc0
+\ts_mov_b64 exec, -1
+{acquire}
+\tv_readfirstlane_b32 s11, v6
+\ts_cmp_eq_u32 s11, 1
+\ts_cbranch_scc0 .LBB0_1
+\ts_xor_b32 s12, s2, 1
+\ts_lshl_b32 s12, s12, 8
+\tv_add_u32_e32 v7, s12, v1
+\tglobal_load_dword v8, v7, s[4:5] {load_bits}
+\ts_waitcnt vmcnt(0)
+\tglobal_store_dword v1, v8, s[8:9]
+.LBB0_1:
+\ts_endpgm"""
+
+
+def _run(body: str, xcds: int, order: str = "forward", stale: bool = False):
+    """(out uint32 [64], the check) after one launch of two workgroups."""
+    k = _kernel(body)
+    mem = Memory()
+    data, flag = np.full(128, FILL, np.uint32), np.zeros(1, np.uint32)
+    out = np.zeros(64, np.uint32)
+    args = b"".join(int(mem.alloc(n, a)).to_bytes(8, "little") for n, a in
+                    (("data", data), ("flag", flag), ("out", out)))
+    mem.order = MemOrder((2, 1, 1), xcds, stale=stale)
+    dispatch(k, mem, args, (2, 1, 1), 64, order=order)
+    assert flag[0] == 2
+    return out, mem.order
+
+
+def _expected(order: str) -> np.ndarray:
+    """The last workgroup reads the first one's values: 100 + lane + its id."""
+    first = 0 if order == "forward" else 1
+    return (100 + np.arange(64) + first).astype(np.uint32)
+
+
+AGENT_REL = "\tbuffer_wbl2 sc1\n\ts_waitcnt vmcnt(0)"  # LLVM gfx942: release at agent scope
+AGENT_ACQ = "\ts_waitcnt vmcnt(0)\n\tbuffer_inv sc1"  # acquire at agent scope
+WG_TGSPLIT_REL = "\ts_waitcnt vmcnt(0)"  # release at workgroup scope in tgsplit mode
+WG_TGSPLIT_ACQ = "\ts_waitcnt vmcnt(0)\n\tbuffer_inv sc0"
+
+# name -> (kernel keywords, {xcds: None when ordered, else the missing instruction's words})
+# xcds 1: both workgroups on one XCD; 2: on two XCDs; 0: placement undeclared.
+CASES = {
+    "agent release and acquire": (dict(release=AGENT_REL, acquire=AGENT_ACQ), {1: None, 2: None, 0: None}),
+    "agent acquire without the release": (
+        dict(acquire=AGENT_ACQ),
+        {x: "s_waitcnt vmcnt(0) between the store and the releasing atomic" for x in (1, 2, 0)}),
+    "agent release without the release's wait": (
+        dict(release="\tbuffer_wbl2 sc1", acquire=AGENT_ACQ),
+        {x: "s_waitcnt vmcnt(0) between the store and the releasing atomic" for x in (1, 2, 0)}),
+    "workgroup scope (no wait, no cache action)": (
+        dict(), {x: "s_waitcnt vmcnt(0) between the store and the releasing atomic" for x in (1, 2, 0)}),
+    "workgroup scope, tgsplit sequences": (
+        dict(release=WG_TGSPLIT_REL, acquire=WG_TGSPLIT_ACQ),
+        {1: None, 2: "buffer_wbl2 sc1 before the releasing atomic", 0: "buffer_wbl2 sc1 before the releasing"}),
+    "agent release, acquire without buffer_inv": (
+        dict(release=AGENT_REL), {1: None, 2: "sc1 on the load or buffer_inv sc1", 0: "buffer_inv sc1"}),
+    "sc1 store and load with waits (the seed kernel's way)": (
+        dict(store_bits="sc1", release=WG_TGSPLIT_REL, load_bits="sc1"), {1: None, 2: None, 0: None}),
+    "sc1 store without the wait": (
+        dict(store_bits="sc1", load_bits="sc1"),
+        {x: "s_waitcnt vmcnt(0) between the store and the releasing atomic" for x in (1, 2, 0)}),
+    "sc1 store, load without sc1": (
+        dict(store_bits="sc1", release=WG_TGSPLIT_REL), {1: None, 2: "sc1 on the load", 0: "sc1 on the load"}),
+    "load into L1 before the acquire, no buffer_inv": (
+        dict(release=WG_TGSPLIT_REL, peek=True), {1: "buffer_inv (or sc0/sc1 on the load)", 2: "buffer_wbl2 sc1"}),
+    "load into L1 before the acquire, buffer_inv sc0": (
+        dict(release=WG_TGSPLIT_REL, acquire=WG_TGSPLIT_ACQ, peek=True), {1: None}),
+    "load into L1 before the acquire, sc0 load": (
+        dict(release=WG_TGSPLIT_REL, load_bits="sc0", peek=True), {1: None}),
+}
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_message_passing_is_flagged_exactly_when_no_chain_covers_both_workgroups(name, order):
+    kw, expect = CASES[name]
+    body = message_passing(**kw)
+    for xcds, missing in expect.items():
+        out, chk = _run(body, xcds, order)
+        # The simulator itself completes everything at once: the value is always the fresh one.
+        assert np.array_equal(out, _expected(order))
+        main = [c for c in chk.complaints if c.load_text.startswith("global_load_dword v8")]
+        if kw.get("peek"):
+            # The peek itself races with the other workgroup's store: no acquire precedes it.
+            peeks = [c for c in chk.complaints if c not in main]
+            assert len(peeks) == 1 and "an acquire in workgroup" in peeks[0].missing
+        else:
+            assert main == chk.complaints
+        if missing is None:
+            assert main == [], (xcds, [str(c) for c in main])
+            continue
+        assert len(main) == 1, (xcds, [str(c) for c in main])
+        c = main[0]
+        writer, reader = (0, 1) if order == "forward" else (1, 0)
+        assert (c.store_wg, c.load_wg) == (writer, reader)
+        assert c.store_text.startswith("global_store_dword v2, v3") and c.load_text.startswith("global_load_dword v8")
+        assert missing in c.missing, (xcds, c.missing)
+        assert c.buffer == "data" and c.stale == FILL & 0xFF and c.value == (100 + writer) & 0xFF
+        text = str(c)
+        assert f"workgroup {reader} loads data" in text and f"workgroup {writer} stored it" in text
+        assert "missing " + c.missing in text
+        # With the stale value substituted the failure is a wrong output.
+        stale_out, _ = _run(body, xcds, order, stale=True)
+        assert (stale_out == FILL).all()
+
+
+def test_placement_decides_whether_two_workgroups_share_an_l2():
+    chk = MemOrder((16, 1, 1), xcds=8)
+    assert not chk.may_split_l2(3, 11) and chk.may_split_l2(3, 4)
+    assert MemOrder((16, 1, 1), xcds=0).may_split_l2(3, 11)
+
+
+def test_vmcnt_is_read_from_text_and_from_the_packed_immediate():
+    assert vmcnt_of(parse_instruction("s_waitcnt vmcnt(3) lgkmcnt(0)")) == 3
+    assert vmcnt_of(parse_instruction("s_waitcnt lgkmcnt(0)")) is None
+    # gfx9 packing: vmcnt bits 3:0 and 15:14; 0xC07F waits for lgkmcnt(0) only (vmcnt 63).
+    assert vmcnt_of(parse_instruction("s_waitcnt 0xc07f")) is None
+    assert vmcnt_of(parse_instruction("s_waitcnt 0x0")) == 0
+
+
+def test_a_store_of_the_loading_workgroup_itself_needs_no_chain():
+    # The last workgroup reads its own slot instead of the other's: never flagged.
+    body = message_passing().replace("\ts_xor_b32 s12, s2, 1\n", "\ts_mov_b32 s12, s2\n")
+    out, chk = _run(body, 2)
+    assert chk.complaints == [] and np.array_equal(out, (100 + np.arange(64) + 1).astype(np.uint32))
