@@ -182,3 +182,72 @@ def test_a_store_of_the_loading_workgroup_itself_needs_no_chain():
     body = message_passing().replace("\ts_xor_b32 s12, s2, 1\n", "\ts_mov_b32 s12, s2\n")
     out, chk = _run(body, 2)
     assert chk.complaints == [] and np.array_equal(out, (100 + np.arange(64) + 1).astype(np.uint32))
+
+
+# ---- the real kernel -------------------------------------------------------------
+
+def _real_case():
+    from nvfp4_suite.vectors.cases import CASES
+    return next(c for c in CASES if c.name == "splits-5-blocks").build()
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Skips (with the reason) where the kernel can be neither compiled nor found cached."""
+    import os
+
+    from nvfp4_suite.kernels.flydsl.sim import backend as SB
+    why = SB.sim_missing(topks=(16,))
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+    return SB
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("splits", [2, 8])
+@pytest.mark.parametrize("xcds", [0, 8])
+def test_the_seed_kernel_raises_no_complaint_at_either_placement(compiled, arch, splits, xcds):
+    p = _real_case()
+    for order in ("forward", "reverse"):
+        res = compiled.run(p, arch, splits=splits, xcds=xcds, order=order, memorder="stale")
+        assert res["memorder"] == [], [str(c) for c in res["memorder"][:3]]
+        assert not np.isnan(res["out"]).any()
+
+
+def _edited(SB, arch, splits, xcds, layout, edit):
+    """The cached seed kernel's assembly with ``edit`` (lines -> lines) applied."""
+    from nvfp4_suite.kernels.flydsl.sim.compile import arg_order, assembly_path
+    path = assembly_path(arch, 16, splits, xcds, layout)
+    return Kernel(parse_program("\n".join(edit(path.read_text().split("\n"))))), tuple(arg_order(path))
+
+
+def _drop_wait_before_atomic(lines):
+    at = next(i for i, t in enumerate(lines) if "global_atomic_add" in t)
+    wait = max(i for i in range(at) if "s_waitcnt vmcnt(0)" in lines[i])
+    return lines[:wait] + lines[wait + 1:]
+
+
+def _drop_sc1(lines):
+    return [t.replace(" sc1", "") if "buffer_" in t else t for t in lines]
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("edit,xcds,missing", [
+    (_drop_wait_before_atomic, 8, "s_waitcnt vmcnt(0) between the store and the releasing atomic"),
+    (_drop_sc1, 0, "sc1 on the store or buffer_wbl2 sc1 before the releasing atomic"),
+])
+def test_the_seed_kernel_edited_at_its_release_is_flagged_and_goes_wrong_with_stale_partials(
+        compiled, monkeypatch, arch, edit, xcds, missing):
+    p = _real_case()
+    kern = _edited(compiled, arch, 2, xcds, p.layout, edit)
+    monkeypatch.setattr(compiled, "kernel", lambda *a: kern)
+    res = compiled.run(p, arch, splits=2, xcds=xcds, memorder="stale")
+    assert res["memorder"] and all(missing in c.missing for c in res["memorder"])
+    c = res["memorder"][0]
+    assert c.buffer == "partials" and c.store_wg != c.load_wg and c.store_text.startswith("buffer_store")
+    # The partials start as NaN: the merge that reads them stale writes NaN.
+    assert np.isnan(res["out"]).any()
+    with pytest.raises(compiled.SimError, match="memory-model check, xcds=.*" + missing.split(" ")[0]):
+        compiled.run(p, arch, splits=2, xcds=xcds, memorder="check", workspace=compiled.SimWorkspace())
