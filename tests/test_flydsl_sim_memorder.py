@@ -158,6 +158,8 @@ def test_message_passing_is_flagged_exactly_when_no_chain_covers_both_workgroups
         text = str(c)
         assert f"workgroup {reader} loads data" in text and f"workgroup {writer} stored it" in text
         assert "missing " + c.missing in text
+        assert c.store_bits == (kw.get("store_bits") or "no cache bits") and c.store_outstanding == 1
+        assert c.load_bits == (kw.get("load_bits") or "no cache bits") and c.load_outstanding >= 1
         # With the stale value substituted the failure is a wrong output.
         stale_out, _ = _run(body, xcds, order, stale=True)
         assert (stale_out == FILL).all()
@@ -251,3 +253,30 @@ def test_the_seed_kernel_edited_at_its_release_is_flagged_and_goes_wrong_with_st
     assert np.isnan(res["out"]).any()
     with pytest.raises(compiled.SimError, match="memory-model check, xcds=.*" + missing.split(" ")[0]):
         compiled.run(p, arch, splits=2, xcds=xcds, memorder="check", workspace=compiled.SimWorkspace())
+
+
+# ---- the memory-order mutants (decode.MUTANTS), through the harness -------------------
+
+def _golden(flag: str):
+    from nvfp4_suite.vectors import bugs, catalog
+    from nvfp4_suite.vectors.io import load_case
+    entry = next(c for c in bugs.golden_cases(flag) if c["name"] == "splits-5-blocks")
+    return entry, load_case(catalog.HERE / entry["file"], sha256=entry["sha256"])[0]
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("mutant", ["ticket_no_wait", "partials_no_sc1"])
+def test_each_memory_order_mutant_fails_a_golden_case_carrying_the_flag_as_a_wrong_output(compiled, arch, mutant):
+    from nvfp4_suite.kernels.protocol import Launch
+    from nvfp4_suite.vectors.harness import run_case
+    entry, problem = _golden("memory-order")
+    assert {"splits": 2, "xcds": 0} in [{k: x[k] for k in ("splits", "xcds")} for x in entry["launches"]]
+    _, rep = run_case(compiled.FlydslSimBackend(arch), problem, Launch(2, 0))
+    assert rep.passed, rep.details()
+    bad = getattr(compiled, f"{mutant}_{arch}")()
+    assert bad.memorder == "stale"
+    _, rep = run_case(bad, problem, Launch(2, 0))
+    assert not rep.passed
+    want = {"ticket_no_wait": "s_waitcnt vmcnt(0) between the store and the releasing atomic",
+            "partials_no_sc1": "sc1 on the store or buffer_wbl2 sc1"}[mutant]
+    assert bad.memorder_complaints and all(want in c.missing for c in bad.memorder_complaints)

@@ -204,13 +204,19 @@ def sim_missing(archs=ARCHS, mutant: str | None = None, topks=TOPK_BUCKETS) -> s
 class FlydslSimBackend:
     """``flydsl-sim-<arch>``: the seed kernel compiled for ``arch`` and run by the
     simulator; seed geometry; every configuration the ``flydsl`` backend offers.
-    ``buckets``: the compiled TOPK widths (``TOPK_BUCKETS``; None: exact)."""
+    ``buckets``: the compiled TOPK widths (``TOPK_BUCKETS``; None: exact); ``memorder``:
+    the memory-model check's mode (``run``)."""
 
     geometry = SEED_GEOMETRY
 
-    def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None, buckets=TOPK_BUCKETS):
+    def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None, buckets=TOPK_BUCKETS,
+                 memorder: str | None = "check"):
         if arch not in ARCHS:
             raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+        if memorder not in MEMORDER_MODES:
+            raise ValueError(f"memorder must be one of {MEMORDER_MODES}, got {memorder!r}")
+        self.memorder = memorder
+        self.memorder_complaints: list = []  # every launch's, with memorder="stale"
         self.arch = arch
         self.mutant = mutant
         self.buckets = buckets
@@ -235,11 +241,13 @@ class FlydslSimBackend:
         problem.validate()
         try:
             res = run(problem, self.arch, splits=splits, xcds=xcds, out=out, order=order,
-                      workspace=self.workspace, options=self.options, mutant=self.mutant, buckets=self.buckets)
+                      workspace=self.workspace, options=self.options, mutant=self.mutant, buckets=self.buckets,
+                      memorder=self.memorder)
         except CompileError as e:
             raise SimError(f"cannot compile the kernel for {self.arch}: {e}") from e
         self.instructions += res["instructions"]
         self.steps += res["steps"]
+        self.memorder_complaints += res["memorder"]
         if out is None:
             return res["out"]
         out[...] = res["out"]
@@ -259,8 +267,12 @@ def gfx950() -> FlydslSimBackend:
 # The kernel mutants as ``module:attr`` backends, e.g.
 # ``nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950`` (names as in
 # ``nvfp4_suite.kernels.flydsl.decode.MUTANTS``, which needs FlyDSL to import; kept in
-# step by a test).
-MUTANTS = ("causal_off_by_one", "v_scale_linear", "merge_no_rescale", "ticket_not_reset", "fnuz_uncorrected")
+# step by a test). The memory-order mutants run with stale values substituted
+# (``memorder="stale"``), so the check sees their bug as a wrong output.
+MUTANTS = ("causal_off_by_one", "v_scale_linear", "merge_no_rescale", "ticket_not_reset", "fnuz_uncorrected",
+           "ticket_no_wait", "partials_no_sc1")
+MEMORY_ORDER_MUTANTS = ("ticket_no_wait", "partials_no_sc1")
 for _m in MUTANTS:
     for _arch in ARCHS:
-        globals()[f"{_m}_{_arch}"] = functools.partial(FlydslSimBackend, _arch, mutant=_m)
+        globals()[f"{_m}_{_arch}"] = functools.partial(FlydslSimBackend, _arch, mutant=_m,
+                                                       memorder="stale" if _m in MEMORY_ORDER_MUTANTS else "check")

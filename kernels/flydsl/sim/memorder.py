@@ -91,6 +91,7 @@ class Store:
     sc0: bool = False
     sc1: bool = False
     nt: bool = False
+    outstanding: int = 0  # the wave's vector memory operations in flight once it issued (itself included)
     # A complete buffer_wbl2 sc1 issued after it wrote it back to memory.
     written_back: bool = False
 
@@ -125,8 +126,9 @@ class Acquire:
 
 @dataclass
 class Complaint:
-    """One violation: the store and the load (pc, text, workgroup), the missing
-    instruction, a byte address it concerns and the stale value a load may return."""
+    """One violation: the store and the load (pc, text, workgroup, cache bits, the
+    wave's vector memory operations in flight once issued), the missing instruction,
+    a byte address it concerns and the stale value a load may return."""
 
     store_pc: int
     store_text: str
@@ -139,11 +141,16 @@ class Complaint:
     buffer: str
     stale: int
     value: int
+    store_bits: str = ""
+    load_bits: str = ""
+    store_outstanding: int = 0
+    load_outstanding: int = 0
 
     def __str__(self) -> str:
         return (f"workgroup {self.load_wg} loads {self.buffer}+{self.addr:#x} at #{self.load_pc} "
-                f"({self.load_text}) after workgroup {self.store_wg} stored it at #{self.store_pc} "
-                f"({self.store_text}) with no release/acquire chain covering both: missing {self.missing}; "
+                f"({self.load_text}; {self.load_bits}, vmcnt {self.load_outstanding}) after workgroup "
+                f"{self.store_wg} stored it at #{self.store_pc} ({self.store_text}; {self.store_bits}, vmcnt "
+                f"{self.store_outstanding}) with no release/acquire chain covering both: missing {self.missing}; "
                 f"the load may return the stale byte {self.stale:#04x} instead of {self.value:#04x}")
 
 
@@ -252,7 +259,7 @@ class MemOrder:
         st = self._wave(w)
         m = ins.mods
         s = Store(st.cur, sid=len(self._stores), wg=st.wg, pc=ins.index, text=ins.text.strip(), sc0=bool(m.get("sc0")),
-                  sc1=bool(m.get("sc1")), nt=bool(m.get("nt")))
+                  sc1=bool(m.get("sc1")), nt=bool(m.get("nt")), outstanding=len(st.queue))
         self._stores.append(s)
         st.stores.append(s)
         writer, prev = self._buf(alloc)
@@ -318,8 +325,10 @@ class MemOrder:
             if k not in self._seen:
                 self._seen.add(k)
                 i = int(idx[sel][0])
+                bits = " ".join(n for n in ("sc0", "sc1", "nt") if ins.mods.get(n)) or "no cache bits"
                 self.complaints.append(Complaint(s.pc, s.text, s.wg, ins.index, ins.text.strip(), st.wg, missing,
-                                                 i, alloc.name, int(prev[i]), int(alloc.data[i])))
+                                                 i, alloc.name, int(prev[i]), int(alloc.data[i]), s.bits(), bits,
+                                                 s.outstanding, len(st.queue)))
         if self.stale and bad.any():
             data = data.copy()
             data[bad] = prev[idx[bad]]
