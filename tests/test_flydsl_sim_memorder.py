@@ -280,3 +280,28 @@ def test_each_memory_order_mutant_fails_a_golden_case_carrying_the_flag_as_a_wro
     want = {"ticket_no_wait": "s_waitcnt vmcnt(0) between the store and the releasing atomic",
             "partials_no_sc1": "sc1 on the store or buffer_wbl2 sc1"}[mutant]
     assert bad.memorder_complaints and all(want in c.missing for c in bad.memorder_complaints)
+
+
+def test_an_unknown_check_mode_is_refused_naming_the_modes():
+    from nvfp4_suite.kernels.flydsl.sim import backend as SB
+    with pytest.raises(ValueError, match=r"memorder must be one of \('check', 'stale', None\), got 'loud'"):
+        SB.FlydslSimBackend("gfx950", memorder="loud")
+    with pytest.raises(ValueError, match="memorder must be one of"):
+        SB.run(_real_case(), "gfx950", splits=2, memorder="loud")
+
+
+def test_a_plain_store_to_the_flag_ends_the_release_sequence():
+    # Each workgroup, after its ticket, stores 1 to the flag with a plain store: the
+    # last one's atomic then reads that store, not the other's release.
+    body = message_passing(release=AGENT_REL, acquire=AGENT_ACQ).replace(
+        "\ts_mov_b64 exec, -1\n", "\tglobal_store_dword v4, v5, s[6:7]\n\ts_mov_b64 exec, -1\n")
+    k = _kernel(body)
+    mem = Memory()
+    data, flag, out = np.full(128, FILL, np.uint32), np.zeros(1, np.uint32), np.zeros(64, np.uint32)
+    args = b"".join(int(mem.alloc(n, a)).to_bytes(8, "little") for n, a in
+                    (("data", data), ("flag", flag), ("out", out)))
+    mem.order = MemOrder((2, 1, 1), 1)
+    dispatch(k, mem, args, (2, 1, 1), 64)
+    assert flag[0] == 1 and np.array_equal(out, _expected("forward"))
+    (c,) = mem.order.complaints
+    assert (c.store_wg, c.load_wg) == (0, 1) and "an acquire in workgroup 1 that reads workgroup 0's release" in c.missing

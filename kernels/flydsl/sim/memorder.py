@@ -199,6 +199,7 @@ class MemOrder:
         self._stores: list[Store] = []
         self._bufs: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # writer sid (-1 none), byte before it
         self._released: dict[int, dict] = {}  # atomic address -> release sequence
+        self._ever_released: set[int] = set()  # sids some atomic released
 
     # ---- placement --------------------------------------------------------
     def wg_of(self, w) -> int:
@@ -267,8 +268,10 @@ class MemOrder:
         prev[flat] = alloc.data[flat]
         writer[flat] = s.sid
         # A plain store to an atomic's address ends its release sequence.
-        for word in np.unique(alloc.base + (flat & ~3)):
-            self._released.pop(int(word), None)
+        if self._released:
+            hit = np.isin(np.fromiter(self._released, np.int64), alloc.base + (flat & ~3))
+            for addr in [a for a, h in zip(list(self._released), hit) if h]:
+                del self._released[addr]
 
     def _buf(self, alloc):
         b = self._bufs.get(alloc.name)
@@ -288,6 +291,7 @@ class MemOrder:
             if returns:
                 acq = Acquire(st.cur, addr=addr, pc=ins.index, seq=st.seq, released=dict(seqn))
                 st.acqs.append(acq)
+            self._ever_released.update(now)
             for sid, (c, mem, pc) in now.items():
                 old = seqn.get(sid)
                 seqn[sid] = (c, mem, pc) if old is None else (old[0] or c, old[1] or mem, pc)
@@ -339,9 +343,10 @@ class MemOrder:
         cross = self.may_split_l2(s.wg, st.wg)
         chains = [a for a in st.acqs if s.sid in a.released]
         if not chains:
-            if not any(s.sid in seqn for seqn in self._released.values()):
+            if s.sid not in self._ever_released:
                 return f"a release after the store in workgroup {s.wg} (s_waitcnt vmcnt(0), then an atomic)"
-            return f"an acquire in workgroup {st.wg} (a returning atomic on the releasing address before the load)"
+            return (f"an acquire in workgroup {st.wg} that reads workgroup {s.wg}'s release (a returning atomic "
+                    f"on its address before the load, with no plain store to that address between)")
         why = []
         for a in chains:
             done, in_mem, rel_pc = a.released[s.sid]
