@@ -305,3 +305,15 @@ def test_a_plain_store_to_the_flag_ends_the_release_sequence():
     assert flag[0] == 1 and np.array_equal(out, _expected("forward"))
     (c,) = mem.order.complaints
     assert (c.store_wg, c.load_wg) == (0, 1) and "an acquire in workgroup 1 that reads workgroup 0's release" in c.missing
+
+
+def test_cache_control_instructions_parse_to_bits_and_refuse_what_they_do_not_take():
+    from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
+    from nvfp4_suite.kernels.flydsl.sim.wave import SimError
+    ins = parse_instruction("buffer_inv sc0 sc1")
+    assert ins.ops == [] and ins.mods == {"sc0": True, "sc1": True}
+    w = make_test_wave("gfx942")
+    execute(w, "buffer_wbl2 sc1")  # without a check attached: nothing changes
+    assert w.pc == 1
+    with pytest.raises(SimError, match="modifier offset not supported"):
+        execute(w, "buffer_inv offset:4")
