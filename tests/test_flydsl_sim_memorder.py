@@ -218,7 +218,7 @@ def test_the_seed_kernel_raises_no_complaint_at_either_placement(compiled, arch,
         assert not np.isnan(res["out"]).any()
 
 
-def _edited(SB, arch, splits, xcds, layout, edit):
+def _edited(arch, splits, xcds, layout, edit):
     """The cached seed kernel's assembly with ``edit`` (lines -> lines) applied."""
     from nvfp4_suite.kernels.flydsl.sim.compile import arg_order, assembly_path
     path = assembly_path(arch, 16, splits, xcds, layout)
@@ -243,7 +243,7 @@ def _drop_sc1(lines):
 def test_the_seed_kernel_edited_at_its_release_is_flagged_and_goes_wrong_with_stale_partials(
         compiled, monkeypatch, arch, edit, xcds, missing):
     p = _real_case()
-    kern = _edited(compiled, arch, 2, xcds, p.layout, edit)
+    kern = _edited(arch, 2, xcds, p.layout, edit)
     monkeypatch.setattr(compiled, "kernel", lambda *a: kern)
     res = compiled.run(p, arch, splits=2, xcds=xcds, memorder="stale")
     assert res["memorder"] and all(missing in c.missing for c in res["memorder"])
@@ -304,7 +304,8 @@ def test_a_plain_store_to_the_flag_ends_the_release_sequence():
     dispatch(k, mem, args, (2, 1, 1), 64)
     assert flag[0] == 1 and np.array_equal(out, _expected("forward"))
     (c,) = mem.order.complaints
-    assert (c.store_wg, c.load_wg) == (0, 1) and "an acquire in workgroup 1 that reads workgroup 0's release" in c.missing
+    assert (c.store_wg, c.load_wg) == (0, 1)
+    assert "an acquire in workgroup 1 that reads workgroup 0's release" in c.missing
 
 
 def test_cache_control_instructions_parse_to_bits_and_refuse_what_they_do_not_take():
