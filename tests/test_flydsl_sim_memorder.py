@@ -207,13 +207,14 @@ def compiled():
     return SB
 
 
+# Splits 2 only, to keep CI's compiles few; every golden case at every split
+# count and placement was checked by hand (the closing note of issue 22).
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
-@pytest.mark.parametrize("splits", [2, 8])
 @pytest.mark.parametrize("xcds", [0, 8])
-def test_the_seed_kernel_raises_no_complaint_at_either_placement(compiled, arch, splits, xcds):
+def test_the_seed_kernel_raises_no_complaint_at_either_placement(compiled, arch, xcds):
     p = _real_case()
     for order in ("forward", "reverse"):
-        res = compiled.run(p, arch, splits=splits, xcds=xcds, order=order, memorder="stale")
+        res = compiled.run(p, arch, splits=2, xcds=xcds, order=order, memorder="stale")
         assert res["memorder"] == [], [str(c) for c in res["memorder"][:3]]
         assert not np.isnan(res["out"]).any()
 
