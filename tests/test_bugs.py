@@ -162,6 +162,8 @@ CATCHING = {
     "nvfp4_suite.kernels.flydsl.sim.backend:merge_no_rescale_gfx950": ("flydsl-sim-gfx950", "split-rescale", 2),
     "nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950": ("flydsl-sim-gfx950", "splits-5-blocks", 2),
     "nvfp4_suite.kernels.flydsl.sim.backend:fnuz_uncorrected_gfx942": ("flydsl-sim-gfx942", "e4m3-neg-zero", 1),
+    "nvfp4_suite.kernels.flydsl.sim.backend:ticket_no_wait_gfx950": ("flydsl-sim-gfx950", "splits-5-blocks", 2),
+    "nvfp4_suite.kernels.flydsl.sim.backend:partials_no_sc1_gfx950": ("flydsl-sim-gfx950", "splits-5-blocks", 2),
 }
 
 

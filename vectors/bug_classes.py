@@ -27,6 +27,8 @@ CLASSES = (
     BugClass("split-merge", "split-KV partials merged, including splits that got no block"),
     BugClass("split-rescale", "split maxima far apart: a merge without exp2(big - top) rescaling is wrong"),
     BugClass("ticket-reset", "split tickets must be reset: the second launch of the same case must match"),
+    BugClass("memory-order", "split partials read by the merging split: each must be ordered after its store by a "
+                             "release/acquire chain covering both workgroups (the simulator's memory-model check)"),
     BugClass("minus-one", "-1 slots that a kernel must not dereference through the block table"),
     BugClass("v-scale-swizzle", "V scales with a token-dependent pattern: a linear read gives other values"),
     BugClass("v-scale-writer",

@@ -122,6 +122,9 @@ MUTANTS = (
     Mutant("nvfp4_suite.kernels.flydsl.sim.backend:merge_no_rescale_gfx950", "split-rescale"),
     Mutant("nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950", "ticket-reset"),
     Mutant("nvfp4_suite.kernels.flydsl.sim.backend:fnuz_uncorrected_gfx942", "fnuz"),
+    # memory-order bugs, caught by the simulator's memory-model check (gfx942 too: tests/test_flydsl_sim_memorder.py)
+    Mutant("nvfp4_suite.kernels.flydsl.sim.backend:ticket_no_wait_gfx950", "memory-order"),
+    Mutant("nvfp4_suite.kernels.flydsl.sim.backend:partials_no_sc1_gfx950", "memory-order"),
 )
 
 

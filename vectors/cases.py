@@ -438,7 +438,7 @@ CASES = [
     Case("causal-earlier", "Seven fully visible earlier blocks beside a diagonal block cut at 2.",
          ("causal-earlier",), _causal_earlier),
     Case("splits-5-blocks", "5 valid blocks over 1..8 splits (empty splits from 6 on).",
-         ("split-merge", "odd-blocks", "ticket-reset"), lambda: _splits_case(5), splits=tuple(range(1, 9))),
+         ("split-merge", "odd-blocks", "ticket-reset", "memory-order"), lambda: _splits_case(5), splits=tuple(range(1, 9))),
     Case("splits-1-block", "One valid block over 1..8 splits: all but one split empty.",
          ("split-merge", "odd-blocks"), lambda: _splits_case(1), splits=tuple(range(1, 9))),
     Case("split-rescale", "One block's scores dwarf the rest: split maxima far apart.",

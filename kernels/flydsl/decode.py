@@ -231,6 +231,10 @@ MUTANTS = {
     "merge_no_rescale": "the split merge adds the splits' partials without rescaling to the top max",
     "ticket_not_reset": "the merging split leaves its ticket counter non-zero",
     "fnuz_uncorrected": "gfx942's E4M3FNUZ fp8 conversion used without the OCP correction",
+    "ticket_no_wait": "the s_waitcnt vmcnt(0) before the ticket's atomic removed: the last split may read "
+                      "partials not yet written",
+    "partials_no_sc1": "split partials stored and loaded without sc1 under xcds 0: another XCD's L2 may serve "
+                       "stale partials",
 }
 
 
@@ -336,7 +340,7 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
     _k_bf16x8, _v_bf16x8, cvt_fp8x2_f16, mfma_16x16x32, kv_lane_loader = compile_helpers(_target(), layout, mutant)
     SPLITS, TOPK, XCDS = splits, topk, xcds
     # Split partials need sc1 unless all splits of a row run on one XCD.
-    PART_SCOPE = 0 if XCDS else SC1
+    PART_SCOPE = 0 if XCDS or mutant == "partials_no_sc1" else SC1
     name = f"m3_nvfp4_sparse_decode_k{TOPK}_s{SPLITS}" + (f"_x{XCDS}" if XCDS else "")
     name += "_planar" if layout == "planar" else ""
     name += f"_{mutant}" if mutant else ""
@@ -593,7 +597,8 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
                     cache_modifier=PART_SCOPE,
                 )
                 # The partial is stored before the ticket is taken.
-                fx.rocdl.s_waitcnt(vmcnt=0)
+                if const_expr(mutant != "ticket_no_wait"):
+                    fx.rocdl.s_waitcnt(vmcnt=0)
                 if lane == 0:
                     smem.ticket.ptr[0] = _global_atomic_add(arg_cnt + fx.Int64(tid) * 4, 1)
                 fx.rocdl.s_waitcnt(lgkmcnt=0)

@@ -14,6 +14,12 @@ the harness's two runs of every problem, which must agree bitwise, use two
 consecutive orders, so the split ticket sees two arrival orders. The
 tickets and partials persist across calls like the ROCm workspace's; a
 launch that leaves a ticket non-zero raises ``SimError``.
+
+Every launch runs the memory-model check (``memorder``) at the launch's XCD
+placement: a load of partials another workgroup stored that no release and
+acquire order raises ``SimError`` naming both (``memorder="check"``), or
+returns the stale value hardware may return (``"stale"``), so the
+conformance check sees a wrong output.
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ from ..lanes import LAYOUTS, PART_F, SPLITS, k_table
 from ..targets import ARCHS
 from .compile import CompileError, arg_order, assembly_path, cache_dir, cached, stem
 from .launch import Kernel, dispatch
+from .memorder import MemOrder
 from .memory import Memory
 from .program import parse_program
 from .wave import SimError
 
 BLOCK = 256
+MEMORDER_MODES = ("check", "stale", None)
 WORKGROUP_ORDERS = ("forward", "reverse") + tuple(f"shuffle:{i}" for i in range(1, 6))
 # The kernel is compiled per TOPK; a problem's slot lists are padded with -1
 # (empty slots, which the kernel skips) up to the next of these widths, so a
@@ -104,7 +112,7 @@ class SimWorkspace:
 
 def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, out: np.ndarray | None = None,
         order: str = "forward", workspace: SimWorkspace | None = None, options: dict | None = None,
-        mutant: str | None = None, buckets=TOPK_BUCKETS) -> dict:
+        mutant: str | None = None, buckets=TOPK_BUCKETS, memorder: str | None = "check") -> dict:
     """Launch the kernel for ``arch`` on a validated ``problem`` in the simulator.
 
     Returns ``{"out": float32 [rows, H, 128], "instructions": int, "steps": int}``
@@ -114,7 +122,12 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     ``order`` is the workgroup order (``launch.workgroup_order``); ``options``
     reach the instruction handlers (``exp_ulps``); ``mutant`` builds the kernel
     with one of ``nvfp4_suite.kernels.flydsl.decode.MUTANTS``; ``buckets`` the compiled TOPK
-    widths (``TOPK_BUCKETS``; None compiles the problem's own)."""
+    widths (``TOPK_BUCKETS``; None compiles the problem's own). ``memorder``: ``"check"``
+    raises SimError on the memory-model check's first complaints, ``"stale"`` lets
+    unordered loads return their stale value, None runs no check; the
+    complaints are returned as ``"memorder"`` (a list of ``memorder.Complaint``)."""
+    if memorder not in MEMORDER_MODES:
+        raise ValueError(f"memorder must be one of {MEMORDER_MODES}, got {memorder!r}")
     if splits not in SPLITS:
         raise ValueError(f"splits={splits}: the kernel is built and checked for {SPLITS}")
     if xcds < 0:
@@ -145,11 +158,19 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
              mem.alloc("partials", ws.partials(plan.n, splits)), mem.alloc("tickets", tickets)]
     kernargs = pack_kernargs(kern.program, order_args, addr + list(plan.scalars))
     steps = kern.steps
+    if memorder is not None:
+        mem.order = MemOrder(plan.grid, xcds, stale=memorder == "stale")
     count = dispatch(kern, mem, kernargs, plan.grid, BLOCK, order=order, options=options)
+    complaints = mem.order.complaints if mem.order is not None else []
+    if memorder == "check" and complaints:
+        shown = "; ".join(str(c) for c in complaints[:3])
+        more = f" (and {len(complaints) - 3} more)" if len(complaints) > 3 else ""
+        raise SimError(f"memory-model check, xcds={xcds}: {shown}{more}")
     if tickets.any():
         bad = int(np.flatnonzero(tickets)[0])
         raise SimError(f"ticket {bad} is {int(tickets[bad])} after the launch; the kernel must reset it to 0")
-    return {"out": from_bf16_bits(dev_out), "instructions": count, "steps": kern.steps - steps}
+    return {"out": from_bf16_bits(dev_out), "instructions": count, "steps": kern.steps - steps,
+            "memorder": complaints}
 
 
 def sim_missing(archs=ARCHS, mutant: str | None = None, topks=TOPK_BUCKETS) -> str | None:
@@ -183,13 +204,19 @@ def sim_missing(archs=ARCHS, mutant: str | None = None, topks=TOPK_BUCKETS) -> s
 class FlydslSimBackend:
     """``flydsl-sim-<arch>``: the seed kernel compiled for ``arch`` and run by the
     simulator; seed geometry; every configuration the ``flydsl`` backend offers.
-    ``buckets``: the compiled TOPK widths (``TOPK_BUCKETS``; None: exact)."""
+    ``buckets``: the compiled TOPK widths (``TOPK_BUCKETS``; None: exact); ``memorder``:
+    the memory-model check's mode (``run``)."""
 
     geometry = SEED_GEOMETRY
 
-    def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None, buckets=TOPK_BUCKETS):
+    def __init__(self, arch: str, options: dict | None = None, mutant: str | None = None, buckets=TOPK_BUCKETS,
+                 memorder: str | None = "check"):
         if arch not in ARCHS:
             raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+        if memorder not in MEMORDER_MODES:
+            raise ValueError(f"memorder must be one of {MEMORDER_MODES}, got {memorder!r}")
+        self.memorder = memorder
+        self.memorder_complaints: list = []  # every launch's, with memorder="stale"
         self.arch = arch
         self.mutant = mutant
         self.buckets = buckets
@@ -214,11 +241,13 @@ class FlydslSimBackend:
         problem.validate()
         try:
             res = run(problem, self.arch, splits=splits, xcds=xcds, out=out, order=order,
-                      workspace=self.workspace, options=self.options, mutant=self.mutant, buckets=self.buckets)
+                      workspace=self.workspace, options=self.options, mutant=self.mutant, buckets=self.buckets,
+                      memorder=self.memorder)
         except CompileError as e:
             raise SimError(f"cannot compile the kernel for {self.arch}: {e}") from e
         self.instructions += res["instructions"]
         self.steps += res["steps"]
+        self.memorder_complaints += res["memorder"]
         if out is None:
             return res["out"]
         out[...] = res["out"]
@@ -238,8 +267,12 @@ def gfx950() -> FlydslSimBackend:
 # The kernel mutants as ``module:attr`` backends, e.g.
 # ``nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950`` (names as in
 # ``nvfp4_suite.kernels.flydsl.decode.MUTANTS``, which needs FlyDSL to import; kept in
-# step by a test).
-MUTANTS = ("causal_off_by_one", "v_scale_linear", "merge_no_rescale", "ticket_not_reset", "fnuz_uncorrected")
+# step by a test). The memory-order mutants run with stale values substituted
+# (``memorder="stale"``), so the check sees their bug as a wrong output.
+MUTANTS = ("causal_off_by_one", "v_scale_linear", "merge_no_rescale", "ticket_not_reset", "fnuz_uncorrected",
+           "ticket_no_wait", "partials_no_sc1")
+MEMORY_ORDER_MUTANTS = ("ticket_no_wait", "partials_no_sc1")
 for _m in MUTANTS:
     for _arch in ARCHS:
-        globals()[f"{_m}_{_arch}"] = functools.partial(FlydslSimBackend, _arch, mutant=_m)
+        globals()[f"{_m}_{_arch}"] = functools.partial(FlydslSimBackend, _arch, mutant=_m,
+                                                       memorder="stale" if _m in MEMORY_ORDER_MUTANTS else "check")

@@ -8,7 +8,8 @@ waves run one at a time, each until it reaches ``s_barrier`` or
 ``s_endpgm``; when every wave that has not ended waits at the barrier they all go on
 (the wave order, forward or reversed, follows the workgroup order's
 direction). Memory operations complete at once, so ``s_waitcnt`` has
-nothing to wait for.
+nothing to wait for; what hardware would let a load see instead is the
+memory-model check's (``memorder.MemOrder``, attached as ``Memory.order``).
 
 Initial state, as the kernel descriptor declares it: ``s[0:1]`` the kernarg
 segment's address (``user_sgpr_kernarg_segment_ptr``; the other user SGPR

@@ -49,6 +49,8 @@ class Memory:
     """The device address space: a sorted list of allocations."""
 
     def __init__(self):
+        # The memory-model check (``memorder.MemOrder``) accesses report to, or None.
+        self.order = None
         self.allocs: list[Allocation] = []
         self._bases: list[int] = []
         self._next = BASE
@@ -95,34 +97,46 @@ class Memory:
         raise MemoryFault(f"{nbytes}-byte access at {bad:#x} outside every allocation ({self.describe(bad)}) "
                           f"at {where}")
 
-    def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str) -> np.ndarray:
+    def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str, ctx=None) -> np.ndarray:
         """uint8 ``[64, nbytes]``: the bytes at ``addrs`` (uint64 ``[64]``) for
-        ``active`` lanes, zeros elsewhere."""
+        ``active`` lanes, zeros elsewhere. ``ctx``: (wave, instruction) for the
+        memory-model check, which may substitute a stale value."""
         out = np.zeros((LANES, nbytes), np.uint8)
         if not active.any():
             return out
         a, off = self._resolve(addrs, nbytes, active, where)
         idx = off[active, None].astype(np.int64) + np.arange(nbytes)
-        out[active] = a.data[idx]
+        got = a.data[idx]
+        if self.order is not None and ctx is not None:
+            got = self.order.load(ctx[0], ctx[1], a, idx, got)
+        out[active] = got
         return out
 
-    def store(self, addrs: np.ndarray, data: np.ndarray, active: np.ndarray, where: str) -> None:
+    def store(self, addrs: np.ndarray, data: np.ndarray, active: np.ndarray, where: str, ctx=None) -> None:
         """Write uint8 ``[64, nbytes]`` at ``addrs`` for ``active`` lanes, in lane
-        order (a later lane wins where two lanes write the same byte)."""
+        order (a later lane wins where two lanes write the same byte). ``ctx``:
+        (wave, instruction) for the memory-model check."""
         if not active.any():
             return
         nbytes = data.shape[1]
         a, off = self._resolve(addrs, nbytes, active, where)
         idx = off[active, None].astype(np.int64) + np.arange(nbytes)
+        if self.order is not None and ctx is not None:
+            self.order.store(ctx[0], ctx[1], a, idx)
         a.data[idx] = data[active]
 
-    def atomic_add_u32(self, addrs: np.ndarray, values: np.ndarray, active: np.ndarray, where: str) -> np.ndarray:
+    def atomic_add_u32(self, addrs: np.ndarray, values: np.ndarray, active: np.ndarray, where: str,
+                       ctx=None, returns: bool = False) -> np.ndarray:
         """Lane by lane in lane order: ``old = mem[addr]; mem[addr] = old + value``
-        (uint32, wrapping); returns the old values (uint32 ``[64]``, 0 for inactive lanes)."""
+        (uint32, wrapping); returns the old values (uint32 ``[64]``, 0 for inactive lanes).
+        ``ctx``: (wave, instruction) for the memory-model check; ``returns``: whether
+        the instruction returns the old value (an acquire there)."""
         old = np.zeros(LANES, np.uint32)
         if not active.any():
             return old
         a, off = self._resolve(addrs, 4, active, where)
+        if self.order is not None and ctx is not None:
+            self.order.atomic(ctx[0], ctx[1], a, off[active].astype(np.int64), returns)
         words = a.data
         for lane in np.nonzero(active)[0]:
             o = int(off[lane])

@@ -227,8 +227,13 @@ def parse_instruction(text: str, line: int = 0) -> Instr:
     return Instr(mnemonic, base, enc, ops, mods, line, text)
 
 
+# Modifiers written as a bare word (an instruction with no operands, such as
+# ``buffer_inv sc1``, has nothing but them).
+_BARE_MODIFIERS = frozenset({"sc0", "sc1", "nt", "offen", "idxen"})
+
+
 def _is_modifier(tok: str) -> bool:
-    return ":" in tok.split("[")[0].split("(")[0]
+    return tok in _BARE_MODIFIERS or ":" in tok.split("[")[0].split("(")[0]
 
 
 _DESC = re.compile(r"^\s*\.amdhsa_(\w+)\s+(-?\d+)\s*$")

@@ -11,7 +11,10 @@ Semantic decisions (CDNA3/CDNA4 ISA; where real hardware may differ):
   access) is range-checked on its own against ``num_records`` with soffset
   included: an out-of-range component reads 0 and its store is dropped. The
   in-range part must then lie in an allocation, else MemoryFault. ``sc0``,
-  ``sc1`` and ``nt`` are cache policy and change no value.
+  ``sc1`` and ``nt`` are cache policy and change no value here; the
+  memory-model check (``sim.memorder``, when the launch attaches one to
+  ``Memory.order``) reads them, with ``s_waitcnt``, ``buffer_wbl2`` and
+  ``buffer_inv``, to decide what another workgroup's load may see.
 - Sub-dword loads read exactly the addressed 1 or 2 bytes (any alignment)
   and zero- (``ubyte``/``ushort``) or sign-extend (``sbyte``/``sshort``) them
   into the whole 32-bit destination; sub-dword stores write the low bytes.
@@ -45,6 +48,13 @@ def _check_mods(ins: Instr, allowed: frozenset) -> None:
     bad = [k for k in ins.mods if k not in allowed]
     if bad:
         raise SimError(f"{ins.mnemonic}: modifier {', '.join(bad)} not supported at {ins.where()}")
+
+
+def _issue(w: Wave, ins: Instr) -> None:
+    """Tell the memory-model check (if any) that a vector memory instruction issued."""
+    order = w.group.memory.order
+    if order is not None:
+        order.issue(w, ins)
 
 
 def _check_ops(ins: Instr, n: int) -> None:
@@ -113,18 +123,19 @@ def _buffer_load(w: Wave, ins: Instr) -> None:
     """MUBUF load: out-of-range components read 0, inactive lanes keep their registers."""
     size, n, signed = _BUFFER_LOADS[ins.base]
     vdata, res, offsets = _mubuf(w, ins)
+    _issue(w, ins)
     if vdata.count != n:
         raise SimError(f"{ins.mnemonic}: destination {vdata.text} is not {n} registers at {ins.where()}")
     exe = w.exec_mask
     mem, where = w.group.memory, ins.where()
     addrs, inr = res.addresses(offsets, size * n)
     if not (exe & ~inr).any():
-        data = mem.load(addrs, size * n, exe, where)
+        data = mem.load(addrs, size * n, exe, where, (w, ins))
     else:
         data = np.zeros((LANES, size * n), np.uint8)
         for c in range(n):
             addrs, inr = res.addresses(offsets + c * size, size)
-            data[:, c * size:(c + 1) * size] = mem.load(addrs, size, exe & inr, where)
+            data[:, c * size:(c + 1) * size] = mem.load(addrs, size, exe & inr, where, (w, ins))
     np.copyto(w.v[vdata.index:vdata.index + n], _from_bytes(data, size, signed), where=exe[None, :])
 
 
@@ -132,6 +143,7 @@ def _buffer_store(w: Wave, ins: Instr) -> None:
     """MUBUF store: out-of-range components are dropped."""
     size, n = _BUFFER_STORES[ins.base]
     vdata, res, offsets = _mubuf(w, ins)
+    _issue(w, ins)
     if vdata.count != n:
         raise SimError(f"{ins.mnemonic}: data {vdata.text} is not {n} registers at {ins.where()}")
     exe = w.exec_mask
@@ -139,11 +151,11 @@ def _buffer_store(w: Wave, ins: Instr) -> None:
     data = _to_bytes(w.v[vdata.index:vdata.index + n], size)
     addrs, inr = res.addresses(offsets, size * n)
     if not (exe & ~inr).any():
-        mem.store(addrs, data, exe, where)
+        mem.store(addrs, data, exe, where, (w, ins))
         return
     for c in range(n):
         addrs, inr = res.addresses(offsets + c * size, size)
-        mem.store(addrs, data[:, c * size:(c + 1) * size], exe & inr, where)
+        mem.store(addrs, data[:, c * size:(c + 1) * size], exe & inr, where, (w, ins))
 
 
 op(*_BUFFER_LOADS)(_buffer_load)
@@ -189,8 +201,9 @@ def _global_load(w: Wave, ins: Instr) -> None:
     vdst, vaddr, saddr = ins.ops
     if vdst.kind != "v" or vdst.count != n:
         raise SimError(f"{ins.mnemonic}: destination {vdst.text} is not {n} registers at {ins.where()}")
+    _issue(w, ins)
     exe = w.exec_mask
-    data = w.group.memory.load(_global_addrs(w, ins, vaddr, saddr), size * n, exe, ins.where())
+    data = w.group.memory.load(_global_addrs(w, ins, vaddr, saddr), size * n, exe, ins.where(), (w, ins))
     np.copyto(w.v[vdst.index:vdst.index + n], _from_bytes(data, size, signed), where=exe[None, :])
 
 
@@ -202,8 +215,9 @@ def _global_store(w: Wave, ins: Instr) -> None:
     vaddr, vdata, saddr = ins.ops
     if vdata.kind != "v" or vdata.count != n:
         raise SimError(f"{ins.mnemonic}: data {vdata.text} is not {n} registers at {ins.where()}")
+    _issue(w, ins)
     data = _to_bytes(w.v[vdata.index:vdata.index + n], size)
-    w.group.memory.store(_global_addrs(w, ins, vaddr, saddr), data, w.exec_mask, ins.where())
+    w.group.memory.store(_global_addrs(w, ins, vaddr, saddr), data, w.exec_mask, ins.where(), (w, ins))
 
 
 op(*_GLOBAL_LOADS)(_global_load)
@@ -221,10 +235,25 @@ def _global_atomic_add(w: Wave, ins: Instr) -> None:
     vaddr, vdata, saddr = ops
     if vdata.kind != "v" or vdata.count != 1:
         raise SimError(f"{ins.mnemonic}: data {vdata.text} is not one VGPR at {ins.where()}")
+    _issue(w, ins)
     exe = w.exec_mask
-    old = w.group.memory.atomic_add_u32(_global_addrs(w, ins, vaddr, saddr), w.v[vdata.index], exe, ins.where())
+    old = w.group.memory.atomic_add_u32(_global_addrs(w, ins, vaddr, saddr), w.v[vdata.index], exe, ins.where(),
+                                        (w, ins), returns)
     if returns:
         w.vset(ins, old)
+
+
+@op("buffer_wbl2", "buffer_inv")
+def _cache_control(w: Wave, ins: Instr) -> None:
+    """``buffer_wbl2 [sc0] [sc1]`` (write dirty L2 lines back) and ``buffer_inv [sc0]
+    [sc1]`` (invalidate L1, with sc1 also the L2's non-local lines): no value
+    changes here, where memory has no caches; the memory-model check reads them."""
+    _check_mods(ins, _CACHE_BITS)
+    if ins.ops:
+        raise SimError(f"{ins.mnemonic}: takes no operands at {ins.where()}")
+    order = w.group.memory.order
+    if order is not None:
+        (order.wbl2 if ins.base == "buffer_wbl2" else order.inv)(w, ins)
 
 
 # ---- LDS ----------------------------------------------------------------------

@@ -18,7 +18,8 @@ already advanced ``pc`` past the branch). ``s_endpgm`` ends the wave,
 ``s_barrier`` parks it (``state = "barrier"``) for the dispatcher to resume.
 ``s_waitcnt`` and ``s_nop`` do nothing: every memory operation of the
 simulator completes at once and there are no hazards to wait out, so
-neither has anything to do (likewise ``s_setprio``, ``s_sleep``).
+neither has anything to do (likewise ``s_setprio``, ``s_sleep``); only the
+memory-model check (``sim.memorder``) reads ``s_waitcnt``'s ``vmcnt``.
 
 Scalar memory: ``s_load_dword[xN] sdst, sbase, offset`` reads ``N`` dwords
 at the 64-bit address ``sbase + offset`` (offset an immediate, an SGPR or
@@ -394,9 +395,18 @@ def _barrier(w: Wave, ins: Instr) -> None:
     w.state = "barrier"
 
 
-@op("s_waitcnt", "s_nop", "s_setprio", "s_sleep")
+@op("s_nop", "s_setprio", "s_sleep")
 def _nothing(w: Wave, ins: Instr) -> None:
-    """Memory completes at once in this simulator and there are no hazards: nothing to wait for."""
+    """No hazards are modelled: nothing to do."""
+
+
+@op("s_waitcnt")
+def _waitcnt(w: Wave, ins: Instr) -> None:
+    """Memory completes at once in this simulator: nothing to wait for; the
+    memory-model check (if the launch attached one) marks what has completed."""
+    order = w.group.memory.order
+    if order is not None:
+        order.waitcnt(w, ins)
 
 
 # ---- SMEM ---------------------------------------------------------------------
