@@ -36,9 +36,8 @@ from .arithmetic import SEED_GEOMETRY, Geometry
 from .arrays import NUMPY, ProblemArrays
 from .formats import bf16_rne_bits, bf16_ulp
 from .paged_cache import D
-from .problem import HG, DecodeProblem, check_reference_budget
+from .problem import HG, DecodeProblem, check_reference_budget, softmax_constant
 
-LOG2E = 1.4426950408889634
 F32_EPS = 2.0**-24  # unit roundoff of float32
 
 
@@ -117,11 +116,6 @@ def _bf16_midpoint_distance(p, ops=NUMPY):
     d = xp.minimum(xp.abs(p64 - (b64 + up) / 2), xp.abs(p64 - (b64 + down) / 2))
     with ops.errstate():
         return xp.where(p64 > 0, d / p64, math.inf)
-
-
-def softmax_constant(sm_scale: float, k_global_scale: float) -> np.float32:
-    """The kernel's ``c = fp32(fp32(sm_scale * log2(e)) * k_global)``."""
-    return np.float32(np.float32(sm_scale * LOG2E) * np.float32(k_global_scale))
 
 
 def kernel_constant(problem: DecodeProblem) -> np.float32:

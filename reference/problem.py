@@ -30,6 +30,15 @@ _SCORE_LIMIT = 2.0**30
 _SCALARS = ("num_kv_heads", "q_len", "sm_scale", "k_global_scale", "v_global_scale")
 
 
+LOG2E = 1.4426950408889634
+
+
+def softmax_constant(sm_scale: float, k_global_scale: float) -> np.float32:
+    """The seed kernel's score scale ``c = fp32(fp32(sm_scale * log2(e)) * k_global)``
+    (float32 scalar): a fact of the problem the validator bounds and the emulation uses."""
+    return np.float32(np.float32(sm_scale * LOG2E) * np.float32(k_global_scale))
+
+
 class ProblemError(ValueError):
     """Base class of every invalid-input error the validator raises."""
 
@@ -325,8 +334,6 @@ class DecodeProblem:
         # The seed's constant c = fp32(fp32(sm_scale * log2 e) * fp32(k_global_scale)) scales every
         # score; outside the normal float32 range the kernel's arithmetic (and the emulation of it)
         # loses the scores to zero or infinity.
-        from .emulate import softmax_constant  # emulate imports this module
-
         with np.errstate(over="ignore", under="ignore"):
             c = softmax_constant(float(self.sm_scale), float(self.k_global_scale))
         if not (np.isfinite(c) and c >= _F32_TINY):
@@ -376,16 +383,15 @@ class DecodeProblem:
         # (rounded to float32) from s * c and takes exp2: above 2**30 half an ulp of m exceeds
         # 64 and exp2 of the rounding error alone can overflow. The output, up to
         # 2688 * v_global_scale, must stay finite too.
-        from .emulate import kernel_constant
-
         kv_max = E2M1_MAX * E4M3_MAX
         q1 = np.abs(self.q.astype(np.float64)).sum(axis=-1)
         r, h = np.unravel_index(int(np.argmax(q1)), q1.shape)
-        reach = float(q1[r, h]) * kv_max * float(kernel_constant(self))
+        c = float(softmax_constant(self.sm_scale, self.k_global_scale))
+        reach = float(q1[r, h]) * kv_max * c
         if not reach <= _SCORE_LIMIT:
             raise ScaleError(
                 f"scores times c can reach {reach:.3g} (q[{r}, {h}] has sum |q| = {float(q1[r, h]):.3g}, "
-                f"|K| <= {kv_max:g}, c = {float(kernel_constant(self)):.3g}; sm_scale = {self.sm_scale!r}, "
+                f"|K| <= {kv_max:g}, c = {c:.3g}; sm_scale = {self.sm_scale!r}, "
                 f"k_global_scale = {self.k_global_scale!r}): over 2**30, where a float32 softmax's exp2 overflows")
         out = kv_max * float(self.v_global_scale)
         if not out <= _F32_MAX:

@@ -2,7 +2,7 @@
 small task (on a GPU, under ``-m gpu``, for those that need one; the no-GPU
 path is then exit 2 with the reason). ``kernels.flydsl.sim.*`` are tested
 beside the simulator (tests/test_flydsl_sim_*.py); the small tasks of
-``vectors.blame``, ``vectors.sim_sweep`` and ``vectors.sim_bench`` are in their
+``vectors.signatures``, ``vectors.sim_sweep`` and ``vectors.sim_bench`` are in their
 own test files (tests/test_blame.py, test_sim_sweep.py, test_sim_bench.py).
 
 Found with ``grep -rln "__main__" --include=*.py reference kernels vectors``;
@@ -21,7 +21,7 @@ ENTRY_POINTS = {
     "nvfp4_suite.vectors": "vectors/__main__.py",
     "nvfp4_suite.vectors.bugs": "vectors/bugs.py",
     "nvfp4_suite.vectors.serving": "vectors/serving.py",
-    "nvfp4_suite.vectors.blame": "vectors/blame.py",
+    "nvfp4_suite.vectors.signatures": "vectors/signatures.py",
     "nvfp4_suite.vectors.sim_sweep": "vectors/sim_sweep.py",
     "nvfp4_suite.vectors.sim_bench": "vectors/sim_bench.py",
     "nvfp4_suite.kernels.protocol": "kernels/protocol.py",

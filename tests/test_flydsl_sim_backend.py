@@ -22,14 +22,14 @@ from nvfp4_suite.kernels.flydsl.sim import backend as SB
 from nvfp4_suite.kernels.flydsl.sim.program import parse_program
 from nvfp4_suite.kernels.flydsl.sim.wave import SimError
 from nvfp4_suite.kernels.flydsl.targets import ARCHS
+from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.paged_cache import page_bytes
-from nvfp4_suite.vectors.catalog import load_manifest
-from nvfp4_suite.kernels.protocol import Launch
-from nvfp4_suite.vectors.harness import BackendCrash, run_case
-from nvfp4_suite.vectors.io import load_case
 from nvfp4_suite.vectors.catalog import HERE as VECTORS
+from nvfp4_suite.vectors.catalog import load_manifest
+from nvfp4_suite.vectors.harness import run_case
+from nvfp4_suite.vectors.io import load_case
 
 
 @pytest.fixture(scope="module")

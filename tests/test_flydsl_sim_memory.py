@@ -8,12 +8,12 @@ import zlib
 
 import numpy as np
 import pytest
+from sim_kernels import compiled_kernels
 
 from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
 from nvfp4_suite.kernels.flydsl.sim.memory import Memory
 from nvfp4_suite.kernels.flydsl.sim.program import parse_program
 from nvfp4_suite.kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, mask_to_int
-from sim_kernels import compiled_kernels
 
 LANES = 64
 SENTINEL = 0xDEADBEEF

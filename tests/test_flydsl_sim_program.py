@@ -2,7 +2,13 @@
 
 import pytest
 
-from nvfp4_suite.kernels.flydsl.sim.program import AGPR_BASE, ParseError, parse_instruction, parse_operand, parse_program
+from nvfp4_suite.kernels.flydsl.sim.program import (
+    AGPR_BASE,
+    ParseError,
+    parse_instruction,
+    parse_operand,
+    parse_program,
+)
 
 TINY = """\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
 \t.text
@@ -69,7 +75,8 @@ def test_instruction_modifiers_are_parsed_whole():
     assert len(ins.ops) == 4 and ins.mods == {"offen": True, "offset": 16, "sc1": True}
     ins = parse_instruction("ds_swizzle_b32 v110, v108 offset:swizzle(SWAP,16)")
     assert ins.mods["offset"] == ("swizzle", "SWAP", "16")
-    ins = parse_instruction("v_or_b32_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:BYTE_3")
+    ins = parse_instruction("v_or_b32_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD "
+                            "src1_sel:BYTE_3")
     assert (ins.base, ins.enc, ins.mods["src1_sel"]) == ("v_or_b32", "sdwa", "BYTE_3")
     assert parse_instruction("s_endpgm").ops == []
 

@@ -6,13 +6,13 @@ import random
 
 import numpy as np
 import pytest
+from sim_kernels import compiled_kernels
 
 import nvfp4_suite.kernels.flydsl.sim.ops.scalar  # noqa: F401  (registers the family)
 from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
 from nvfp4_suite.kernels.flydsl.sim.memory import Memory
 from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction, parse_program
 from nvfp4_suite.kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, handler_for
-from sim_kernels import compiled_kernels
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF

@@ -15,12 +15,12 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from sim_kernels import compiled_kernels
 
 from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
 from nvfp4_suite.kernels.flydsl.sim.ops import vfloat
 from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
 from nvfp4_suite.kernels.flydsl.sim.wave import OPS, SimError, UnknownInstruction, handler_for
-from sim_kernels import compiled_kernels
 
 # The models compute with NaNs and infinities on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -132,7 +132,7 @@ def fma_model(a, b, c) -> np.ndarray:
     ("v_subrev_f32", lambda a, b: b - a), ("v_mul_f32", lambda a, b: a * b)])
 def test_binary_f32_is_float64_op_rounded_once(name, fn):
     rng = np.random.default_rng(1)
-    for trial in range(30):
+    for _trial in range(30):
         w = wave()
         a, b = mixed(rng), rng.permutation(mixed(rng))
         put(w, 2, a)
@@ -220,7 +220,9 @@ def test_fma_ties_and_double_rounding_traps():
 def _max_model(a: float, b: float, want_max: bool) -> np.uint32:
     """v_max/v_min per the ISA pseudo-code, one lane, on bit patterns."""
     ab, bb = np.float32(a).view(np.uint32), np.float32(b).view(np.uint32)
-    snan = lambda bits: np.isnan(np.uint32(bits).view(np.float32)) and not (bits & 0x400000)
+    def snan(bits):
+        return np.isnan(np.uint32(bits).view(np.float32)) and not (bits & 0x400000)
+
     if snan(ab):
         return ab | np.uint32(0x400000)
     if snan(bb):
@@ -231,7 +233,6 @@ def _max_model(a: float, b: float, want_max: bool) -> np.uint32:
         return ab
     if a == 0 and b == 0:
         pos_a = not np.signbit(a)
-        pos_b = not np.signbit(b)
         return (ab if pos_a else bb) if want_max else (bb if pos_a else ab)
     if want_max:
         return ab if a >= b else bb
@@ -255,7 +256,7 @@ def test_max_min_follow_ieee_mode_nan_and_signed_zero_rules(name, want_max):
         got = run(w, f"{name}_e32 v1, v2, v3", 1)
         assert (got[ACTIVE] == want[ACTIVE]).all()
     # max3/min3: nested, checked on random and special operands.
-    for trial in range(10):
+    for _trial in range(10):
         a, b, c = mixed(rng), mixed(rng), mixed(rng)
         c[5] = SNAN.view(np.float32)
         w = wave()
@@ -293,7 +294,7 @@ def exp2_model(x: np.ndarray) -> np.ndarray:
 
 def test_exp_is_exp2_correctly_rounded_with_denormals_kept():
     rng = np.random.default_rng(5)
-    for trial in range(20):
+    for _trial in range(20):
         x = (rng.uniform(-160, 130, 64)).astype(np.float32)
         x[4:10] = [-np.inf, np.inf, np.nan, -140.0, 0.0, -149.0]
         w = wave()
@@ -325,7 +326,7 @@ def test_exp_ulps_moves_finite_nonzero_results_k_steps(k):
 
 def test_rcp_is_correctly_rounded_reciprocal():
     rng = np.random.default_rng(6)
-    for trial in range(20):
+    for _trial in range(20):
         x = mixed(rng)
         w = wave()
         put(w, 2, x)
@@ -616,7 +617,9 @@ def test_cvt_pk_f16_f32_and_pack_b32_f16():
     w = wave()
     put(w, 2, a)
     put(w, 3, b)
-    enc = lambda xs: np.array([f16_encode(float(v)) for v in xs], np.uint32)
+    def enc(xs):
+        return np.array([f16_encode(float(v)) for v in xs], np.uint32)
+
     got = run(w, "v_cvt_pk_f16_f32 v1, v2, v3", 1)
     ok = ACTIVE & ~np.isnan(a) & ~np.isnan(b)
     assert (got[ok] == (enc(a) | enc(b) << 16)[ok]).all()
@@ -639,7 +642,7 @@ def test_pk_mul_f16_rounds_each_half_once():
             ("v_pk_mul_f16 v1, v2, v3", (0, 0), (1, 1), (0, 0), (0, 0)),
             ("v_pk_mul_f16 v1, v2, v3 op_sel:[1,0] op_sel_hi:[0,1] neg_lo:[0,1] neg_hi:[1,0]",
              (1, 0), (0, 1), (0, 1), (1, 0))]:
-        for trial in range(6):
+        for _trial in range(6):
             x = rng.integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32)
             y = rng.integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32)
             w = wave()
@@ -647,8 +650,9 @@ def test_pk_mul_f16_rounds_each_half_once():
             put(w, 3, y)
             got = run(w, text, 1)
             srcs = (x, y)
-            half = lambda s, i, neg: np.array(
-                [f16_decode(int((v >> (16 * s[i])) & 0xFFFF) ^ (0x8000 if neg[i] else 0)) for v in srcs[i]])
+            def half(s, i, neg, srcs=srcs):
+                return np.array([f16_decode(int((v >> (16 * s[i])) & 0xFFFF) ^ (0x8000 if neg[i] else 0))
+                                 for v in srcs[i]])
             with np.errstate(invalid="ignore"):
                 lo = half(sel, 0, neg_lo) * half(sel, 1, neg_lo)
                 hi = half(sel_hi, 0, neg_hi) * half(sel_hi, 1, neg_hi)
@@ -737,7 +741,7 @@ def test_packed_f32_selects_and_negations(text, sel, sel_hi, neg_lo, neg_hi):
     rng = np.random.default_rng(14)
     fma = "fma" in text
     regs = (60, 70, 80) if fma else (60, 70)
-    for trial in range(8):
+    for _trial in range(8):
         w = wave()
         srcs = []
         for r in regs:

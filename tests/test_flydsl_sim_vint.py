@@ -10,12 +10,12 @@ import re
 
 import numpy as np
 import pytest
+from sim_kernels import compiled_kernels
 
 import nvfp4_suite.kernels.flydsl.sim.ops.vint  # noqa: F401  (registers the family)
 from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
 from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
 from nvfp4_suite.kernels.flydsl.sim.wave import OPS, SimError
-from sim_kernels import compiled_kernels
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
@@ -580,7 +580,8 @@ def test_sdwa_binary_matches_bit_model(case):
     check_lanes(before, w.v[1], act, expect, text)
 
 
-@pytest.mark.parametrize("dsel, unused, sel", [("WORD_1", "UNUSED_PRESERVE", "BYTE_2"), ("WORD_1", "UNUSED_PAD", "WORD_1"),
+@pytest.mark.parametrize("dsel, unused, sel", [("WORD_1", "UNUSED_PRESERVE", "BYTE_2"),
+                                               ("WORD_1", "UNUSED_PAD", "WORD_1"),
                                                ("BYTE_0", "UNUSED_SEXT", "BYTE_3"), ("DWORD", "UNUSED_PAD", "WORD_1")])
 def test_sdwa_mov_and_not_match_bit_model(dsel, unused, sel):
     for name in ("v_mov_b32", "v_not_b32"):

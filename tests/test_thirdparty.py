@@ -17,9 +17,9 @@ import json
 
 import numpy as np
 import pytest
+import thirdparty as T
 from hypothesis import HealthCheck, given, settings
 
-import thirdparty as T
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import layout as L
 from nvfp4_suite.reference.problem import outside_slot_domain

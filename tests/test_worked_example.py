@@ -9,8 +9,8 @@ import types
 from pathlib import Path
 
 import pytest
-
 import thirdparty as T
+
 from nvfp4_suite.reference import layout as L
 from nvfp4_suite.vectors.cli import main
 

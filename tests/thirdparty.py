@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvfp4_suite.kernels.protocol import Capabilities, INTERPRETED_LIMITS, Limits
+from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS, Capabilities, Limits
 from nvfp4_suite.reference import EXACT_P_BF16, bf16_round
 from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
 from nvfp4_suite.reference.layout import SEPARATE, CacheLayout
@@ -146,7 +146,7 @@ def run(cache: dict, problem, splits: int, bug: str | None = None, p_bf16: bool 
             parts = []
             for j in range(splits):
                 m = np.full(len(heads), -np.inf, np.float32)
-                l = np.zeros(len(heads), np.float32)
+                denom = np.zeros(len(heads), np.float32)
                 acc = np.zeros((len(heads), D), np.float32)
                 for s in range(j * per_split, min((j + 1) * per_split, n)):
                     blk = int(topk[h, r, s])
@@ -160,10 +160,10 @@ def run(cache: dict, problem, splits: int, bug: str | None = None, p_bf16: bool 
                     alpha = np.exp(m - safe).astype(np.float32)
                     p = np.exp(sc - safe[:, None]).astype(np.float32)
                     pb = bf16_round(p) if p_bf16 else p
-                    l = (l * alpha + p.sum(axis=1, dtype=np.float32)).astype(np.float32)
+                    denom = (denom * alpha + p.sum(axis=1, dtype=np.float32)).astype(np.float32)
                     acc = (acc * alpha[:, None] + (pb @ v).astype(np.float32)).astype(np.float32)
                     m = m_new
-                parts.append((m, l, acc))
+                parts.append((m, denom, acc))
             top = np.max([pm for pm, _, _ in parts], axis=0)
             safe = np.where(top == -np.inf, np.float32(0), top)
             num = np.zeros((len(heads), D), np.float32)

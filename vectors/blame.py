@@ -15,7 +15,7 @@ This module looks at what the failing launches share:
   one with 5 of 30);
 - ``mutant_matches``: registered mutants whose recorded failure pattern on
   the catalog (``signatures.json``, written by ``python -m
-  nvfp4_suite.vectors.blame --signatures``) is close to this run's.
+  nvfp4_suite.vectors.signatures``) is close to this run's.
 
 ``summary_lines`` renders the three for the run report, above the per-class
 lines.
@@ -23,10 +23,8 @@ lines.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -180,7 +178,7 @@ def class_shares(outcomes: list[Outcome]) -> list[ClassShare]:
     return sorted(shares, key=lambda s: (-s.share, -s.failed, s.flag))
 
 
-def _key(case_id: int, launch: Launch) -> tuple[int, int]:
+def signature_key(case_id: int, launch: Launch) -> tuple[int, int]:
     # Signatures are recorded per (case, split count): the mutants have no placement.
     return (case_id, launch.splits)
 
@@ -214,8 +212,8 @@ def load_signatures(path: Path = SIGNATURES) -> dict:
 def mutant_matches(outcomes: list[Outcome], signatures: dict) -> list[Match]:
     """Mutants whose failing (case, splits) set, restricted to what this run
     judged, has a Jaccard index >= ``MATCH`` with the run's failing set; best first."""
-    judged = {_key(o.case_id, o.launch) for o in outcomes}
-    failed = {_key(o.case_id, o.launch) for o in outcomes if o.failed}
+    judged = {signature_key(o.case_id, o.launch) for o in outcomes}
+    failed = {signature_key(o.case_id, o.launch) for o in outcomes if o.failed}
     if not failed:
         return []
     out = []
@@ -267,89 +265,3 @@ def summary_lines(outcomes: list[Outcome], signatures: dict | None = None) -> li
     lines.append("  failing bug classes by share of their cases failed: "
                  + ", ".join(f"{s.flag} {s.failed}/{s.judged}" for s in shares))
     return lines
-
-
-# --- recording the signatures --------------------------------------------------
-
-def record_signatures(specs: list[str], progress=None) -> dict:
-    """Run each mutant ``spec`` over the golden catalog and record the (case,
-    splits) pairs it fails; the manifest's sha256 ties the record to the catalog."""
-    import hashlib
-
-    from nvfp4_suite import kernels
-
-    from . import bugs, catalog
-    from .check import check_golden
-
-    whats = {m.spec: m for m in bugs.MUTANTS}
-    out = {"catalog": hashlib.sha256(catalog.MANIFEST.read_bytes()).hexdigest(), "mutants": {}}
-    for spec in specs:
-        if progress:
-            progress(f"signature of {spec}")
-        backend = kernels.get_backend(spec)
-        run = check_golden(backend)
-        failing = sorted({_key(c.id, f.launch) for c in run.cases for f in c.failures})
-        m = whats[spec]
-        out["mutants"][spec] = {"bug": m.bug, "what": _what(spec), "failing": [list(x) for x in failing]}
-    return out
-
-
-def _what(spec: str) -> str:
-    """The mutant's own one-line description (``BUGS[bug]`` of its module, as
-    ``tests/mutants.py`` keeps them), else its bug class's."""
-    import importlib
-
-    from nvfp4_suite import kernels
-
-    from . import bugs
-
-    mod = importlib.import_module(spec.split(":", 1)[0])
-    own = getattr(mod, "BUGS", {}).get(getattr(kernels.get_backend(spec), "bug", None))
-    return own or bugs.classes()[{m.spec: m for m in bugs.MUTANTS}[spec].bug].description
-
-
-def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.blame --signatures [--check] [--mutant SPEC ...]``."""
-    from . import bugs
-
-    ap = argparse.ArgumentParser(
-        prog="python -m nvfp4_suite.vectors.blame",
-        description="Record (or check) the failure patterns of the numpy mutants on the golden catalog, which "
-                    "check reports match against a failing run. Needs the suite's checkout: the mutants live "
-                    "in its tests/ folder.")
-    ap.add_argument("--signatures", action="store_true", required=True,
-                    help=f"run every detectable numpy mutant over the catalog and write {SIGNATURES.name}")
-    ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
-    ap.add_argument("--mutant", action="append", metavar="SPEC",
-                    help="with --check: only this mutant's entry (repeatable)")
-    args = ap.parse_args(argv)
-    tests = HERE.parent / "tests"
-    if not (tests / "mutants.py").exists():
-        print(f"the mutants live in the suite's checkout ({tests}/mutants.py); not found", file=sys.stderr)
-        return 2
-    specs = [m.spec for m in bugs.mutants("numpy") if not m.undetectable]
-    if args.mutant:
-        bad = [s for s in args.mutant if s not in specs]
-        if bad or not args.check:
-            print(f"--mutant {bad[0] if bad else args.mutant[0]}: " + (
-                "not a detectable numpy mutant (python -m nvfp4_suite.vectors bugs --mutants numpy)"
-                if bad else "only with --check (the file records every mutant)"), file=sys.stderr)
-            return 2
-        specs = args.mutant
-    sys.path.insert(0, str(tests))
-    rec = record_signatures(specs, progress=lambda s: print(s, file=sys.stderr))
-    if args.check:
-        old = load_signatures()
-        stale = [s for s in specs if old["mutants"].get(s) != rec["mutants"][s]]
-        if old["catalog"] != rec["catalog"]:
-            stale.insert(0, "the catalog itself")
-        print("signatures: up to date" if not stale else "signatures differ from a fresh recording for: "
-              + ", ".join(stale) + " (python -m nvfp4_suite.vectors.blame --signatures)")
-        return 0 if not stale else 1
-    SIGNATURES.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {SIGNATURES} ({len(rec['mutants'])} mutants)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 import os
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from .coverage import Coverage
 from .harness import BackendCrash, modified_inputs, private_copy, run_case, save_repro
 from .io import CaseFileError
 from .render import golden_lines, replay_command, shown  # noqa: F401 - replay_command: imported from here by callers
+from .results import ROUNDING_FIELDS, Status  # noqa: F401 - Status: imported from here by callers
 
 PREFERENCE = ("flydsl", "triton", "torch", "emulate")
 
@@ -117,18 +117,6 @@ def check_invalid(problem, expected_error: str, backend=None) -> tuple[bool, str
         ok = False
         lines.append(f"backend {shown(backend.name)}: FAIL: {describe_modified_inputs(changed)}")
     return ok, "\n".join(lines)
-
-
-class Status(str, enum.Enum):
-    """How one golden case ended (a ``str``: ``Status.PASS == "PASS"``)."""
-
-    PASS = "PASS"
-    FAIL = "FAIL"
-    SKIP = "SKIP"
-    ERROR = "ERROR"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclasses.dataclass
@@ -508,8 +496,6 @@ def _rerun_flaky(backend, failing: FailingProblem) -> None:
         failing.text = rep.details()
 
 
-ROUNDING_FIELDS = ("n_elements", "n_determined", "n_off_nearest", "n_toward_zero", "n_away_from_zero",
-                   "n_below", "n_above", "n_rounding")
 
 
 def add_rounding(acc: collections.Counter, rep) -> None:

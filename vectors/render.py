@@ -13,6 +13,7 @@ import shlex
 from nvfp4_suite.kernels.protocol import Launch
 
 from . import blame
+from .results import ROUNDING_FIELDS, Status
 
 
 def shown(name) -> str:
@@ -48,8 +49,6 @@ def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
     """The report of a ``check.GoldenRun``: counts, failing classes, one
     representative report per failing class, replay commands (naming the
     backend by ``spec``; ``timeout``: of an isolated run), skips, unreadable cases."""
-    from .check import Status
-
     out = []
     failed = [c for c in run.cases if c.status is Status.FAIL]
     skipped = [c for c in run.cases if c.status is Status.SKIP]
@@ -96,8 +95,6 @@ def rounding_lines(acc) -> list[str]:
     value, off nearest-even counts, the mean signed error, and the bias verdict
     the totals would give as one report."""
     from nvfp4_suite.reference.compare import BIAS_ALPHA, BIAS_SIDES, Report, bias_verdict
-
-    from .check import ROUNDING_FIELDS
 
     if not acc or not acc["n_elements"]:
         return []

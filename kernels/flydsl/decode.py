@@ -44,7 +44,7 @@ from flydsl.expr.typing import Vector as Vec
 from flydsl.runtime.device import get_rocm_arch
 
 from . import lanes
-from .lanes import BLK, D, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW
+from .lanes import BLK, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW, D
 from .targets import Target, target
 
 SC1 = 16  # buffer-op cache-policy bit that assembles to sc1 (system coherence across XCDs)
@@ -283,7 +283,8 @@ def compile_helpers(tgt: Target, layout: str, mutant: str | None = None):
         ``lanes.assemble_raw``."""
         k_data, k_scale, v_data, v_scale = lanes.block_offsets(kvh, i32_hkv, w, n, g, layout)
         if mutant == "v_scale_linear":
-            v_scale = [lanes.page_byte(layout, i32_hkv, "v_scale", kvh, lanes.v_key(w, g, 4 * h), ((n // 2) // 4) * 4) // 4
+            v_scale = [lanes.page_byte(layout, i32_hkv, "v_scale", kvh, lanes.v_key(w, g, 4 * h),
+                                       ((n // 2) // 4) * 4) // 4
                        for h in range(2)]
 
         def load_block(page):
@@ -488,7 +489,7 @@ def compile_nvfp4_sparse_decode(splits: int = 1, topk: int = 16, xcds: int = 0, 
         init += load_block(page_of(slot_at(vmask)))
         n_st = 3 + NDT
         results = init
-        for u, st_ in range(  # type: ignore[call-overload]
+        for _u, st_ in range(  # type: ignore[call-overload]
             fx.Index(0),
             fx.Index((n_v + 1) // 2),
             fx.Index(1),

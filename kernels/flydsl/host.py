@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nvfp4_suite.reference.emulate import LOG2E
 from nvfp4_suite.reference.paged_cache import page_bytes
+from nvfp4_suite.reference.problem import LOG2E
 
 from .lanes import PART_F, grid_x
 

@@ -35,8 +35,8 @@ import os
 import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem, Geometry
-from nvfp4_suite.reference.emulate import softmax_constant
 from nvfp4_suite.reference.paged_cache import page_bytes
+from nvfp4_suite.reference.problem import softmax_constant
 
 from ..protocol import INTERPRETED_LIMITS, Capabilities
 

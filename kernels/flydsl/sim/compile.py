@@ -176,7 +176,8 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    p = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.compile", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.compile",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--arch", choices=ARCHS, default="gfx950")
     p.add_argument("--topk", type=int, default=16)
     p.add_argument("--splits", type=int, default=1)

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..program import Instr, Operand, SPECIAL_SGPRS
-from ..wave import (FULL, LANES, OPS, SDWA_MODS, SimError, Wave, check_form, decoder, op, plain_source,
-                    sdwa_source)
+from ..program import SPECIAL_SGPRS, Instr, Operand
+from ..wave import FULL, LANES, OPS, SDWA_MODS, SimError, Wave, check_form, decoder, op, plain_source, sdwa_source
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _LANE = np.arange(LANES, dtype=np.uint64)
