@@ -1,16 +1,12 @@
 """vectors/blame.py: the cause summary of a golden run."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
-import pytest
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors import blame, bugs, signatures
+from nvfp4_suite.vectors import blame
 from nvfp4_suite.vectors.blame import Outcome
 
 
@@ -123,48 +119,3 @@ def test_load_signatures_of_a_damaged_file_is_empty(tmp_path):
     assert blame.load_signatures(bad) == {"catalog": None, "mutants": {}}
     bad.write_text(json.dumps([1, 2]))
     assert blame.load_signatures(bad)["mutants"] == {}
-
-
-def test_committed_signatures_cover_every_detectable_numpy_mutant_of_this_catalog():
-    import hashlib
-
-    from nvfp4_suite.vectors import catalog
-
-    sig = blame.load_signatures()
-    assert sig["catalog"] == hashlib.sha256(catalog.MANIFEST.read_bytes()).hexdigest(), (
-        "the catalog changed: python -m nvfp4_suite.vectors.signatures --signatures")
-    assert set(sig["mutants"]) == {m.spec for m in bugs.mutants("numpy") if not m.undetectable}
-
-
-def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match_it_first():
-    spec = "mutants:numpy_v_scale_linear"
-    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.signatures", "--signatures", "--check",
-                        "--mutant", spec], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                       timeout=600)
-    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
-    from nvfp4_suite import kernels
-    from nvfp4_suite.vectors.check import check_golden
-
-    sys.path.insert(0, str(blame.HERE.parent / "tests"))
-    run = check_golden(kernels.get_backend(spec))
-    outs = [Outcome(c.id, tuple(c.flags), launch, frozenset(), any(f.launch == launch for f in c.failures))
-            for c in run.cases for launch in c.ran]
-    assert blame.mutant_matches(outs, blame.load_signatures())[0].spec == spec
-
-
-def test_the_signatures_command_refuses_a_mutant_it_does_not_record(capsys):
-    assert signatures.main(["--signatures", "--check", "--mutant", "mutants:seed_output_half_away"]) == 2
-    assert "not a detectable numpy mutant" in capsys.readouterr().err
-    assert signatures.main(["--signatures", "--mutant", "mutants:numpy_head_mod"]) == 2
-
-
-@pytest.mark.thorough
-def test_the_committed_signatures_are_byte_identical_on_recording():
-    assert signatures.main(["--signatures", "--check"]) == 0
-
-
-def test_the_signatures_command_refuses_without_the_suites_tests(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(signatures, "HERE", tmp_path / "vectors")
-    assert signatures.main(["--signatures"]) == 2
-    assert "mutants.py" in capsys.readouterr().err
-    assert sys.path[0] != str(tmp_path / "tests")

@@ -111,8 +111,9 @@ def _regen(check=False):
 def _snapshot(here):
     """Every byte of a catalog folder's manifest and data files; nothing else but
     the package's modules may be there (no leftover build folder)."""
+    # The package's data files beside the catalog: the report schema and the mutants' signatures.
     others = {p.name for p in here.iterdir() if p.suffix != ".py" and p.name != "__pycache__"}
-    assert others == {"data", "manifest.json"}
+    assert others == {"data", "manifest.json", "report.schema.json", "signatures.json"}
     return {"manifest.json": (here / "manifest.json").read_bytes(),
             **{f"data/{p.name}": p.read_bytes() for p in (here / "data").iterdir()}}
 
@@ -333,7 +334,8 @@ def test_add_refuses_a_bad_case_name_naming_the_character(tmp_catalog, tmp_path,
 def test_add_never_writes_through_a_symlink_in_data(tmp_catalog, tmp_path, capsys):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
-    link = tmp_catalog / "data" / "051-prod-bug.npz"
+    next_id = len(catalog.load_manifest(tmp_catalog / "manifest.json")["cases"])
+    link = tmp_catalog / "data" / f"{next_id:03d}-prod-bug.npz"
     link.symlink_to(victim)
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))

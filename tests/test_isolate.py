@@ -113,7 +113,7 @@ def test_replay_isolate_names_a_self_kill(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     path = save_repro("hostile:KillsItself", _p(), Launch(), "x")
-    r = _run("replay", str(path), "--isolate", "--timeout", "30")
+    r = _run("replay", str(path), "--backend", "hostile:KillsItself", "--isolate", "--timeout", "30")
     assert r.returncode == 1 and "killed by SIGKILL" in r.stdout, r.stdout + r.stderr
 
 
