@@ -34,7 +34,9 @@ def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match
     run = check_golden(kernels.get_backend(spec))
     outs = [Outcome(c.id, tuple(c.flags), launch, frozenset(), any(f.launch == launch for f in c.failures))
             for c in run.cases for launch in c.ran]
-    assert blame.mutant_matches(outs, blame.load_signatures())[0].spec == spec
+    # It matches itself exactly (another mutant with the same failing launches matches as well).
+    best = blame.mutant_matches(outs, blame.load_signatures())
+    assert spec in [m.spec for m in best if m.jaccard == 1.0], best[:3]
 
 
 def test_the_signatures_command_refuses_a_mutant_it_does_not_record(capsys):
