@@ -213,7 +213,7 @@ def test_an_interrupted_minimisation_keeps_the_smallest_failing_problem_not_the_
             return np.zeros((problem.rows, problem.H, 128), np.float32)
 
     def progress(line):
-        if line.startswith("  minimising: ") and len(seen) > 30:
+        if line.startswith("  minimising: ") and len(seen) > 3:
             raise interrupts.Interrupted("SIGTERM")
 
     with interrupts.installed():
