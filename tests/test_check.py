@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+from catalog_helpers import copy_catalog
 
 import nvfp4_suite.reference as R
 from nvfp4_suite import kernels
@@ -22,15 +23,7 @@ def small_catalog(tmp_path, monkeypatch):
     m = catalog.load_manifest()
     chosen = [c for c in m["cases"] if c["result"] == "valid"][:4] + [
         next(c for c in m["cases"] if c["result"] == "invalid")]
-    here = tmp_path / "vectors"
-    (here / "data").mkdir(parents=True)
-    for c in chosen:
-        shutil.copy(catalog.HERE / c["file"], here / c["file"])
-    (here / "manifest.json").write_text(catalog.dump({**m, "cases": chosen}))
-    monkeypatch.setattr(catalog, "HERE", here)
-    monkeypatch.setattr(catalog, "DATA", here / "data")
-    monkeypatch.setattr(catalog, "MANIFEST", here / "manifest.json")
-    return here, chosen
+    return copy_catalog(tmp_path, monkeypatch, chosen), chosen
 
 
 def _flip_byte(path):

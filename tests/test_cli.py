@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from catalog_helpers import copy_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -420,14 +421,7 @@ def small_builtin(tmp_path, monkeypatch):
 
     m = catalog.load_manifest()
     chosen = [next(c for c in m["cases"] if c["result"] == r) for r in ("valid", "invalid")]
-    here = tmp_path / "vectors"
-    (here / "data").mkdir(parents=True)
-    for c in chosen:
-        shutil.copy(catalog.HERE / c["file"], here / c["file"])
-    (here / "manifest.json").write_text(catalog.dump({**m, "cases": chosen}))
-    monkeypatch.setattr(catalog, "HERE", here)
-    monkeypatch.setattr(catalog, "DATA", here / "data")
-    monkeypatch.setattr(catalog, "MANIFEST", here / "manifest.json")
+    here = copy_catalog(tmp_path, monkeypatch, chosen)
     monkeypatch.delenv("NVFP4_CATALOG", raising=False)
     monkeypatch.chdir(tmp_path)
     return here
