@@ -231,6 +231,14 @@ def test_ci_runs_the_readmes_second_command_verbatim_with_the_constraints():
     assert second in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
+def test_every_test_file_ci_names_exists():
+    # A renamed test file named in .ci/run fails CI after the whole build, as
+    # "file or directory not found" (tests/test_compare.py did, after its split).
+    named = re.findall(r"tests/[\w/]+\.py", (ROOT / ".ci" / "run").read_text())
+    assert named, ".ci/run names the lower-bound step's test files"
+    assert [n for n in named if not (ROOT / n).is_file()] == []
+
+
 def _versions(python) -> dict:
     r = _run([str(python), "-c", "import importlib.metadata as m, json; print(json.dumps("
               "{d.metadata['Name'].lower(): d.version for d in m.distributions()}))"], ROOT)

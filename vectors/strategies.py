@@ -251,8 +251,10 @@ def without_local_constants():
     pool is empty, so the choices a seed gives depend on the seed alone; the
     cache of permitted constants is cleared on entry and on exit so that no
     earlier or later draw sees the other pool."""
-    from hypothesis.internal.conjecture import providers
-
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # before 6.12x there is no providers module and no such pool
+        providers = None
     get = getattr(providers, "_get_local_constants", None)
     cache = getattr(providers, "CONSTANTS_CACHE", None)
     if get is None or cache is None:  # a hypothesis without the mechanism: nothing to neutralise
