@@ -312,20 +312,11 @@ def save(layout: CacheLayout, path) -> None:
 
 
 def _seed(name: str) -> CacheLayout:
-    """A canonical pool layout as a record: one tensor ``pool``, V scales swizzled.
-    ``token_rows`` slabs are ``[2*Hkv, 128, 72]``; ``planar`` is four sections."""
+    """A canonical pool layout as a record: one tensor ``pool``, V scales
+    swizzled, the rows of ``paged_cache.ROWS[name]``."""
     page = Affine(0, 2 * pc.BLK * pc.ROW_BYTES)
-    if name == "token_rows":
-        rows = {"k_data": 0, "k_scale": pc.ROW_DATA}
-        token, head = Affine(pc.ROW_BYTES), Affine(pc.BLK * pc.ROW_BYTES)
-        views = {p: View("pool", Affine(rows[p], 0), page, token, head) for p in ("k_data", "k_scale")}
-        views.update({p: View("pool", Affine(rows[k], pc.BLK * pc.ROW_BYTES), page, token, head)
-                      for p, k in (("v_data", "k_data"), ("v_scale", "k_scale"))})
-    else:
-        base = {"k_data": 0, "k_scale": pc.BLK * pc.ROW_DATA, "v_data": pc.BLK * pc.ROW_BYTES,
-                "v_scale": pc.BLK * (pc.ROW_BYTES + pc.ROW_DATA)}
-        views = {p: View("pool", Affine(0, base[p]), page, Affine(WIDTH[p]), Affine(pc.BLK * WIDTH[p]))
-                 for p in PARTS}
+    views = {p: View("pool", Affine(const, per), page, Affine(token), Affine(head))
+             for p, (const, per, head, token) in pc.ROWS[name].items()}
     return CacheLayout(name, views["k_data"], views["k_scale"], views["v_data"], views["v_scale"],
                        v_scale_order="swizzled")
 

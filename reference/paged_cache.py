@@ -29,6 +29,28 @@ LAYOUTS: tuple[str, ...] = ("token_rows", "planar")
 # The four kinds of row a page holds, per KV head and token.
 PARTS: tuple[str, ...] = ("k_data", "k_scale", "v_data", "v_scale")
 
+# Where each part's rows lie in a page of each layout, in bytes:
+# (offset, offset per KV head, head stride, token stride). token_rows: slab h of
+# [2*Hkv, 128, 72] holds K of head h, slab Hkv+h V of head h, each row 64 data
+# bytes then 8 scale bytes. planar: K data [Hkv,128,64], K scales [Hkv,128,8],
+# V data, V scales, one section after another. The one home of the page
+# arithmetic: row_byte reads it, and nvfp4_suite.reference.layout builds its
+# TOKEN_ROWS and PLANAR records from it.
+ROWS: dict[str, dict[str, tuple[int, int, int, int]]] = {
+    "token_rows": {
+        "k_data": (0, 0, BLK * ROW_BYTES, ROW_BYTES),
+        "k_scale": (ROW_DATA, 0, BLK * ROW_BYTES, ROW_BYTES),
+        "v_data": (0, BLK * ROW_BYTES, BLK * ROW_BYTES, ROW_BYTES),
+        "v_scale": (ROW_DATA, BLK * ROW_BYTES, BLK * ROW_BYTES, ROW_BYTES),
+    },
+    "planar": {
+        "k_data": (0, 0, BLK * ROW_DATA, ROW_DATA),
+        "k_scale": (0, BLK * ROW_DATA, BLK * ROW_SCALES, ROW_SCALES),
+        "v_data": (0, BLK * ROW_BYTES, BLK * ROW_DATA, ROW_DATA),
+        "v_scale": (0, BLK * (ROW_BYTES + ROW_DATA), BLK * ROW_SCALES, ROW_SCALES),
+    },
+}
+
 
 def page_bytes(num_kv_heads: int) -> int:
     """Bytes of one page: K and V rows of 128 tokens for each KV head."""
@@ -78,16 +100,18 @@ def row_byte(layout: str, num_kv_heads, part: str, head, token):
     Only ``+`` and ``*`` touch ``num_kv_heads``, ``head`` and ``token``, so
     they may be Python ints, numpy integers or the FlyDSL kernel's traced
     Int32 values (its loader addresses pages with this function). The
-    arithmetic is the layout record's (``nvfp4_suite.reference.layout.TOKEN_ROWS``,
-    ``PLANAR``: one pool tensor, V scales swizzled).
+    arithmetic is ``ROWS``'s.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout = {layout!r}, expected one of {LAYOUTS}")
-    # The two layouts are records of nvfp4_suite.reference.layout (TOKEN_ROWS, PLANAR);
-    # imported here because that module builds on this one.
-    from .layout import CANONICAL
-
-    return CANONICAL[layout].row_byte(num_kv_heads, part, head, token)
+    if part not in PARTS:
+        raise ValueError(f"part = {part!r}, expected one of {PARTS}")
+    const, per_hkv, head_stride, token_stride = ROWS[layout][part]
+    off = head * head_stride + token * token_stride
+    o = const if per_hkv == 0 else num_kv_heads * per_hkv + const if const else num_kv_heads * per_hkv
+    if isinstance(o, int):
+        return off + o if o else off
+    return o + off  # a traced offset goes first: the other side may be a plain int
 
 
 class Rows(NamedTuple):

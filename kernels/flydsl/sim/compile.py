@@ -6,7 +6,7 @@ environment when it is imported), reads LLVM's final assembly
 (``22_final_isa.s``) and keeps it under ``$NVFP4_SIM_CACHE`` (default
 ``~/.cache/nvfp4-sim``), keyed by the configuration, a hash of what the
 kernel is traced from (its source files, the target records, the reference
-page addressing ``row_byte`` and the constants ``lanes`` holds) and the
+page addressing ``row_byte`` with its table ``ROWS``, the constants ``lanes`` holds) and the
 FlyDSL version, so a changed kernel is recompiled.
 Beside it, ``<same name>.json`` records the order in which the launcher
 passes its arguments to the kernel (FlyDSL reorders them; read off the
@@ -48,12 +48,14 @@ def cache_dir() -> Path:
 
 def _source_key() -> str:
     """A hash of everything the kernel is traced from: its source files, the
-    reference function its loader addresses pages with, and the values of the
-    constants ``lanes`` holds (some imported from ``reference``)."""
+    reference function its loader addresses pages with and the table that
+    function reads, and the values of the constants ``lanes`` holds (some
+    imported from ``reference``)."""
     h = hashlib.sha256()
     for name in _SOURCES:
         h.update((Path(__file__).resolve().parents[1] / name).read_bytes())
     h.update(inspect.getsource(paged_cache.row_byte).encode())
+    h.update(repr(paged_cache.ROWS).encode())
     consts = sorted((k, v) for k, v in vars(lanes).items()
                     if not k.startswith("_") and isinstance(v, (int, float, str, tuple)))
     h.update(repr(consts).encode())
