@@ -170,9 +170,9 @@ def class_shares(outcomes: list[Outcome]) -> list[ClassShare]:
     for o in outcomes:
         flags, failed = cases.get(o.case_id, (o.flags, False))
         cases[o.case_id] = (flags, failed or o.failed)
-    flags = sorted({f for fl, failed in cases.values() if failed for f in fl})
+    failing_flags = sorted({f for fl, failed in cases.values() if failed for f in fl})
     shares = []
-    for f in flags:
+    for f in failing_flags:
         mine = [failed for fl, failed in cases.values() if f in fl]
         shares.append(ClassShare(f, sum(mine), len(mine)))
     return sorted(shares, key=lambda s: (-s.share, -s.failed, s.flag))

@@ -22,7 +22,7 @@ import numpy as np
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem, ProblemError, ReferenceBudgetError
-from nvfp4_suite.reference.compare import Report, backend_interval, describe_modified_inputs
+from nvfp4_suite.reference.compare import Interval, Report, backend_interval, describe_modified_inputs
 
 from . import blame, catalog, interrupts, lock
 from .coverage import Coverage
@@ -161,7 +161,7 @@ class CaseResult:
         return f"{self.id:3d} {self.name:<28}" if self.catalog is None else f"{self.catalog}:{self.id:03d}-{self.name}"
 
 
-def _expected(backend, problem, extra, launch, cache: dict) -> tuple:
+def _expected(backend, problem, extra, launch, cache: dict[int, tuple[Interval, str]]) -> tuple[Interval, str]:
     """``(interval, against)`` for ``launch``, computed once per split count; for a
     geometry the case file stores a judgment of, first confirmed equal to the
     stored one bit for bit (a catalog the reference no longer reproduces raises
@@ -201,7 +201,7 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
             res.failures.append(LaunchFailure(Launch(), text))
         return res
     caps = backend.capabilities
-    cache = {}
+    cache: dict[int, tuple[Interval, str]] = {}
     for launch in dict.fromkeys(x.as_seen_by(caps) for x in catalog.launches(entry)):
         why = caps.refuses(problem, launch)
         if splits and launch.splits not in splits:
@@ -370,6 +370,33 @@ def problem_size(problem: DecodeProblem) -> tuple:
             problem.num_kv_heads, problem.TOPK, problem.q_len, int(problem.seq_lens.astype("int64").sum()))
 
 
+@dataclasses.dataclass
+class _GeneratedState:
+    """What ``check_generated``'s property keeps between hypothesis' calls.
+
+    Until the first failure it counts the problems (``n``) and their totals
+    (output elements compared, largest ratio and ulp distance, rounding
+    counts); from then on hypothesis minimises and only ``tries`` counts.
+    ``failing``: the smallest failing problem so far (by ``problem_size``),
+    None until the first failure; ``since``: when that failure was seen, the
+    start of the minimising budget; ``failed``: ``digest`` of each failing
+    problem and launch -> its report's text; ``cut``: a try was not run, the
+    budget having run out; ``reported``: when the last minimising progress line
+    was printed."""
+
+    n: int = 0
+    elements: int = 0
+    max_ratio: float = 0.0
+    max_ulp: float = 0.0
+    rounding: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    failing: FailingProblem | None = None
+    since: float = 0.0
+    tries: int = 0
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
+    cut: bool = False
+    reported: float = 0.0
+
+
 def check_generated(backend, examples: int, seed: int, splits_choice=None, progress=None,
                     progress_every: int = 10, shrink: bool = True, shrink_report_s: float = 10.0,
                     shrink_budget_s: float | None = None) -> GeneratedRun:
@@ -397,13 +424,11 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     from .strategies import digest, run_generated
 
     coverage = Coverage(backend.capabilities, splits_choice)
-    state = {"n": 0, "failing": None, "shrinking": False, "elements": 0, "max_ratio": 0.0, "max_ulp": 0.0,
-             "rounding": collections.Counter(), "tries": 0, "reported": 0.0, "since": None, "cut": False,
-             "failed": {}}
+    state = _GeneratedState()
 
     def over_budget() -> bool:
-        return (state["shrinking"] and shrink_budget_s is not None
-                and time.monotonic() - state["since"] > shrink_budget_s)
+        return (state.failing is not None and shrink_budget_s is not None
+                and time.monotonic() - state.since > shrink_budget_s)
 
     def prop(problem, launch):
         """One generated problem: run, compare, record coverage; raise on failure."""
@@ -412,9 +437,9 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         if over_budget():
             # Minimising ran out of time: a try already seen failing fails the same
             # way, any other is not run; hypothesis keeps the smallest that failed.
-            state["cut"] = True
-            if key in state["failed"]:
-                raise AssertionError(state["failed"][key])
+            state.cut = True
+            if key in state.failed:
+                raise AssertionError(state.failed[key])
             return
         rep = None
         try:
@@ -422,32 +447,32 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             ok, text = rep.passed, rep.details()
         except BackendCrash as e:
             ok, text = False, e.details()
-        if not state["shrinking"]:
-            state["n"] += 1
+        if state.failing is None:  # still generating: minimising tries are not counted as problems
+            state.n += 1
             if rep is not None:
-                state["elements"] += rep.n_elements
-                state["max_ratio"] = max(state["max_ratio"], rep.max_bound_ratio)
-                state["max_ulp"] = max(state["max_ulp"], rep.max_ulp)
-                add_rounding(state["rounding"], rep)
+                state.elements += rep.n_elements
+                state.max_ratio = max(state.max_ratio, rep.max_bound_ratio)
+                state.max_ulp = max(state.max_ulp, rep.max_ulp)
+                add_rounding(state.rounding, rep)
             coverage.add(problem, launch, ok)
-            if progress and (state["n"] % progress_every == 0 or state["n"] == examples):
-                progress(f"  generated: {state['n']}/{examples} problems checked")
+            if progress and (state.n % progress_every == 0 or state.n == examples):
+                progress(f"  generated: {state.n}/{examples} problems checked")
         else:
-            state["tries"] += 1
+            state.tries += 1
         if not ok:
             # Recorded before anything is printed: an interruption from here on keeps it.
-            state["failed"][key] = text
-            best = state["failing"]
+            state.failed[key] = text
+            best = state.failing
             if best is None or problem_size(problem) <= problem_size(best.problem):
-                state["failing"] = FailingProblem(problem, launch, text)
-            if not state["shrinking"]:
-                state["shrinking"], state["since"] = True, time.monotonic()
+                state.failing = FailingProblem(problem, launch, text)
+            if best is None:
+                state.since = time.monotonic()
                 if progress:
-                    progress(f"  generated: failure at problem {state['n']}; minimising...")
-        if state["shrinking"] and progress and time.monotonic() - state["reported"] >= shrink_report_s:
-            state["reported"] = time.monotonic()
-            small = state["failing"].problem
-            progress(f"  minimising: {state['tries']} tries; smallest failing problem so far: rows {small.rows}, "
+                    progress(f"  generated: failure at problem {state.n}; minimising...")
+        if state.failing is not None and progress and time.monotonic() - state.reported >= shrink_report_s:
+            state.reported = time.monotonic()
+            small = state.failing.problem
+            progress(f"  minimising: {state.tries} tries; smallest failing problem so far: rows {small.rows}, "
                      f"Hkv {small.num_kv_heads}, TOPK {small.TOPK}, q_len {small.q_len}")
         if not ok:
             raise AssertionError(text)
@@ -459,17 +484,23 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     except AssertionError:
         pass
     except Flaky:
-        _rerun_flaky(backend, state["failing"])
+        if state.failing is None:
+            # No failure of the backend was recorded: what failed once was the
+            # suite itself (an exception other than a verdict), which the
+            # traceback must show.
+            raise
+        _rerun_flaky(backend, state.failing)
     except interrupts.Interrupted as e:
         stopped = e.reason
-    failing = state["failing"]
+    failing = state.failing
     if failing is not None and stopped:
         failing.unfinished = f"the run stopped ({stopped})"
-    elif failing is not None and state["cut"]:
+    elif failing is not None and state.cut:
         failing.unfinished = f"the minimising budget of {shrink_budget_s:g} s ran out"
-    totals = {k: state[k] for k in ("elements", "max_ratio", "max_ulp", "rounding")}
+    totals = {"elements": state.elements, "max_ratio": state.max_ratio, "max_ulp": state.max_ulp,
+              "rounding": state.rounding}
     stats = {name: [coverage.reached[name], coverage.failed[name]] for name in coverage.reached}
-    return GeneratedRun(failing is None and stopped is None, state["n"], stats, totals, failing, stopped, coverage)
+    return GeneratedRun(failing is None and stopped is None, state.n, stats, totals, failing, stopped, coverage)
 
 
 def save_failing(spec: str, failing: FailingProblem) -> tuple:

@@ -120,10 +120,10 @@ def load_backend(spec: str):
 
     why = unavailable(b)
     if why is not None:
-        def unavailable():
+        def cannot_run():
             """The backend cannot run on this machine."""
             pytest.skip(f"backend {spec} unavailable: {why}")
-        return None, unavailable
+        return None, cannot_run
     return b, None
 
 

@@ -83,9 +83,9 @@ def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
             out.append(f"      outside the domain, information only: {launch.describe()}: {seen}")
     if partial:
         n = sum(len(c.skipped) for c in partial)
-        reasons = collections.Counter(why for c in partial for _, why in c.skipped)
+        skip_counts = collections.Counter(why for c in partial for _, why in c.skipped)
         out.append(f"  launches skipped in {len(partial)} cases that ran ({n} launches): "
-                   + "; ".join(f"{why} ({k})" for why, k in reasons.most_common()))
+                   + "; ".join(f"{why} ({k})" for why, k in skip_counts.most_common()))
     return out
 
 
@@ -98,8 +98,11 @@ def rounding_lines(acc) -> list[str]:
 
     if not acc or not acc["n_elements"]:
         return []
-    r = Report(against="run", n_fail=0, max_ulp=0.0, worst=[], nan_rows=[], unwritten_rows=[], not_bf16=0,
-               **{f: int(acc[f]) for f in ROUNDING_FIELDS})
+    r = Report(against="run", n_elements=0, n_fail=0, max_ulp=0.0, worst=[], nan_rows=[], unwritten_rows=[],
+               not_bf16=0)
+    # By name, as check.add_rounding summed them (each is an int count of Report's).
+    for f in ROUNDING_FIELDS:
+        setattr(r, f, int(acc[f]))
     r.mean_signed_ulp = acc["signed_ulp_sum"] / max(acc["n_rounding"], 1)
     lines = [f"  rounding: {r.rounding_summary()}"]
     # Problems are drawn independently, so their (row, head) groups add up as trials.

@@ -28,7 +28,8 @@ def record_signatures(specs: list[str], progress=None) -> dict:
     from . import bugs, catalog
 
     whats = {m.spec: m for m in bugs.MUTANTS}
-    out = {"catalog": hashlib.sha256(catalog.MANIFEST.read_bytes()).hexdigest(), "mutants": {}}
+    sha = hashlib.sha256(catalog.MANIFEST.read_bytes()).hexdigest()
+    mutants: dict[str, dict] = {}
     for spec in specs:
         if progress:
             progress(f"signature of {spec}")
@@ -36,8 +37,8 @@ def record_signatures(specs: list[str], progress=None) -> dict:
         run = check_golden(backend)
         failing = sorted({signature_key(c.id, f.launch) for c in run.cases for f in c.failures})
         m = whats[spec]
-        out["mutants"][spec] = {"bug": m.bug, "what": _what(spec), "failing": [list(x) for x in failing]}
-    return out
+        mutants[spec] = {"bug": m.bug, "what": _what(spec), "failing": [list(x) for x in failing]}
+    return {"catalog": sha, "mutants": mutants}
 
 
 def _what(spec: str) -> str:
