@@ -37,7 +37,7 @@ from ...protocol import INTERPRETED_LIMITS, Capabilities
 from ..host import TOPKS, XCDS, flydsl_missing, launch_plan, rocm_path
 from ..lanes import LAYOUTS, PART_F, SPLITS, k_table
 from ..targets import ARCHS
-from .compile import CompileError, arg_order, assembly_path, cache_dir, cached, stem
+from .compile import BUNDLE, CompileError, arg_order, assembly_path, bundled, cache_dir, cached, needed
 from .launch import Kernel, dispatch
 from .memorder import MemOrder
 from .memory import Memory
@@ -177,17 +177,16 @@ def sim_missing(archs=ARCHS, mutant: str | None = None, topks=TOPK_BUCKETS) -> s
     """None when the simulator can get every compiled kernel it may be asked
     for here, else the reason naming what is missing.
 
-    Enough is a compile cache holding every configuration of ``archs``
+    Enough is a compile cache and the shipped bundle (``compile.BUNDLE``)
+    holding together every configuration of ``archs``
     (``mutant``: that kernel mutant) a launch may need: each compiled TOPK width
     in ``topks`` (None: every width 1..64) at every split count, XCD placement
     and layout (any FlyDSL version's compile). Otherwise FlyDSL (and the torch
     its compiler imports) and ``ld.lld`` >= 19 must be here to compile the
     missing ones on first use."""
-    widths = range(1, TOPKS[-1] + 1) if topks is None else topks
-    need = [stem(a, t, s, x, lay, mutant) for a in archs for t in widths for s in SPLITS for x in XCDS
-            for lay in LAYOUTS]
-    # A complete cache is enough, and looking needs no FlyDSL import (which imports torch).
-    absent = [n for n in need if cached(n) is None]
+    need = needed(archs, mutant, range(1, TOPKS[-1] + 1) if topks is None else topks)
+    # A complete cache (with the bundle) is enough, and looking needs no FlyDSL import (which imports torch).
+    absent = [n for n in need if cached(n) is None and bundled(n) is None]
     if not absent:
         return None
     missing = flydsl_missing()
@@ -197,7 +196,8 @@ def sim_missing(archs=ARCHS, mutant: str | None = None, topks=TOPK_BUCKETS) -> s
             return None
         missing = note
     shown = ", ".join(absent[:4]) + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")
-    return (f"{missing}; so the simulator runs only from its compile cache {cache_dir()}, which lacks "
+    return (f"{missing}; so the simulator runs only from its compile cache {cache_dir()} and "
+            f"{BUNDLE.name}, which lack "
             f"{len(absent)} of the {len(need)} compiled configurations its launches need: {shown}")
 
 

@@ -16,27 +16,46 @@ argument list (``nvfp4_suite.kernels.flydsl.decode.compile_nvfp4_sparse_decode``
     python -m nvfp4_suite.kernels.flydsl.sim.compile --arch gfx950 --topk 16 --splits 2 [--xcds 0] [--layout token_rows]
 
 prints the path of the cached assembly.
+
+The suite ships the assemblies of the current sources in ``compiled.tar.xz``
+beside this module (every configuration the two simulator backends may launch,
+and the kernel mutants the tests use): a machine without FlyDSL runs the
+simulator from them, and a machine whose FlyDSL is the version that built
+them takes them instead of compiling again (CI's compile tests compile
+afresh and compare byte for byte). After a change to what the kernel is
+traced from, rebuild it (FlyDSL and ``ld.lld`` >= 19 needed):
+
+    python -m nvfp4_suite.kernels.flydsl.sim.compile --bundle
+
+which compiles what is missing and writes the archive (byte-identical when
+nothing changed).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.metadata
 import inspect
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
 from nvfp4_suite.reference import paged_cache
 
 from .. import lanes
-from ..host import flydsl_missing, rocm_path
+from ..host import TOPKS, XCDS, flydsl_missing, rocm_path
 from ..targets import ARCHS
+
+# The shipped assemblies (the module docstring says what and why).
+BUNDLE = Path(__file__).with_name("compiled.tar.xz")
 
 _SOURCES = ("decode.py", "lanes.py", "targets.py")
 
@@ -138,16 +157,89 @@ def cached(name: str) -> Path | None:
     return found[-1] if found else None
 
 
+def needed(archs=ARCHS, mutant: str | None = None, topks=TOPKS) -> list[str]:
+    """The ``stem`` of every configuration a launch on ``archs`` may need
+    (``mutant``: that kernel mutant): each compiled TOPK width in ``topks``
+    at every split count, XCD placement and layout."""
+    return [stem(a, t, s, x, lay, mutant) for a in archs for t in topks for s in lanes.SPLITS for x in XCDS
+            for lay in lanes.LAYOUTS]
+
+
+@functools.lru_cache(maxsize=4)
+def _bundle_members(path: Path, mtime_ns: int) -> frozenset[str]:
+    with tarfile.open(path, "r:xz") as tar:
+        return frozenset(tar.getnames())
+
+
+def bundled(name: str, version: str | None = None) -> str | None:
+    """The bundle's file name of configuration ``name`` (a ``stem``) compiled by
+    FlyDSL ``version`` (None: any version, the highest name), or None."""
+    if not BUNDLE.exists():
+        return None
+    members = _bundle_members(BUNDLE, BUNDLE.stat().st_mtime_ns)
+    found = sorted(m for m in members if m.startswith(f"{name}-fly") and m.endswith(".s")
+                   and m[:-2] + ".json" in members and (version is None or m == f"{name}-fly{version}.s"))
+    return found[-1] if found else None
+
+
+def unbundle(member: str) -> Path:
+    """Copy one bundled assembly (``bundled``'s name) and its argument-order
+    record into the cache; returns the assembly's path there."""
+    dest = cache_dir() / member
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(BUNDLE, "r:xz") as tar:
+        for name in (member[:-2] + ".json", member):  # the record first: an .s alone is not an entry
+            data = tar.extractfile(name)
+            if data is None:
+                raise CompileError(f"{BUNDLE}: {name} is not a regular file")
+            out = cache_dir() / name
+            tmp = out.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data.read())
+            tmp.replace(out)
+    return dest
+
+
+def write_bundle(path: Path = BUNDLE) -> list[str]:
+    """Write ``path``: every cache entry (assembly and record) of the current
+    sources, with the entries of the existing bundle of the current sources
+    that the cache lacks. Deterministic: sorted names, zero times and owners,
+    xz preset 9, so the same entries give the same bytes. Returns the names."""
+    key = _source_key()
+    files: dict[str, bytes] = {}
+    if path.exists():
+        with tarfile.open(path, "r:xz") as tar:
+            for m in tar.getmembers():
+                data = tar.extractfile(m)
+                if f"-{key}-fly" in m.name and data is not None:
+                    files[m.name] = data.read()
+    for f in cache_dir().glob(f"*-{key}-fly*.s"):
+        if f.with_suffix(".json").exists():
+            files[f.name] = f.read_bytes()
+            files[f.with_suffix(".json").name] = f.with_suffix(".json").read_bytes()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=9, format=tarfile.USTAR_FORMAT) as tar:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(files[name]), 0o644
+            tar.addfile(info, io.BytesIO(files[name]))
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+    return sorted(files)
+
+
 def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
                   mutant: str | None = None) -> Path:
     """The cached assembly of one configuration (``mutant``: one of
     ``decode.MUTANTS`` or None), compiling it first when needed.
 
-    Where FlyDSL or the linker is missing, an assembly cached from these kernel
-    sources (by any FlyDSL version) is used: the simulator itself needs no FlyDSL, so a
-    cache folder copied to another machine runs there. Raises CompileError
-    when the configuration is not cached and FlyDSL or ``ld.lld`` >= 19 is
-    missing, or the compile fails."""
+    A bundled assembly (``compiled.tar.xz``) of the installed FlyDSL version
+    is taken instead of compiling. Where FlyDSL or the linker is missing, an
+    assembly cached or bundled from these kernel sources (by any FlyDSL
+    version) is used: the simulator itself needs no FlyDSL, so a cache folder
+    copied to another machine runs there. Raises CompileError when the
+    configuration is neither cached nor bundled and FlyDSL or ``ld.lld`` >= 19
+    is missing, or the compile fails."""
     if arch not in ARCHS or layout not in paged_cache.LAYOUTS:
         raise ValueError(f"arch must be one of {ARCHS} and layout one of {paged_cache.LAYOUTS}, "
                          f"got {arch!r}, {layout!r}")
@@ -156,6 +248,9 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
     path = cache_dir() / f"{stem}-fly{version}.s"
     if version is not None and path.exists() and path.with_suffix(".json").exists():
         return path
+    member = bundled(stem, version) if version is not None else None
+    if member is not None:
+        return unbundle(member)
     missing = flydsl_missing()
     rocm, note = (None, missing) if missing else rocm_path()
     if rocm is None:
@@ -163,7 +258,10 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
         found = cached(stem)
         if found is not None:
             return found
-        raise CompileError(f"{note}; and {stem} is not in the cache {cache_dir()}")
+        member = bundled(stem)
+        if member is not None:
+            return unbundle(member)
+        raise CompileError(f"{note}; and {stem} is neither in the cache {cache_dir()} nor in {BUNDLE.name}")
     with tempfile.TemporaryDirectory(prefix=f"nvfp4-sim-{arch}-") as dump:
         env = dict(os.environ, COMPILE_ONLY="1", FLYDSL_GPU_ARCH=arch, ARCH=arch, FLYDSL_RUNTIME_ENABLE_CACHE="0",
                    FLYDSL_DEBUG_DUMP_ASM="1", FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=dump, ROCM_PATH=rocm)
@@ -186,17 +284,43 @@ def main(argv=None) -> int:
     p.add_argument("--xcds", type=int, default=0)
     p.add_argument("--layout", choices=paged_cache.LAYOUTS, default="token_rows")
     p.add_argument("--mutant", default=None, help="build a mutant (nvfp4_suite.kernels.flydsl.decode.MUTANTS)")
+    p.add_argument("--bundle", action="store_true",
+                   help=f"compile every configuration the simulator backends may launch (what the cache lacks), "
+                        f"then write {BUNDLE.name} from the cache's entries of the current sources")
     p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         t, s, x, lay, mut = args.worker
         _worker(int(t), int(s), int(x), lay, None if mut == "-" else mut)
         return 0
+    if args.bundle:
+        return _bundle_command()
     try:
         print(assembly_path(args.arch, args.topk, args.splits, args.xcds, args.layout, args.mutant))
     except CompileError as e:
         print(e, file=sys.stderr)
         return 2
+    return 0
+
+
+def _bundle_command() -> int:
+    missing = flydsl_missing()
+    rocm, note = (None, missing) if missing else rocm_path()
+    if rocm is None:
+        print(f"cannot build {BUNDLE.name}: {note}", file=sys.stderr)
+        return 2
+    need = needed()
+    for i, name in enumerate(need, 1):
+        arch, k, s, x, layout = name.split("-")[:5]
+        if cached(name) is None:
+            print(f"[{i}/{len(need)}] compiling {name}", file=sys.stderr, flush=True)
+        try:
+            assembly_path(arch, int(k[1:]), int(s[1:]), int(x[1:]), layout)
+        except CompileError as e:
+            print(e, file=sys.stderr)
+            return 2
+    names = write_bundle()
+    print(f"{BUNDLE}: {len(names) // 2} configurations, {BUNDLE.stat().st_size} bytes")
     return 0
 
 
