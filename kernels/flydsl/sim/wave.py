@@ -88,6 +88,17 @@ def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) 
 Decoder = Callable[[Instr], "Callable[[Wave], None] | None"]
 DECODERS: dict[str, Decoder] = {}
 
+# Batched decoders: for a mnemonic, ``fn(ins)`` returns a closure ``core(view)``
+# that executes ``ins`` for every wave of ``view`` at once, all with a full EXEC
+# (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 128]``: a
+# ``Wave``'s own registers as n = 1, or a run of waves of a launch), or None
+# for a form it does not bind. Only lane-wise operations without scalar
+# results (no SCC, VCC or memory) have one, so that n waves at once mean the
+# same as each wave alone.
+Core = Callable[["Wave | BatchView"], None]
+BatchDecoder = Callable[[Instr], "Core | None"]
+BATCHED: dict[str, BatchDecoder] = {}
+
 
 def decoder(*names: str) -> Callable[[Decoder], Decoder]:
     """Register the decorated decoder for each mnemonic in ``names`` (without the
@@ -101,37 +112,71 @@ def decoder(*names: str) -> Callable[[Decoder], Decoder]:
     return deco
 
 
+def batched(*names: str) -> Callable[[BatchDecoder], BatchDecoder]:
+    """Register the decorated batched decoder for each mnemonic in ``names``
+    (without the encoding suffix); its handler must be registered too (``op``)."""
+    def deco(fn: BatchDecoder) -> BatchDecoder:
+        for n in names:
+            if n in BATCHED:
+                raise ValueError(f"batched decoder for {n} registered twice")
+            BATCHED[n] = fn
+        return fn
+    return deco
+
+
+def decode_batched(ins: Instr) -> Core | None:
+    """``core(view)`` executing ``ins`` for every wave of a view whose waves all
+    have a full EXEC, or None when no batched decoder binds this form."""
+    dec = BATCHED.get(ins.base) or BATCHED.get(ins.mnemonic)
+    return dec(ins) if dec is not None else None
+
+
 def decode(ins: Instr) -> Callable[["Wave"], None]:
-    """``fn(wave)`` executing ``ins``: its decoder's closure where one binds this
-    form, else its handler with the instruction bound; UnknownInstruction when
-    there is none."""
+    """``fn(wave)`` executing ``ins``: its batched core on a full EXEC (the
+    handler otherwise), else its decoder's closure where one binds this form,
+    else its handler with the instruction bound; UnknownInstruction when there
+    is none."""
     h = handler_for(ins)
+    core = decode_batched(ins)
+    if core is not None:
+        def run(w: Wave, h: Handler = h, ins: Instr = ins, core: Core = core) -> None:
+            s = w.s
+            if s[126] == FULL and s[127] == FULL:
+                core(w)
+            else:
+                h(w, ins)
+        return run
     dec = DECODERS.get(ins.base) or DECODERS.get(ins.mnemonic)
     fn = dec(ins) if dec is not None else None
     if fn is None:
-        def fn(w: Wave, h=h, ins=ins) -> None:
+        def bound(w: Wave, h: Handler = h, ins: Instr = ins) -> None:
             h(w, ins)
+        return bound
     return fn
 
 
 FULL = np.uint32(0xFFFFFFFF)
 
 
-def plain_source(o: Operand, as_f32: bool = False):
-    """A reader ``fn(wave)`` of a 32-bit source without modifiers (uint32, or
-    float32 with ``as_f32``): a VGPR's lanes (a view), an SGPR as a scalar, a
-    constant as a read-only array of 64 lanes; None for any other operand."""
+Reader = Callable[["Wave | BatchView"], np.ndarray]
+
+
+def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
+    """A reader ``fn(view)`` of a 32-bit source without modifiers, for the waves
+    of ``view`` (uint32, or float32 with ``as_f32``): a VGPR's lanes (a view,
+    ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a read-only
+    array of 64 lanes; None for any other operand."""
     if o.neg or o.abs or o.sext:
         return None
     idx = o.index
     if o.kind == "v":
         if as_f32:
-            return lambda w: w.v[idx].view(np.float32)
-        return lambda w: w.v[idx]
+            return lambda w: w.vb[:, idx].view(np.float32)
+        return lambda w: w.vb[:, idx]
     if o.kind == "s":
         if as_f32:
-            return lambda w: np.full(LANES, w.s[idx], np.uint32).view(np.float32)
-        return lambda w: w.s[idx]
+            return lambda w: w.sb[:, idx, None].view(np.float32)
+        return lambda w: w.sb[:, idx, None]
     if o.kind == "const":
         c = np.full(LANES, o.bits32, np.uint32)
         c = c.view(np.float32) if as_f32 else c
@@ -140,10 +185,10 @@ def plain_source(o: Operand, as_f32: bool = False):
     return None
 
 
-def sdwa_source(o: Operand, sel: str):
-    """A reader ``fn(wave)`` of an SDWA source: ``plain_source`` for a DWORD
+def sdwa_source(o: Operand, sel: str) -> Reader | None:
+    """A reader ``fn(view)`` of an SDWA source: ``plain_source`` for a DWORD
     select, else the VGPR's field ``sel`` zero- or sign-extended (uint32
-    ``[64]``, as ``_select``); None for any other operand."""
+    ``[n, 64]``, as ``_select``); None for any other operand."""
     shift, width = _SEL_SHIFT[sel]
     if width == 32:
         return plain_source(dataclasses.replace(o, sext=False))
@@ -152,9 +197,9 @@ def sdwa_source(o: Operand, sel: str):
     idx = o.index
     if not o.sext:
         sh, mask = np.uint32(shift), np.uint32((1 << width) - 1)
-        return lambda w: (w.v[idx] >> sh) & mask
+        return lambda w: (w.vb[:, idx] >> sh) & mask
     up, down = np.uint32(32 - shift - width), np.int32(32 - width)
-    return lambda w: ((w.v[idx] << up).view(np.int32) >> down).view(np.uint32)
+    return lambda w: ((w.vb[:, idx] << up).view(np.int32) >> down).view(np.uint32)
 
 
 def handler_for(ins: Instr) -> Handler:
@@ -197,12 +242,19 @@ class Wave:
     ``"barrier"``, ``"end"``), ``count`` (instructions executed), and the
     ``group`` it belongs to (LDS, memory, the target's facts)."""
 
-    def __init__(self, group, wave_id: int):
+    def __init__(self, group, wave_id: int, regs: tuple[np.ndarray, np.ndarray, int] | None = None):
         self.group = group
         self.wave_id = wave_id
-        self.s = np.zeros(NUM_SGPRS, np.uint32)
+        # ``regs``: (SGPR files uint32 [N, 128], vector files uint32 [N, 512, 64], k)
+        # of a launch's waves, this wave's being row k; its own files otherwise.
+        if regs is None:
+            regs = (np.zeros((1, NUM_SGPRS), np.uint32), np.zeros((1, 2 * AGPR_BASE, LANES), np.uint32), 0)
+        sfile, vfile, k = regs
+        # ``sb``/``vb``: the same registers as a view of one wave (n = 1), the
+        # shape batched cores read (``BatchView``).
+        self.sb, self.vb = sfile[k:k + 1], vfile[k:k + 1]
+        self.s, self.v = sfile[k], vfile[k]
         self.scc = 0
-        self.v = np.zeros((2 * AGPR_BASE, LANES), np.uint32)
         self.pc = 0
         self.state = "run"
         self.count = 0
@@ -366,3 +418,13 @@ class Wave:
         value = np.asarray(value, np.uint64)
         self.vset_regs(Operand("v", o.index, 2),
                        np.stack([value & np.uint64(0xFFFFFFFF), value >> np.uint64(32)]).astype(np.uint32))
+
+
+class BatchView:
+    """Waves ``k0..k1-1`` of a launch's register files, for batched cores:
+    ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views)."""
+
+    __slots__ = ("sb", "vb")
+
+    def __init__(self, sfile: np.ndarray, vfile: np.ndarray, k0: int, k1: int):
+        self.sb, self.vb = sfile[k0:k1], vfile[k0:k1]

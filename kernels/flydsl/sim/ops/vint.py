@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import FULL, LANES, OPS, SDWA_MODS, SimError, Wave, check_form, decoder, op, plain_source, sdwa_source
+from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, op, plain_source, sdwa_source
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _LANE = np.arange(LANES, dtype=np.uint64)
@@ -202,10 +202,10 @@ def _make(fn, nsrc: int):
 
 
 def _decoder(fn, nsrc: int, sdwa: bool):
-    """The decoder of a ``_make`` op: a closure with its sources' readers and its
-    destination bound, for the forms without SDWA or modifiers that read at
-    least one VGPR; it runs the handler on a wave whose EXEC is partial."""
-    def decode(ins: Instr):
+    """The batched decoder of a ``_make`` op: a core with its sources' readers
+    and its destination bound, for the forms without SDWA or modifiers that
+    read at least one VGPR."""
+    def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, nsrc + 1, frozenset(), sdwa, False)
         except SimError:
@@ -225,47 +225,40 @@ def _decoder(fn, nsrc: int, sdwa: bool):
             return None
         if any(r is None for r in readers):
             return None
-        d, h = ins.ops[0].index, OPS[ins.base]
+        d = ins.ops[0].index
         if nsrc == 1:
             (ra,) = readers
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = fn(ra(w))
-                else:
-                    h(w, ins)
+            def core(w) -> None:
+                w.vb[:, d] = fn(ra(w))
         elif nsrc == 2:
             ra, rb = readers
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = fn(ra(w), rb(w))
-                else:
-                    h(w, ins)
+            def core(w) -> None:
+                w.vb[:, d] = fn(ra(w), rb(w))
         else:
             ra, rb, rc = readers
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = fn(ra(w), rb(w), rc(w))
-                else:
-                    h(w, ins)
-        return run
+            def core(w) -> None:
+                w.vb[:, d] = fn(ra(w), rb(w), rc(w))
+        return core
     return decode
 
 
+# Ops whose arithmetic lays the 64 lanes out itself (a per-lane byte table): no batched form.
+_LANE_SHAPED = {"v_bfrev_b32", "v_perm_b32"}
+
 for _name, _fn in _UNARY.items():
     _vop(_name, nops=2, sdwa=True)(_make(_fn, 1))
-    decoder(_name)(_decoder(_fn, 1, True))
+    if _name not in _LANE_SHAPED:
+        batched(_name)(_decoder(_fn, 1, True))
 for _name, _fn in _BINARY.items():
     _vop(_name, nops=3, sdwa=_name not in _VOP3_ONLY)(_make(_fn, 2))
-    decoder(_name)(_decoder(_fn, 2, _name not in _VOP3_ONLY))
+    batched(_name)(_decoder(_fn, 2, _name not in _VOP3_ONLY))
 for _name, _fn in _TERNARY.items():
     _vop(_name, nops=4)(_make(_fn, 3))
-    decoder(_name)(_decoder(_fn, 3, False))
+    if _name not in _LANE_SHAPED:
+        batched(_name)(_decoder(_fn, 3, False))
 
 
 @_vop("v_bitop3_b32", nops=4, mods=("bitop3",))
