@@ -254,6 +254,7 @@ class Wave:
         # shape batched cores read (``BatchView``).
         self.sb, self.vb = sfile[k:k + 1], vfile[k:k + 1]
         self.s, self.v = sfile[k], vfile[k]
+        self.k = k
         self.scc = 0
         self.pc = 0
         self.state = "run"
