@@ -257,13 +257,13 @@ class _Run:
         self.waves = waves
         self._sfile = sfile
         self.full: bool | None = None
-        spans: list[list[int]] = []
+        spans: list[list] = []
         for w in waves:
             if spans and spans[-1][1] == w.k:
                 spans[-1][1] += 1
             else:
-                spans.append([w.k, w.k + 1])
-        self.views = [BatchView(sfile, vfile, k0, k1) for k0, k1 in spans]
+                spans.append([w.k, w.k + 1, w.group])
+        self.views = [BatchView(sfile, vfile, k0, k1, g) for k0, k1, g in spans]
 
     def exec_full(self) -> bool:
         """Whether every wave's EXEC enables all 64 lanes."""

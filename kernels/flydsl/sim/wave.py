@@ -423,9 +423,12 @@ class Wave:
 
 class BatchView:
     """Waves ``k0..k1-1`` of a launch's register files, for batched cores:
-    ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views)."""
+    ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views), and
+    ``group``, one of their workgroups (the target and options, which every
+    workgroup of a launch shares)."""
 
-    __slots__ = ("sb", "vb")
+    __slots__ = ("sb", "vb", "group")
 
-    def __init__(self, sfile: np.ndarray, vfile: np.ndarray, k0: int, k1: int):
+    def __init__(self, sfile: np.ndarray, vfile: np.ndarray, k0: int, k1: int, group):
         self.sb, self.vb = sfile[k0:k1], vfile[k0:k1]
+        self.group = group
