@@ -207,12 +207,12 @@ class Kernel:
                 if steps > budget:
                     raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
                 core = cores[pc]
+                rest = ws
                 if core is not None and run.exec_full():
-                    for view in run.views:
-                        core(view)
-                else:
+                    rest = [w for view in run.views if core(view) is False for w in view.waves]
+                if rest:
                     fn = fns[pc]
-                    for w in ws:
+                    for w in rest:
                         w.pc = pc + 1
                         if guard is not None:
                             guard.rank = w.group.rank
@@ -257,13 +257,13 @@ class _Run:
         self.waves = waves
         self._sfile = sfile
         self.full: bool | None = None
-        spans: list[list] = []
+        spans: list[list[Wave]] = []
         for w in waves:
-            if spans and spans[-1][1] == w.k:
-                spans[-1][1] += 1
+            if spans and spans[-1][-1].k + 1 == w.k:
+                spans[-1].append(w)
             else:
-                spans.append([w.k, w.k + 1, w.group])
-        self.views = [BatchView(sfile, vfile, k0, k1, g) for k0, k1, g in spans]
+                spans.append([w])
+        self.views = [BatchView(sfile, vfile, span) for span in spans]
 
     def exec_full(self) -> bool:
         """Whether every wave's EXEC enables all 64 lanes."""

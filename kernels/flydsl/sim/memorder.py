@@ -273,6 +273,10 @@ class MemOrder:
             for addr in [a for a, h in zip(list(self._released), hit) if h]:
                 del self._released[addr]
 
+    def tracks(self, alloc) -> bool:
+        """Whether any store to ``alloc`` was recorded (a load of it is checked)."""
+        return alloc.name in self._bufs
+
     def _buf(self, alloc):
         b = self._bufs.get(alloc.name)
         if b is None:

@@ -100,6 +100,10 @@ class ArrivalGuard:
         hw[idx] = np.maximum(hw[idx], self.rank)
         ha[idx] = np.maximum(ha[idx], self.rank)
 
+    def unwritten(self, a: Allocation) -> bool:
+        """Whether no workgroup has written ``a`` during the launch so far."""
+        return id(a) not in self._hi
+
     def restore(self) -> None:
         """Every allocation written since the guard was made back to its bytes then."""
         for a, saved in self._saved:
@@ -159,6 +163,26 @@ class Memory:
         bad = next(int(x) for x in act if (b := self.find(int(x))) is None or int(x) + nbytes > b.base + b.size)
         raise MemoryFault(f"{nbytes}-byte access at {bad:#x} outside every allocation ({self.describe(bad)}) "
                           f"at {where}")
+
+    def load_unwritten(self, addrs: np.ndarray, nbytes: int, rank: int) -> np.ndarray | None:
+        """uint8 ``addrs.shape + (nbytes,)``: the bytes at ``addrs`` (uint64, any
+        shape; every lane active, rank ``rank`` the highest arrival reading),
+        when all of them lie in one allocation that no workgroup of a batched
+        launch has written (so neither the arrival-order guard nor the
+        memory-model check has anything to say about it); None otherwise,
+        having read nothing."""
+        lo, hi = int(addrs.min()), int(addrs.max())
+        a = self.find(lo)
+        if a is None or hi + nbytes > a.base + a.size:
+            return None
+        if (self.guard is not None and not self.guard.unwritten(a)) or \
+                (self.order is not None and self.order.tracks(a)):
+            return None
+        if self.guard is not None:
+            self.guard.rank = rank
+            self.guard.read(a, np.zeros(0, np.int64))
+        idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(nbytes)
+        return a.data[idx]
 
     def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str, ctx=None) -> np.ndarray:
         """uint8 ``[64, nbytes]``: the bytes at ``addrs`` (uint64 ``[64]``) for

@@ -92,10 +92,12 @@ DECODERS: dict[str, Decoder] = {}
 # that executes ``ins`` for every wave of ``view`` at once, all with a full EXEC
 # (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 128]``: a
 # ``Wave``'s own registers as n = 1, or a run of waves of a launch), or None
-# for a form it does not bind. Only lane-wise operations without scalar
-# results (no SCC, VCC or memory) have one, so that n waves at once mean the
-# same as each wave alone.
-Core = Callable[["Wave | BatchView"], None]
+# for a form it does not bind. Lane-wise operations without scalar results
+# (no SCC or VCC) have one, so that n waves at once mean the same as each wave
+# alone, and loads of memory no workgroup of the launch has written. A core
+# returns False, having changed nothing, where it leaves the instruction to
+# each wave's own closure (a load of written memory, out of range, a fault).
+Core = Callable[["Wave | BatchView"], "bool | None"]
 BatchDecoder = Callable[[Instr], "Core | None"]
 BATCHED: dict[str, BatchDecoder] = {}
 
@@ -141,9 +143,7 @@ def decode(ins: Instr) -> Callable[["Wave"], None]:
     if core is not None:
         def run(w: Wave, h: Handler = h, ins: Instr = ins, core: Core = core) -> None:
             s = w.s
-            if s[126] == FULL and s[127] == FULL:
-                core(w)
-            else:
+            if not (s[126] == FULL and s[127] == FULL) or core(w) is False:
                 h(w, ins)
         return run
     dec = DECODERS.get(ins.base) or DECODERS.get(ins.mnemonic)
@@ -261,6 +261,11 @@ class Wave:
         self.count = 0
         self._exec_key = None
         self._exec_mask = None
+
+    @property
+    def waves(self) -> tuple[Wave]:
+        """This wave alone, as a batched core reads the waves of a ``BatchView``."""
+        return (self,)
 
     # ---- EXEC -------------------------------------------------------------
     @property
@@ -422,13 +427,15 @@ class Wave:
 
 
 class BatchView:
-    """Waves ``k0..k1-1`` of a launch's register files, for batched cores:
-    ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views), and
-    ``group``, one of their workgroups (the target and options, which every
-    workgroup of a launch shares)."""
+    """``waves``, rows ``k0..k1-1`` of a launch's register files, for batched
+    cores: ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views),
+    and ``group``, the first wave's workgroup (the target, options and memory,
+    which every workgroup of a launch shares)."""
 
-    __slots__ = ("sb", "vb", "group")
+    __slots__ = ("sb", "vb", "group", "waves")
 
-    def __init__(self, sfile: np.ndarray, vfile: np.ndarray, k0: int, k1: int, group):
-        self.sb, self.vb = sfile[k0:k1], vfile[k0:k1]
-        self.group = group
+    def __init__(self, sfile: np.ndarray, vfile: np.ndarray, waves: list[Wave]):
+        k0 = waves[0].k
+        self.sb, self.vb = sfile[k0:k0 + len(waves)], vfile[k0:k0 + len(waves)]
+        self.group = waves[0].group
+        self.waves = waves

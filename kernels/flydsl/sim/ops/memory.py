@@ -38,7 +38,7 @@ import numpy as np
 
 from ..memory import BufferResource
 from ..program import Instr, Operand
-from ..wave import LANES, SimError, Wave, op
+from ..wave import LANES, BatchView, Core, SimError, Wave, batched, op
 
 _CACHE_BITS = frozenset({"sc0", "sc1", "nt"})
 
@@ -97,8 +97,9 @@ _BUFFER_STORES = {
 _MUBUF_MODS = frozenset({"offen", "offset"}) | _CACHE_BITS
 
 
-def _mubuf(w: Wave, ins: Instr):
-    """(vdata operand, BufferResource, int64 byte offsets ``[64]``) of a MUBUF instruction."""
+def _mubuf_form(ins: Instr) -> tuple:
+    """(vdata, vaddr or None without ``offen``, srsrc, soffset, instruction offset)
+    of a MUBUF instruction; SimError for a form not implemented."""
     dec = ins.__dict__.get("_mubuf")
     if dec is None:
         if ins.mods.get("idxen"):
@@ -112,7 +113,12 @@ def _mubuf(w: Wave, ins: Instr):
         if srsrc.kind != "s" or srsrc.count != 4 or soff.kind not in ("s", "const") or vdata.kind != "v":
             raise SimError(f"{ins.mnemonic}: unsupported operand form at {ins.where()}")
         dec = ins.__dict__["_mubuf"] = (vdata, vaddr if offen else None, srsrc, soff, int(ins.mods.get("offset", 0)))
-    vdata, vaddr, srsrc, soff, inst_off = dec
+    return dec
+
+
+def _mubuf(w: Wave, ins: Instr):
+    """(vdata operand, BufferResource, int64 byte offsets ``[64]``) of a MUBUF instruction."""
+    vdata, vaddr, srsrc, soff, inst_off = _mubuf_form(ins)
     res = BufferResource.from_words(w.s[srsrc.index:srsrc.index + 4])
     base = w.sget(soff) + inst_off
     offsets = np.full(LANES, base, np.int64) if vaddr is None else w.v[vaddr.index].astype(np.int64) + base
@@ -158,8 +164,61 @@ def _buffer_store(w: Wave, ins: Instr) -> None:
         mem.store(addrs, data[:, c * size:(c + 1) * size], exe & inr, where, (w, ins))
 
 
+def _issue_all(view: BatchView, ins: Instr) -> None:
+    """``_issue`` for every wave of ``view``, in arrival order."""
+    order = view.group.memory.order
+    if order is not None:
+        for w in view.waves:
+            order.issue(w, ins)
+
+
+def _write_loaded(view: BatchView, d: int, data: np.ndarray, size: int, signed: bool) -> None:
+    """Registers ``d..`` of every wave of ``view`` from uint8 ``[n, 64, bytes]``,
+    ``size``-byte elements zero- or sign-extended."""
+    dtype = {1: np.int8 if signed else np.uint8, 2: np.int16 if signed else np.uint16, 4: np.uint32}[size]
+    vals = np.ascontiguousarray(data).view(dtype)
+    if size < 4:
+        vals = vals.astype(np.int64).astype(np.uint32)
+    view.vb[:, d:d + vals.shape[2]] = vals.transpose(0, 2, 1)
+
+
+def _buffer_load_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of a MUBUF load: every wave's raw buffer, offsets
+    all in range, in one allocation nobody wrote; anything else is each
+    wave's handler's."""
+    size, n, signed = _BUFFER_LOADS[ins.base]
+    try:
+        vdata, vaddr, srsrc, soff, inst_off = _mubuf_form(ins)
+    except SimError:
+        return None
+    if vdata.count != n:
+        return None
+    r, nbytes = srsrc.index, size * n
+
+    def core(view) -> bool | None:
+        words = view.sb[:, r:r + 3].astype(np.int64)
+        if (words[:, 1] >> 16 & 0x3FFF).any():
+            return False  # a structured buffer: the handler refuses it
+        base = words[:, 0] | (words[:, 1] & 0xFFFF) << 32
+        sof = view.sb[:, soff.index].astype(np.int64) if soff.kind == "s" else np.int64(soff.bits32)
+        offsets = (sof + inst_off)[..., None] if vaddr is None else \
+            view.vb[:, vaddr.index].astype(np.int64) + (sof + inst_off)[..., None]
+        offsets = np.broadcast_to(offsets, (len(view.waves), LANES))
+        if (offsets < 0).any() or (offsets + nbytes > words[:, 2:3]).any():
+            return False
+        data = view.group.memory.load_unwritten((base[:, None] + offsets).astype(np.uint64), nbytes,
+                                                view.waves[-1].group.rank)
+        if data is None:
+            return False
+        _issue_all(view, ins)
+        _write_loaded(view, vdata.index, data, size, signed)
+        return None
+    return core
+
+
 op(*_BUFFER_LOADS)(_buffer_load)
 op(*_BUFFER_STORES)(_buffer_store)
+batched(*_BUFFER_LOADS)(_buffer_load_decoder)
 
 
 # ---- global -------------------------------------------------------------------
@@ -220,8 +279,38 @@ def _global_store(w: Wave, ins: Instr) -> None:
     w.group.memory.store(_global_addrs(w, ins, vaddr, saddr), data, w.exec_mask, ins.where(), (w, ins))
 
 
+def _global_load_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``global_load_* vdst, vaddr, saddr`` (an SGPR-pair
+    base): every wave's addresses in one allocation nobody wrote; anything
+    else (``off`` addressing too) is each wave's handler's."""
+    size, n, signed = _GLOBAL_LOADS[ins.base]
+    try:
+        _check_mods(ins, _GLOBAL_MODS)
+        _check_ops(ins, 3)
+    except SimError:
+        return None
+    vdst, vaddr, saddr = ins.ops
+    if vdst.kind != "v" or vdst.count != n or saddr.kind != "s" or saddr.count != 2 \
+            or vaddr.kind != "v" or vaddr.count != 1:
+        return None
+    off, s = int(ins.mods.get("offset", 0)), saddr.index
+
+    def core(view) -> bool | None:
+        sb = view.sb.astype(np.uint64)
+        base = (sb[:, s] | sb[:, s + 1] << np.uint64(32)) + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
+        data = view.group.memory.load_unwritten(base[:, None] + view.vb[:, vaddr.index], size * n,
+                                                view.waves[-1].group.rank)
+        if data is None:
+            return False
+        _issue_all(view, ins)
+        _write_loaded(view, vdst.index, data, size, signed)
+        return None
+    return core
+
+
 op(*_GLOBAL_LOADS)(_global_load)
 op(*_GLOBAL_STORES)(_global_store)
+batched(*_GLOBAL_LOADS)(_global_load_decoder)
 
 
 @op("global_atomic_add")

@@ -686,3 +686,62 @@ def _pk_mul_f16(w: Wave, ins: Instr) -> None:
 
 
 batched("v_pk_mul_f16")(_pk_decoder(2, None, _PK_MODS[:-1], f16=True))
+
+
+# ---- batched forms of the exponential and the conversions ----------------------------------
+
+def _exp_core(x: np.ndarray) -> np.ndarray:
+    """float32 ``2**x``: float64 exp2 rounded once (``_exp`` without a perturbation)."""
+    with np.errstate(over="ignore"):
+        return np.exp2(x.astype(np.float64)).astype(np.float32)
+
+
+_exp_plain = _decoder(1, _exp_core, True)
+
+
+@batched("v_exp_f32")
+def _exp_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_exp_f32``; a launch with the ``exp_ulps``
+    perturbation leaves it to the handler."""
+    core = _exp_plain(ins)
+    if core is None:
+        return None
+
+    def run(w) -> bool | None:
+        if w.group.options.get("exp_ulps"):
+            return False
+        return core(w)
+    return run
+
+
+batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False))
+batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _to_bf16_bits(a) | (_to_bf16_bits(b) << np.uint32(16)),
+                                      False))
+
+
+@batched("v_cvt_pk_f32_fp8")
+def _cvt_pk_f32_fp8_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_cvt_pk_f32_fp8`` (e32, or SDWA with a WORD select)."""
+    o, d = ins.ops[1] if len(ins.ops) == 2 else None, ins.ops[0]
+    if o is None or d.kind != "v" or d.count != 2:
+        return None
+    if ins.enc == "sdwa":
+        sel = ins.mods.get("src0_sel", "DWORD")
+        if set(ins.mods) - SDWA_MODS or sel not in ("WORD_0", "WORD_1", "DWORD") \
+                or ins.mods.get("dst_sel", "DWORD") != "DWORD":
+            return None
+        read = sdwa_source(o, sel)
+    elif ins.enc in ("e32", "e64", "") and not ins.mods:
+        read = plain_source(o)
+    else:
+        return None
+    if read is None:
+        return None
+    i = d.index
+
+    def core(w) -> None:
+        x = read(w)
+        table = _FP8[w.group.target.fnuz]
+        w.vb[:, i] = table[x & np.uint32(0xFF)]
+        w.vb[:, i + 1] = table[(x >> np.uint32(8)) & np.uint32(0xFF)]
+    return core

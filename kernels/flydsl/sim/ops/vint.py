@@ -427,3 +427,133 @@ def writelane_b32(w: Wave, ins: Instr) -> None:
     if dst.kind != "v":
         raise SimError(f"v_writelane_b32: destination {dst.text} is not a VGPR at {ins.where()}")
     w.v[dst.index, w.sget(ins.ops[2]) & 63] = w.sget(ins.ops[1])
+
+
+# ---- batched forms of the mask and 64-bit ops ----------------------------------------------
+
+_LANE_BIT = np.uint64(1) << _LANE
+
+
+def _mask_reader(o: Operand):
+    """A reader ``fn(view)`` of a lane mask in an SGPR pair: bool ``[n, 64]``; None otherwise."""
+    if o.kind != "s" or o.count != 2 or o.neg or o.abs or o.sext:
+        return None
+    i = o.index
+
+    def read(w) -> np.ndarray:
+        sb = w.sb
+        bits = sb[:, i].astype(np.uint64) | sb[:, i + 1].astype(np.uint64) << np.uint64(32)
+        return (bits[:, None] & _LANE_BIT) != 0
+    return read
+
+
+def _put_mask(w, o: Operand, mask: np.ndarray) -> None:
+    """Write bool ``mask`` (``[n, 64]`` or broadcastable) to SGPR pair ``o`` of every wave (EXEC full)."""
+    n = w.vb.shape[0]
+    bits = np.bitwise_or.reduce(np.where(np.broadcast_to(mask, (n, LANES)), _LANE_BIT, np.uint64(0)), axis=1)
+    w.sb[:, o.index] = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    w.sb[:, o.index + 1] = (bits >> np.uint64(32)).astype(np.uint32)
+
+
+def _source64(o: Operand):
+    """A reader ``fn(view)`` of a 64-bit source as uint64 (``[n, 64]``, ``[n, 1]``
+    or a constant, inline integers sign-extended); None for modifiers."""
+    if o.neg or o.abs or o.sext:
+        return None
+    i = o.index
+    if o.kind == "v" and o.count == 2:
+        return lambda w: w.vb[:, i].astype(np.uint64) | w.vb[:, i + 1].astype(np.uint64) << np.uint64(32)
+    if o.kind == "s" and o.count == 2:
+        return lambda w: (w.sb[:, i].astype(np.uint64) | w.sb[:, i + 1].astype(np.uint64) << np.uint64(32))[:, None]
+    if o.kind == "const":
+        c = np.uint64(o.bits64)
+        return lambda w: c
+    return None
+
+
+def _put64(w, d: int, value: np.ndarray) -> None:
+    """Write uint64 ``[n, 64]`` to VGPR pair ``d`` of every wave (EXEC full)."""
+    w.vb[:, d] = (value & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    w.vb[:, d + 1] = (value >> np.uint64(32)).astype(np.uint32)
+
+
+def _plain_form(ins: Instr, nops: int) -> bool:
+    """Whether ``ins`` is the plain (e32/e64, no modifier) form with ``nops`` operands
+    that the handler accepts too."""
+    return ins.enc in ("e32", "e64", "") and not ins.mods and len(ins.ops) == nops
+
+
+def _cmp_decoder(rel, signed: bool):
+    """The batched decoder of ``v_cmp_*_{i32,u32}`` (not ``v_cmpx``): the compare of
+    every wave's lanes to its SGPR-pair destination."""
+    def decode(ins: Instr) -> Core | None:
+        if not _plain_form(ins, 3) or ins.ops[0].kind != "s" or ins.ops[0].count != 2:
+            return None
+        ra, rb = plain_source(ins.ops[1]), plain_source(ins.ops[2])
+        if ra is None or rb is None:
+            return None
+        d = ins.ops[0]
+
+        def core(w) -> None:
+            a, b = ra(w), rb(w)
+            _put_mask(w, d, rel(_i32(a), _i32(b)) if signed else rel(a, b))
+        return core
+    return decode
+
+
+for _rel in ("lt", "eq", "le", "gt", "ne", "ge"):
+    for _ty in ("i32", "u32"):
+        batched(f"v_cmp_{_rel}_{_ty}")(_cmp_decoder(_CMP[_rel], _ty[0] == "i"))
+
+
+@batched("v_cndmask_b32")
+def _cndmask_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_cndmask_b32`` without modifiers, its mask in an SGPR pair."""
+    if not _plain_form(ins, 4):
+        return None
+    ra, rb, rm = plain_source(ins.ops[1]), plain_source(ins.ops[2]), _mask_reader(ins.ops[3])
+    if ra is None or rb is None or rm is None or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = np.where(rm(w), rb(w), ra(w))
+    return core
+
+
+@batched("v_lshl_add_u64")
+def _lshl_add_u64_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_lshl_add_u64``; a shift above 4 is left to the handler."""
+    if not _plain_form(ins, 4) or ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+        return None
+    ra, rs, rc = _source64(ins.ops[1]), plain_source(ins.ops[2]), _source64(ins.ops[3])
+    if ra is None or rs is None or rc is None:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> bool | None:
+        shift = rs(w) & np.uint32(7)
+        if (shift > 4).any():
+            return False
+        _put64(w, d, (ra(w) << _u64(shift)) + rc(w))
+        return None
+    return core
+
+
+@batched("v_mad_u64_u32")
+def _mad_u64_u32_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_mad_u64_u32``: the carry mask to its SGPR pair."""
+    if not _plain_form(ins, 5) or ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+        return None
+    carry = ins.ops[1]
+    ra, rb, rc = plain_source(ins.ops[2]), plain_source(ins.ops[3]), _source64(ins.ops[4])
+    if ra is None or rb is None or rc is None or carry.kind != "s" or carry.count != 2:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        prod = _u64(ra(w)) * _u64(rb(w))
+        total = prod + rc(w)
+        _put_mask(w, carry, total < prod)
+        _put64(w, d, total)
+    return core
