@@ -193,7 +193,7 @@ def _buffer_load_decoder(ins: Instr) -> Core | None:
         return None
     if vdata.count != n:
         return None
-    r, nbytes = srsrc.index, size * n
+    r, comp = srsrc.index, np.arange(n, dtype=np.int64) * size
 
     def core(view) -> bool | None:
         words = view.sb[:, r:r + 3].astype(np.int64)
@@ -203,15 +203,23 @@ def _buffer_load_decoder(ins: Instr) -> Core | None:
         sof = view.sb[:, soff.index].astype(np.int64) if soff.kind == "s" else np.int64(soff.bits32)
         offsets = (sof + inst_off)[..., None] if vaddr is None else \
             view.vb[:, vaddr.index].astype(np.int64) + (sof + inst_off)[..., None]
-        offsets = np.broadcast_to(offsets, (len(view.waves), LANES))
-        if (offsets < 0).any() or (offsets + nbytes > words[:, 2:3]).any():
-            return False
-        data = view.group.memory.load_unwritten((base[:, None] + offsets).astype(np.uint64), nbytes,
-                                                view.waves[-1].group.rank)
+        # Each component's byte offset [n, 64, n]; out of range components read 0.
+        offsets = np.broadcast_to(offsets, (len(view.waves), LANES))[..., None] + comp
+        inr = (offsets >= 0) & (offsets + size <= words[:, 2, None, None])
+        if inr.all():
+            data = view.group.memory.load_unwritten((base[:, None, None] + offsets).astype(np.uint64), size,
+                                                    view.waves[-1].group.rank)
+        elif inr.any():
+            addrs = np.where(inr, base[:, None, None] + offsets, (base[:, None, None] + offsets)[inr][0])
+            data = view.group.memory.load_unwritten(addrs.astype(np.uint64), size, view.waves[-1].group.rank)
+            if data is not None:
+                data = np.where(inr[..., None], data, np.uint8(0))
+        else:
+            data = np.zeros(offsets.shape + (size,), np.uint8)
         if data is None:
             return False
         _issue_all(view, ins)
-        _write_loaded(view, vdata.index, data, size, signed)
+        _write_loaded(view, vdata.index, data.reshape(len(view.waves), LANES, -1), size, signed)
         return None
     return core
 
