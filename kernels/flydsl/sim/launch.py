@@ -226,17 +226,17 @@ class Kernel:
                     if w.state == "run":
                         sched.add(w.pc, [w])
                         continue
-                    g = id(w.group)
+                    gid = id(w.group)
                     if w.state == "end":
-                        live[g] -= 1
+                        live[gid] -= 1
                     else:
-                        waiting[g].append(w)
+                        waiting[gid].append(w)
                     # A wave that has ended no longer counts at the barrier (as on hardware).
-                    if waiting[g] and len(waiting[g]) == live[g]:
-                        for v in waiting[g]:
+                    if waiting[gid] and len(waiting[gid]) == live[gid]:
+                        for v in waiting[gid]:
                             v.state = "run"
                             sched.add(v.pc, [v])
-                        waiting[g] = []
+                        waiting[gid] = []
         stuck = [w for ws in waiting.values() for w in ws]
         if stuck:
             raise SimError(f"wave {stuck[0].wave_id} waits at a barrier no other wave of its workgroup reaches")

@@ -161,7 +161,8 @@ class _WaveState:
         self.stores: list[Store] = []
         self.acqs: list[Acquire] = []
         self.seq = 0  # vector memory operations issued so far
-        self.cur: _Op | None = None  # the one the wave's current instruction issued
+        # The operation the wave's current instruction issued (a placeholder until the first).
+        self.cur: _Op = _Op()
         self.lines: dict[tuple[str, int], int] = {}  # (buffer, line) -> seq of the first L1-filling load
 
 
@@ -243,7 +244,7 @@ class MemOrder:
         """``buffer_wbl2``: with ``sc1`` it writes the wave's earlier stores back to memory once complete."""
         self.issue(w, ins)
         st = self._wave(w)
-        if ins.mods.get("sc1"):
+        if ins.mods.get("sc1") and isinstance(st.cur, _Wbl2):
             st.cur.stores = list(st.stores)
 
     def inv(self, w, ins) -> None:

@@ -259,8 +259,8 @@ class Wave:
         self.pc = 0
         self.state = "run"
         self.count = 0
-        self._exec_key = None
-        self._exec_mask = None
+        self._exec_key: tuple[int, int] | None = None
+        self._exec_mask = np.zeros(LANES, bool)
 
     @property
     def waves(self) -> tuple[Wave]:

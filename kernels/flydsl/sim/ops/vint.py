@@ -33,6 +33,8 @@ Decisions, and where hardware might differ:
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
@@ -135,13 +137,13 @@ def _bfrev(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rev).view(np.uint32).reshape(LANES)
 
 
-_UNARY = {
+_UNARY: dict[str, Callable[..., Any]] = {
     "v_mov_b32": lambda a: a,
     "v_not_b32": lambda a: ~a,
     "v_bfrev_b32": _bfrev,
 }
 
-_BINARY = {
+_BINARY: dict[str, Callable[..., Any]] = {
     "v_add_u32": lambda a, b: a + b,
     "v_sub_u32": lambda a, b: a - b,
     "v_subrev_u32": lambda a, b: b - a,
@@ -161,7 +163,7 @@ _BINARY = {
     "v_bcnt_u32_b32": lambda a, b: np.bitwise_count(a).astype(np.uint32) + b,
 }
 
-_TERNARY = {
+_TERNARY: dict[str, Callable[..., Any]] = {
     "v_add3_u32": lambda a, b, c: a + b + c,
     "v_add_lshl_u32": lambda a, b, c: (a + b) << _sh5(c),
     "v_lshl_add_u32": lambda a, b, c: (a << _sh5(b)) + c,
@@ -223,21 +225,22 @@ def _decoder(fn, nsrc: int, sdwa: bool):
             readers = [plain_source(o) for o in ins.ops[1:]]
         else:
             return None
-        if any(r is None for r in readers):
+        bound = [r for r in readers if r is not None]
+        if len(bound) != len(readers):
             return None
         d = ins.ops[0].index
         if nsrc == 1:
-            (ra,) = readers
+            (ra,) = bound
 
             def core(w) -> None:
                 w.vb[:, d] = fn(ra(w))
         elif nsrc == 2:
-            ra, rb = readers
+            ra, rb = bound
 
             def core(w) -> None:
                 w.vb[:, d] = fn(ra(w), rb(w))
         else:
-            ra, rb, rc = readers
+            ra, rb, rc = bound
 
             def core(w) -> None:
                 w.vb[:, d] = fn(ra(w), rb(w), rc(w))
@@ -285,7 +288,7 @@ def mbcnt(w: Wave, ins: Instr) -> None:
 
 # ---- 64-bit results -----------------------------------------------------------------
 
-_SHIFT64 = {
+_SHIFT64: dict[str, Callable[..., Any]] = {
     "v_lshlrev_b64": lambda s, x: x << s,
     "v_lshrrev_b64": lambda s, x: x >> s,
     "v_ashrrev_i64": lambda s, x: (x.view(np.int64) >> s.astype(np.int64)).view(np.uint64),
@@ -351,7 +354,7 @@ for _name, _cin, _rev, _sub in (("v_add_co_u32", False, False, False), ("v_addc_
 
 # ---- compares ------------------------------------------------------------------------
 
-_CMP = {
+_CMP: dict[str, Callable[..., Any]] = {
     "f": lambda a, b: np.zeros(LANES, bool), "lt": np.less, "eq": np.equal, "le": np.less_equal,
     "gt": np.greater, "ne": np.not_equal, "ge": np.greater_equal, "t": lambda a, b: np.ones(LANES, bool),
 }
