@@ -186,6 +186,7 @@ class Kernel:
         for g in groups:
             for i in (range(n_waves)[::-1] if reverse else range(n_waves)):
                 waves.append(self.init_wave(g, i, kernarg_addr, block, (sfile, vfile, len(waves))))
+        Lds.share([g.lds for g in groups])
         sched = _Schedule(sfile, vfile)
         live = {id(g): n_waves for g in groups}
         waiting: dict[int, list[Wave]] = {id(g): [] for g in groups}

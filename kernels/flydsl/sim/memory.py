@@ -270,6 +270,20 @@ class Lds:
         # Hardware LDS holds garbage at launch; 0xFF bytes read as NaN floats,
         # so a kernel that reads LDS it never wrote shows it.
         self.data = np.full(size, fill, np.uint8)
+        # ``pool``: the flat array ``data`` lies in at byte ``offset`` (a batched
+        # launch keeps every workgroup's LDS in one, see ``share``).
+        self.pool, self.offset = self.data, 0
+
+    @staticmethod
+    def share(ldss: list[Lds]) -> None:
+        """Move the LDS of ``ldss`` (equal sizes) into one pool, their bytes kept."""
+        if not ldss:
+            return
+        size = ldss[0].data.size
+        pool = np.empty(len(ldss) * size, np.uint8)
+        for i, lds in enumerate(ldss):
+            pool[i * size:(i + 1) * size] = lds.data
+            lds.data, lds.pool, lds.offset = pool[i * size:(i + 1) * size], pool, i * size
 
     def _idx(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str) -> np.ndarray:
         a = np.asarray(addrs, np.int64)[active]

@@ -267,6 +267,11 @@ class Wave:
         """This wave alone, as a batched core reads the waves of a ``BatchView``."""
         return (self,)
 
+    @property
+    def lds_off(self) -> np.ndarray:
+        """int64 ``[1, 1, 1]``: where this wave's LDS starts in its pool (``BatchView.lds_off``)."""
+        return np.full((1, 1, 1), self.group.lds.offset, np.int64)
+
     # ---- EXEC -------------------------------------------------------------
     @property
     def exec_mask(self) -> np.ndarray:
@@ -432,10 +437,19 @@ class BatchView:
     and ``group``, the first wave's workgroup (the target, options and memory,
     which every workgroup of a launch shares)."""
 
-    __slots__ = ("sb", "vb", "group", "waves")
+    __slots__ = ("sb", "vb", "group", "waves", "_lds_off")
 
     def __init__(self, sfile: np.ndarray, vfile: np.ndarray, waves: list[Wave]):
         k0 = waves[0].k
         self.sb, self.vb = sfile[k0:k0 + len(waves)], vfile[k0:k0 + len(waves)]
         self.group = waves[0].group
         self.waves = waves
+        self._lds_off: np.ndarray | None = None
+
+    @property
+    def lds_off(self) -> np.ndarray:
+        """int64 ``[n, 1, 1]``: where each wave's LDS starts in the launch's LDS
+        pool (``group.lds.pool``; ``Lds.share``)."""
+        if self._lds_off is None:
+            self._lds_off = np.array([w.group.lds.offset for w in self.waves], np.int64)[:, None, None]
+        return self._lds_off

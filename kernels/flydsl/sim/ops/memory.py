@@ -442,3 +442,114 @@ op(*_DS_READS)(_ds_read)
 op(*_DS_WRITES)(_ds_write)
 op(*_DS_READ2)(_ds_read2)
 op(*_DS_WRITE2)(_ds_write2)
+
+
+def _lane_bytes(view, d: int, n: int, size: int) -> np.ndarray:
+    """uint8 ``[waves, 64, n*size]``: registers ``d..d+n-1`` of every wave as each
+    lane's bytes, ``size`` low bytes of every register (as ``_to_bytes``)."""
+    regs = np.ascontiguousarray(view.vb[:, d:d + n].transpose(0, 2, 1))
+    return regs.view(np.uint8).reshape(regs.shape[0], LANES, n, 4)[..., :size].reshape(regs.shape[0], LANES, -1)
+
+
+def _lds_index(view, addrs: np.ndarray, nbytes: int) -> np.ndarray | None:
+    """int64 ``addrs.shape + (nbytes,)``: the pool indices of ``nbytes`` at each
+    wave's LDS byte addresses ``addrs`` (``[waves, ...]``); None when any byte
+    lies outside the workgroup's LDS (the handler names the fault)."""
+    if (addrs < 0).any() or int(addrs.max()) + nbytes > view.group.lds.data.size:
+        return None
+    off = view.lds_off.reshape((-1,) + (1,) * addrs.ndim)
+    return off + addrs[..., None] + np.arange(nbytes)
+
+
+def _ds_form(ins: Instr, nops: int, mods: frozenset) -> bool:
+    """Whether ``ins`` has the operand count and modifiers a DS handler accepts, a VGPR address first."""
+    try:
+        _check_mods(ins, mods)
+        _check_ops(ins, nops)
+    except SimError:
+        return False
+    return ins.ops[0 if nops == 3 or ins.base.startswith("ds_write") else 1].kind == "v"
+
+
+@batched(*_DS_READS)
+def _ds_read_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_read_*``: each wave from its workgroup's LDS."""
+    size, n, signed = _DS_READS[ins.base]
+    if not _ds_form(ins, 2, frozenset({"offset"})):
+        return None
+    vdst, vaddr = ins.ops
+    if vdst.kind != "v" or vdst.count != n or vaddr.count != 1:
+        return None
+    off = int(ins.mods.get("offset", 0))
+
+    def core(view) -> bool | None:
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+        if idx is None:
+            return False
+        _write_loaded(view, vdst.index, view.group.lds.pool[idx], size, signed)
+        return None
+    return core
+
+
+@batched(*_DS_WRITES)
+def _ds_write_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_write_*``: waves in arrival order, lanes in lane order."""
+    size, n = _DS_WRITES[ins.base]
+    if not _ds_form(ins, 2, frozenset({"offset"})):
+        return None
+    vaddr, vdata = ins.ops
+    if vdata.kind != "v" or vdata.count != n or vaddr.count != 1:
+        return None
+    off = int(ins.mods.get("offset", 0))
+
+    def core(view) -> bool | None:
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+        if idx is None:
+            return False
+        view.group.lds.pool[idx] = _lane_bytes(view, vdata.index, n, size)
+        return None
+    return core
+
+
+@batched(*_DS_READ2)
+def _ds_read2_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_read2*``."""
+    n, unit = _DS_READ2[ins.base]
+    if not _ds_form(ins, 2, frozenset({"offset0", "offset1"})):
+        return None
+    vdst, vaddr = ins.ops
+    if vdst.kind != "v" or vdst.count != 2 * n or vaddr.count != 1:
+        return None
+    offs = np.array([int(ins.mods.get("offset0", 0)) * unit, int(ins.mods.get("offset1", 0)) * unit], np.int64)
+
+    def core(view) -> bool | None:
+        # [waves, 64, 2]: element k of each lane at its own address.
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64)[..., None] + offs, 4 * n)
+        if idx is None:
+            return False
+        data = view.group.lds.pool[idx]  # [waves, 64, 2, 4n]: element 0's registers, then element 1's
+        _write_loaded(view, vdst.index, data.reshape(data.shape[0], LANES, -1), 4, False)
+        return None
+    return core
+
+
+@batched(*_DS_WRITE2)
+def _ds_write2_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_write2*``: per wave, every lane's first element, then every lane's second."""
+    n, unit = _DS_WRITE2[ins.base]
+    if not _ds_form(ins, 3, frozenset({"offset0", "offset1"})):
+        return None
+    vaddr, d0, d1 = ins.ops
+    if any(d.kind != "v" or d.count != n for d in (d0, d1)) or vaddr.count != 1:
+        return None
+    offs = np.array([int(ins.mods.get("offset0", 0)) * unit, int(ins.mods.get("offset1", 0)) * unit], np.int64)
+
+    def core(view) -> bool | None:
+        # [waves, 2, 64]: element k of each lane, the first elements of a wave before its second.
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64)[:, None, :] + offs[:, None], 4 * n)
+        if idx is None:
+            return False
+        view.group.lds.pool[idx] = np.stack([_lane_bytes(view, d0.index, n, 4), _lane_bytes(view, d1.index, n, 4)],
+                                            axis=1)
+        return None
+    return core
