@@ -208,12 +208,9 @@ class Kernel:
                 if steps > budget:
                     raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
                 core = cores[pc]
-                rest = ws
-                if core is not None and run.exec_full():
-                    rest = [w for view in run.views if core(view) is False for w in view.waves]
-                if rest:
+                if core is None or not run.exec_full() or core(run.view) is False:
                     fn = fns[pc]
-                    for w in rest:
+                    for w in ws:
                         w.pc = pc + 1
                         if guard is not None:
                             guard.rank = w.group.rank
@@ -248,28 +245,23 @@ class Kernel:
 
 
 class _Run:
-    """The waves at one pc (in arrival order: ascending register-file row), their
-    rows as maximal runs of consecutive rows (``views``), and whether all have
-    a full EXEC (``full``; None until asked, and after an EXEC write)."""
+    """The waves at one pc (in arrival order: ascending register-file row), a
+    ``view`` of them all for batched cores (``BatchView``: gathered and
+    scattered where their rows are not consecutive, which costs less than a
+    core call per stretch), and whether all have a full EXEC (``full``; None
+    until asked, and after an EXEC write)."""
 
-    __slots__ = ("waves", "views", "full", "_sfile")
+    __slots__ = ("waves", "view", "full")
 
     def __init__(self, waves: list[Wave], sfile: np.ndarray, vfile: np.ndarray):
         self.waves = waves
-        self._sfile = sfile
         self.full: bool | None = None
-        spans: list[list[Wave]] = []
-        for w in waves:
-            if spans and spans[-1][-1].k + 1 == w.k:
-                spans[-1].append(w)
-            else:
-                spans.append([w])
-        self.views = [BatchView(sfile, vfile, span) for span in spans]
+        self.view = BatchView(sfile, vfile, waves)
 
     def exec_full(self) -> bool:
         """Whether every wave's EXEC enables all 64 lanes."""
         if self.full is None:
-            self.full = all(bool((v.sb[:, 126:128] == FULL).all()) for v in self.views)
+            self.full = bool((self.view.sb[:, 126:128] == FULL).all())
         return self.full
 
 

@@ -431,17 +431,50 @@ class Wave:
                        np.stack([value & np.uint64(0xFFFFFFFF), value >> np.uint64(32)]).astype(np.uint32))
 
 
+class Rows:
+    """Rows ``rows`` (int ``[n]``, ascending) of a register file ``[N, ...]`` as
+    batched cores index it: ``r[:, i]``, ``r[:, i:j]``, ``r[:, i, None]`` and
+    ``r[:, [i, j], None]`` read those rows' registers (gathered copies), the
+    same keys assigned write them back (scattered); ``shape`` as the rows'."""
+
+    __slots__ = ("_file", "_rows", "shape")
+
+    def __init__(self, file: np.ndarray, rows: np.ndarray):
+        self._file, self._rows = file, rows
+        self.shape = (len(rows),) + file.shape[1:]
+
+    def _key(self, key: tuple) -> tuple:
+        if not isinstance(key, tuple) or key[:1] != (slice(None),):
+            raise TypeError(f"batched register access must select every wave first, got {key!r}")
+        if any(isinstance(k, list) for k in key[1:]):
+            return (self._rows[:, None],) + key[1:]
+        return (self._rows,) + key[1:]
+
+    def __getitem__(self, key: tuple) -> np.ndarray:
+        return self._file[self._key(key)]
+
+    def __setitem__(self, key: tuple, value) -> None:
+        self._file[self._key(key)] = value
+
+
 class BatchView:
-    """``waves``, rows ``k0..k1-1`` of a launch's register files, for batched
-    cores: ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views),
-    and ``group``, the first wave's workgroup (the target, options and memory,
-    which every workgroup of a launch shares)."""
+    """``waves`` (ascending rows of a launch's register files), for batched
+    cores: ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views
+    where the rows are consecutive, else ``Rows``), and ``group``, the first
+    wave's workgroup (the target, options and memory, which every workgroup
+    of a launch shares)."""
 
     __slots__ = ("sb", "vb", "group", "waves", "_lds_off")
 
     def __init__(self, sfile: np.ndarray, vfile: np.ndarray, waves: list[Wave]):
         k0 = waves[0].k
-        self.sb, self.vb = sfile[k0:k0 + len(waves)], vfile[k0:k0 + len(waves)]
+        self.sb: np.ndarray | Rows
+        self.vb: np.ndarray | Rows
+        if waves[-1].k - k0 + 1 == len(waves):
+            self.sb, self.vb = sfile[k0:k0 + len(waves)], vfile[k0:k0 + len(waves)]
+        else:
+            rows = np.array([w.k for w in waves], np.intp)
+            self.sb, self.vb = Rows(sfile, rows), Rows(vfile, rows)
         self.group = waves[0].group
         self.waves = waves
         self._lds_off: np.ndarray | None = None
