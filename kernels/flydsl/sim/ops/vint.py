@@ -105,21 +105,24 @@ def _u64(x: np.ndarray) -> np.ndarray:
 
 # ---- 32-bit results: name -> f(src0, ...) on uint32 [64] arrays or scalars -------------------
 
-# v_perm_b32's per-lane byte table: entries 0..7 the bytes of {src0, src1},
-# 8..11 the sign replications, 12 zero, 13..15 0xff (selectors above 15 clip to 15).
-_PERM_TABLE = np.zeros((LANES, 16), np.uint8)
-_PERM_TABLE[:, 13:] = 0xFF
-_PERM_ROW = (np.arange(LANES, dtype=np.intp) * 16)[:, None]
+_BYTE_SHIFTS = np.arange(8, dtype=np.uint64) * np.uint64(8)
 
 
 def _perm(s0, s1, sel) -> np.ndarray:
-    """``v_perm_b32``: each result byte looked up in the lane's 16-entry byte table."""
-    data = (_lanes(s0).astype(np.uint64) << np.uint64(32)) | _lanes(s1)
-    bytes8 = data.view(np.uint8).reshape(LANES, 8)  # little-endian host: column k is byte k
-    _PERM_TABLE[:, :8] = bytes8
-    _PERM_TABLE[:, 8:12] = (bytes8[:, 1::2] >> np.uint8(7)) * np.uint8(0xFF)
-    idx = np.minimum(_lanes(sel).view(np.uint8).reshape(LANES, 4), np.uint8(15)) + _PERM_ROW
-    return _PERM_TABLE.ravel().take(idx).view(np.uint32).reshape(LANES)
+    """``v_perm_b32`` on sources of any (broadcastable) shape: each result byte
+    looked up in its lane's 16-entry table (0..7 the bytes of ``{s0, s1}``, s1
+    the low four; 8..11 the sign of bytes 1, 3, 5, 7 replicated; 12 zero; 13..15
+    0xff; selectors above 15 read entry 15)."""
+    s0, s1, sel = np.broadcast_arrays(np.asarray(s0, np.uint32), np.asarray(s1, np.uint32), np.asarray(sel, np.uint32))
+    data = (s0.astype(np.uint64) << np.uint64(32)) | s1.astype(np.uint64)
+    table = np.empty(data.shape + (16,), np.uint8)
+    table[..., :8] = (data[..., None] >> _BYTE_SHIFTS) & np.uint64(0xFF)
+    table[..., 8:12] = (table[..., 1:8:2] >> np.uint8(7)) * np.uint8(0xFF)
+    table[..., 12] = 0
+    table[..., 13:] = 0xFF
+    idx = np.minimum((sel.astype(np.uint64)[..., None] >> _BYTE_SHIFTS[:4]) & np.uint64(0xFF), np.uint64(15))
+    picked = np.take_along_axis(table, idx.astype(np.intp), axis=-1).astype(np.uint32)
+    return np.bitwise_or.reduce(picked << _BYTE_SHIFTS[:4].astype(np.uint32), axis=-1)
 
 
 def _bfe_i32(x: np.ndarray, off: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -249,7 +252,7 @@ def _decoder(fn, nsrc: int, sdwa: bool):
 
 
 # Ops whose arithmetic lays the 64 lanes out itself (a per-lane byte table): no batched form.
-_LANE_SHAPED = {"v_bfrev_b32", "v_perm_b32"}
+_LANE_SHAPED = {"v_bfrev_b32"}
 
 for _name, _fn in _UNARY.items():
     _vop(_name, nops=2, sdwa=True)(_make(_fn, 1))
