@@ -1,7 +1,13 @@
 """The memory-model check: would hardware let a load see another workgroup's store?
 
-The simulator completes every memory operation at once and runs workgroups
-one after another, so on its own every store is visible to every later load.
+The simulator completes every memory operation at once and shows each load
+what running the workgroups one after another in arrival order would (see
+``launch``), so on its own every store is visible to every later load. Each
+wave's events reach this check in that wave's program order, the workgroups'
+interleaved as the batched run executes them; conflicting accesses of two
+workgroups come in arrival order, so what the check records at each load
+(the bytes' writers, the release sequences an acquire read) is what running
+them one after another would record.
 This module follows what gfx942/gfx950 hardware allows instead (LLVM's
 AMDGPUUsage, "Memory Model GFX942", which covers both): for every load of
 global memory whose bytes another workgroup of the same launch wrote, the
