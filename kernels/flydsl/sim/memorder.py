@@ -7,7 +7,11 @@ wave's events reach this check in that wave's program order, the workgroups'
 interleaved as the batched run executes them; conflicting accesses of two
 workgroups come in arrival order, so what the check records at each load
 (the bytes' writers, the release sequences an acquire read) is what running
-them one after another would record.
+them one after another would record. One difference remains, in the wording
+only: where a workgroup loads another's store that is not ordered before it,
+and the storing workgroup releases only after that load ran, the complaint
+names the missing release (one after another, the release would have come
+first and the missing acquire would be named); either way the load is flagged.
 This module follows what gfx942/gfx950 hardware allows instead (LLVM's
 AMDGPUUsage, "Memory Model GFX942", which covers both): for every load of
 global memory whose bytes another workgroup of the same launch wrote, the
