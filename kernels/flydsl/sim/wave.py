@@ -11,12 +11,13 @@ source modifiers ``neg``/``abs`` and ``clamp``.
 
 Execution goes through ``decode``: each instruction of a program is decoded
 once into a closure ``fn(wave)``. For the forms the kernel executes most (the
-integer, float, f16, packed and MFMA families register ``decoder``s) the
-closure binds its source readers (register views, SDWA source selects,
-constants as arrays) and destination, and writes without a mask when EXEC is
-full; on a partial EXEC, and for every other form, it calls the handler, so
-the handlers stay the one statement of each instruction's meaning and the
-unit tests, which execute through ``decode``, check both.
+integer, float, f16, packed, compare, MFMA, load and LDS families register
+``batched`` decoders) a core binds its source readers (register views, SDWA
+source selects, constants as arrays) and destination once, and executes the
+instruction for any number of waves with a full EXEC at once (``BatchView``;
+a single wave is one); on a partial EXEC, and for every other form, the
+handler runs, so the handlers stay the one statement of each instruction's
+meaning and the unit tests, which execute through ``decode``, check both.
 """
 
 from __future__ import annotations
@@ -81,13 +82,6 @@ def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) 
         raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
 
 
-# Decoders: for a mnemonic, ``decode(ins)`` returns a closure ``fn(wave)`` with the
-# instruction's operands bound once (register indices, constants as arrays),
-# or None when this form is not one it binds. A closure handles full-EXEC
-# waves itself and calls the handler otherwise, so it never changes meaning.
-Decoder = Callable[[Instr], "Callable[[Wave], None] | None"]
-DECODERS: dict[str, Decoder] = {}
-
 # Batched decoders: for a mnemonic, ``fn(ins)`` returns a closure ``core(view)``
 # that executes ``ins`` for every wave of ``view`` at once, all with a full EXEC
 # (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 128]``: a
@@ -100,18 +94,6 @@ DECODERS: dict[str, Decoder] = {}
 Core = Callable[["Wave | BatchView"], "bool | None"]
 BatchDecoder = Callable[[Instr], "Core | None"]
 BATCHED: dict[str, BatchDecoder] = {}
-
-
-def decoder(*names: str) -> Callable[[Decoder], Decoder]:
-    """Register the decorated decoder for each mnemonic in ``names`` (without the
-    encoding suffix); its handler must be registered too (``op``)."""
-    def deco(fn: Decoder) -> Decoder:
-        for n in names:
-            if n in DECODERS:
-                raise ValueError(f"decoder for {n} registered twice")
-            DECODERS[n] = fn
-        return fn
-    return deco
 
 
 def batched(*names: str) -> Callable[[BatchDecoder], BatchDecoder]:
@@ -135,9 +117,8 @@ def decode_batched(ins: Instr) -> Core | None:
 
 def decode(ins: Instr) -> Callable[["Wave"], None]:
     """``fn(wave)`` executing ``ins``: its batched core on a full EXEC (the
-    handler otherwise), else its decoder's closure where one binds this form,
-    else its handler with the instruction bound; UnknownInstruction when there
-    is none."""
+    handler otherwise, or where the core leaves it), else its handler with the
+    instruction bound; UnknownInstruction when there is none."""
     h = handler_for(ins)
     core = decode_batched(ins)
     if core is not None:
@@ -146,13 +127,10 @@ def decode(ins: Instr) -> Callable[["Wave"], None]:
             if not (s[126] == FULL and s[127] == FULL) or core(w) is False:
                 h(w, ins)
         return run
-    dec = DECODERS.get(ins.base) or DECODERS.get(ins.mnemonic)
-    fn = dec(ins) if dec is not None else None
-    if fn is None:
-        def bound(w: Wave, h: Handler = h, ins: Instr = ins) -> None:
-            h(w, ins)
-        return bound
-    return fn
+
+    def bound(w: Wave, h: Handler = h, ins: Instr = ins) -> None:
+        h(w, ins)
+    return bound
 
 
 FULL = np.uint32(0xFFFFFFFF)
