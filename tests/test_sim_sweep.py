@@ -92,8 +92,8 @@ def test_on_a_terminal_passing_tasks_move_the_bar_and_failing_ones_are_still_pri
     assert "33% |" in drawn and "PASS good task" in drawn and "100% |" in drawn and "PASS good too" in drawn
 
 
-# By hand (-m thorough; about 30 minutes of one CPU per target, measured with
-# the batched simulator, more than CI's budget): the whole golden catalog at
+# By hand (-m thorough; about 6 CPU minutes per target with the batched
+# simulator, more than CI's budget leaves): the whole golden catalog at
 # every launch and placement its manifest lists, and 50 generated problems,
 # through both simulator targets, all conforming.
 @pytest.mark.thorough
