@@ -138,3 +138,69 @@ def test_a_store_past_every_allocation_names_the_buffer():
 def test_kernarg_segment_larger_than_declared_is_refused():
     with pytest.raises(SimError, match="kernarg segment of 24 bytes"):
         dispatch(_kernel(TICKETS), Memory(), bytes(24), (1, 1, 1), 64)
+
+
+# Each workgroup loops (its id + 1) times adding the work-item id, so the
+# workgroups' waves diverge in the loop; then a barrier and a store of the sum.
+DIVERGENT = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
+\ts_waitcnt lgkmcnt(0)
+\ts_add_u32 s10, s2, 1
+\tv_mov_b32_e32 v1, 0
+.LBB0_1:
+\tv_add_u32_e32 v1, v1, v0
+\ts_sub_u32 s10, s10, 1
+\ts_cmp_lg_u32 s10, 0
+\ts_cbranch_scc1 .LBB0_1
+\ts_barrier
+\ts_lshl_b32 s11, s2, 9
+\tv_lshlrev_b32_e32 v2, 2, v0
+\tv_add_u32_e32 v2, s11, v2
+\tglobal_store_dword v2, v1, s[6:7]
+\ts_endpgm"""
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffle:5"])
+def test_batched_and_sequential_launches_agree_where_waves_diverge(order):
+    runs = {}
+    for batched in (True, False):
+        k = _kernel(DIVERGENT, kernarg=8)
+        mem = Memory()
+        out = np.zeros(4 * 128, np.uint32)
+        n = dispatch(k, mem, _args(mem.alloc("out", out)), (4, 1, 1), 128, order=order, batched=batched)
+        runs[batched] = (out, n, k.steps)
+    tid = np.arange(128)
+    expected = np.concatenate([tid * (wg + 1) for wg in range(4)]).astype(np.uint32)
+    for out, _, _ in runs.values():
+        assert np.array_equal(out, expected)
+    # The same wave-instructions: 2 waves x 4 workgroups x (10 + 4 per loop trip).
+    assert runs[True][1] == runs[False][1] == sum(2 * (10 + 4 * (wg + 1)) for wg in range(4))
+    # One at a time a step is one wave's instruction; batched, the steps of the
+    # longest workgroup (the others' waves ride along).
+    assert runs[False][2] == runs[False][1]
+    assert runs[True][2] == 10 + 4 * 4
+
+
+def test_a_launch_whose_workgroups_race_runs_one_workgroup_at_a_time():
+    # Each workgroup first reads the other's slot, then writes its own: run
+    # together, the first would read before the second wrote, which one after
+    # another it would not (in reverse order: the other way round).
+    body = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
+\ts_waitcnt lgkmcnt(0)
+\ts_xor_b32 s10, s2, 1
+\ts_lshl_b32 s10, s10, 2
+\tv_mov_b32_e32 v1, s10
+\tglobal_load_dword v2, v1, s[6:7]
+\ts_waitcnt vmcnt(0)
+\tv_add_u32_e32 v2, 1, v2
+\ts_lshl_b32 s11, s2, 2
+\tv_mov_b32_e32 v3, s11
+\ts_mov_b64 exec, 1
+\tglobal_store_dword v3, v2, s[6:7]
+\ts_endpgm"""
+    for order, expected in (("forward", [1, 2]), ("reverse", [2, 1])):
+        k = _kernel(body, kernarg=8)
+        mem = Memory()
+        out = np.zeros(2, np.uint32)
+        n = dispatch(k, mem, _args(mem.alloc("out", out)), (2, 1, 1), 64, order=order)
+        assert list(out) == expected
+        assert n == k.steps == 2 * 13  # the batched attempt undone: its steps are not counted

@@ -319,3 +319,28 @@ def test_cache_control_instructions_parse_to_bits_and_refuse_what_they_do_not_ta
     assert w.pc == 1
     with pytest.raises(SimError, match="modifier offset not supported"):
         execute(w, "buffer_inv offset:4")
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+def test_the_ticket_reset_before_the_last_workgroups_loads_orders_nothing_away(order):
+    # Issue 22's third mutant ("the ticket reset before the last split's loads")
+    # in the message-passing pair: the last workgroup stores 0 to the flag right
+    # after its acquiring atomic, before it loads the other's slot. The acquire
+    # already read the other's release, and no workgroup of the launch touches
+    # the flag after it (each takes one ticket), so the reset moves nothing the
+    # model orders: no complaint at any placement, the fresh values loaded, the
+    # flag left at zero. (Between launches a kernel boundary orders everything;
+    # the model does not go there, nor does a stream-ordered launch.)
+    body = message_passing(release=AGENT_REL, acquire=AGENT_ACQ).replace(
+        "\ts_cbranch_scc0 .LBB0_1\n",
+        "\ts_cbranch_scc0 .LBB0_1\n\ts_mov_b64 exec, 1\n\tglobal_store_dword v4, v4, s[6:7]\n\ts_mov_b64 exec, -1\n")
+    for xcds in (1, 2, 0):
+        k = _kernel(body)
+        mem = Memory()
+        data, flag, out = np.full(128, FILL, np.uint32), np.zeros(1, np.uint32), np.zeros(64, np.uint32)
+        args = b"".join(int(mem.alloc(n, a)).to_bytes(8, "little") for n, a in
+                        (("data", data), ("flag", flag), ("out", out)))
+        mem.order = MemOrder((2, 1, 1), xcds, stale=True)
+        dispatch(k, mem, args, (2, 1, 1), 64, order=order)
+        assert mem.order.complaints == [], [str(c) for c in mem.order.complaints]
+        assert flag[0] == 0 and np.array_equal(out, _expected(order))

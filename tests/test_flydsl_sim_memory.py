@@ -356,3 +356,33 @@ def test_every_memory_xlane_and_mfma_mnemonic_in_the_kernels_has_a_handler():
         mine = {i.base for i in prog.instrs if FAMILY.match(i.base)}
         assert mine, f"{path}: the kernel has memory instructions"
         assert sorted(m for m in mine if m not in OPS) == [], path
+
+
+def test_the_arrival_guard_allows_conflicting_accesses_in_arrival_order_only():
+    from nvfp4_suite.kernels.flydsl.sim.memory import ArrivalGuard, OrderDiverged
+    mem = Memory()
+    buf = np.arange(16, dtype=np.uint8)
+    mem.alloc("b", buf)
+    a = mem.allocs[0]
+    g = ArrivalGuard()
+    g.rank = 2
+    g.read(a, np.array([0, 1]))  # before any write: remembered as rank 2's read
+    g.rank = 1
+    with pytest.raises(OrderDiverged, match="writes b, read by a later one"):
+        g.write(a, np.array([8]))
+    g = ArrivalGuard()
+    g.rank = 1
+    g.write(a, np.array([4, 5]))
+    buf[4:6] = 99
+    g.rank = 3
+    g.read(a, np.array([4, 5]))  # a later workgroup reads what an earlier one wrote
+    g.write(a, np.array([6]))
+    g.rank = 2
+    g.read(a, np.array([4, 7]))  # bytes 4, 7: written by rank 1 / nobody
+    with pytest.raises(OrderDiverged, match="reads b bytes written by a later one"):
+        g.read(a, np.array([6]))
+    with pytest.raises(OrderDiverged, match="writes b bytes a later one accessed"):
+        g.write(a, np.array([5]))
+    assert not g.unwritten(a)
+    g.restore()
+    assert np.array_equal(buf, np.arange(16))

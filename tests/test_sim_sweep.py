@@ -90,3 +90,18 @@ def test_on_a_terminal_passing_tasks_move_the_bar_and_failing_ones_are_still_pri
     assert [x.split("] ", 1)[1] for x in lines if x.startswith("[")] == ["FAIL broken task"]
     drawn = bar.stream.getvalue()
     assert "33% |" in drawn and "PASS good task" in drawn and "100% |" in drawn and "PASS good too" in drawn
+
+
+# By hand (-m thorough; about 6 CPU minutes per target with the batched
+# simulator, more than CI's budget leaves): the whole golden catalog at
+# every launch and placement its manifest lists, and 50 generated problems,
+# through both simulator targets, all conforming.
+@pytest.mark.thorough
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_the_whole_golden_catalog_and_generated_problems_conform_on_the_simulator(arch, capsys):
+    why = sim_missing((arch,))
+    if why:
+        pytest.skip(why)
+    tasks = sim_sweep.tasks_for(arch, True, examples=50)
+    failed, instructions, _ = sim_sweep.run_tasks(tasks, jobs=os.cpu_count() or 1)
+    assert failed == [] and instructions > 0, capsys.readouterr().out

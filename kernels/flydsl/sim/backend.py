@@ -6,7 +6,8 @@ The host side is the ``flydsl`` backend's: the problem validator, the K table
 the launch differs. The kernel's buffers are numpy arrays registered with
 the simulator's ``Memory`` (the pool without a copy, so a sparse pool stays
 sparse), its arguments packed into the kernarg segment in the order the
-launcher passes them, and the workgroups run one after another.
+launcher passes them, and the workgroups run together, their accesses to
+shared memory in arrival order (``launch.dispatch``).
 
 The workgroup arrival order is part of the launch (``WORKGROUP_ORDERS``:
 forward, reverse, seeded shuffles, declared in the backend's capabilities):

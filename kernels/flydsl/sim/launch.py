@@ -1,15 +1,34 @@
-"""Dispatching a kernel: workgroups one after another, their waves to barriers.
+"""Dispatching a kernel: the waves of every workgroup executed together.
 
-A dispatch runs every workgroup of the grid to completion, one at a time,
-in a chosen order (``forward``, ``reverse``, or ``shuffle:SEED``), so that a
-kernel whose workgroups communicate through memory (the split ticket) is
-seen under every arrival order the check asks for. Inside a workgroup the
-waves run one at a time, each until it reaches ``s_barrier`` or
-``s_endpgm``; when every wave that has not ended waits at the barrier they all go on
-(the wave order, forward or reversed, follows the workgroup order's
-direction). Memory operations complete at once, so ``s_waitcnt`` has
-nothing to wait for; what hardware would let a load see instead is the
-memory-model check's (``memorder.MemOrder``, attached as ``Memory.order``).
+A dispatch runs every workgroup of the grid to completion. The workgroups
+have an arrival order (``forward``, ``reverse``, or ``shuffle:SEED``), so
+that a kernel whose workgroups communicate through memory (the split
+ticket) is seen under every arrival order the check asks for.
+
+Batched execution (the default): all waves of all workgroups share register
+files (``[waves, 128]`` SGPRs, ``[waves, 512, 64]`` VGPRs), ordered by their
+workgroup's arrival, and each wave has its own pc. Each step executes the
+instruction at the lowest pc any runnable wave holds, for every wave at that
+pc (so waves that diverged in a loop meet again after it): one batched core
+call over consecutive waves where the instruction has one
+(``wave.decode_batched``) and every such wave's EXEC is full, else the
+instruction once per wave in arrival order. A wave at ``s_barrier`` waits
+until every wave of its workgroup that has not ended waits there (waves of
+one workgroup in reverse order when the launch's order is ``reverse``).
+Global memory sees the workgroups' accesses interleaved, in arrival order
+within a step; ``memory.ArrivalGuard`` checks that every two accesses of
+one byte by different workgroups, one of them a write, happen in arrival
+order, which makes every load, store and atomic see what running the
+workgroups one after another would show it. Where that fails (a kernel
+whose workgroups race, like a load of another workgroup's slot before its
+ticket) the launch's memory and memory-model check are restored and it
+runs sequentially: one workgroup at a time, each wave until it reaches
+``s_barrier`` or ``s_endpgm``.
+
+Memory operations complete at once, so ``s_waitcnt`` has nothing to wait
+for; what hardware would let a load see instead is the memory-model
+check's (``memorder.MemOrder``, attached as ``Memory.order``), which takes
+each wave's events in that wave's program order either way.
 
 Initial state, as the kernel descriptor declares it: ``s[0:1]`` the kernarg
 segment's address (``user_sgpr_kernarg_segment_ptr``; the other user SGPR
@@ -21,6 +40,7 @@ as 0xFFFFFFFF (a NaN as float), which hardware does not promise either.
 
 from __future__ import annotations
 
+import copy
 import random
 from dataclasses import dataclass, field
 
@@ -29,9 +49,9 @@ import numpy as np
 from ..targets import Target
 from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
-from .memory import Lds, Memory
-from .program import Program, parse_instruction
-from .wave import LANES, SimError, Wave, decode, mask_to_int
+from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
+from .program import AGPR_BASE, NUM_SGPRS, Program, parse_instruction
+from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
 
@@ -47,6 +67,7 @@ class Group:
     lds: Lds
     ids: tuple[int, int, int] = (0, 0, 0)
     options: dict = field(default_factory=dict)
+    rank: int = 0  # arrival position in the launch's workgroup order
 
     def __post_init__(self):
         if self.target.wave_size != LANES:
@@ -75,8 +96,15 @@ class Kernel:
         # Simulator steps executed (one step runs one instruction for the waves
         # it is issued to; one wave each here, so it equals the wave-instructions).
         self.steps = 0
-        # Each instruction decoded once into a closure over its operands.
+        # Each instruction decoded once into a closure over its operands, and
+        # into a core over a run of waves where it has one.
         self.fns = [decode(ins) for ins in program.instrs]
+        self.cores: list[Core | None] = [decode_batched(ins) for ins in program.instrs]
+        # Control flow (the next pc is the wave's own, or it stops) and EXEC writes.
+        self.control = [ins.target is not None or ins.base in ("s_endpgm", "s_barrier") for ins in program.instrs]
+        self.writes_exec = [ins.base.startswith("v_cmpx") or "saveexec" in ins.base
+                            or any(o.kind == "s" and o.index <= 127 and o.index + o.count > 126 for o in ins.ops)
+                            for ins in program.instrs]
         d = program.descriptor
         for kind in _UNSUPPORTED_USER_SGPRS:
             if d.get(f"user_sgpr_{kind}", 0):
@@ -88,9 +116,11 @@ class Kernel:
         self.user_sgprs = d["user_sgpr_count"]
         self.wg_id_enabled = [d.get(f"system_sgpr_workgroup_id_{a}", 0) for a in "xyz"]
 
-    def init_wave(self, group: Group, wave_id: int, kernarg_addr: int, block: int) -> Wave:
-        """A wave at the kernel's entry with the descriptor's initial registers."""
-        w = Wave(group, wave_id)
+    def init_wave(self, group: Group, wave_id: int, kernarg_addr: int, block: int,
+                  regs: tuple[np.ndarray, np.ndarray, int] | None = None) -> Wave:
+        """A wave at the kernel's entry with the descriptor's initial registers
+        (in row ``k`` of a launch's register files ``regs``, see ``Wave``)."""
+        w = Wave(group, wave_id, regs)
         w.s[:] = 0xFFFFFFFF
         w.v[:] = 0xFFFFFFFF
         w.s[0], w.s[1] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
@@ -142,11 +172,125 @@ class Kernel:
         return n
 
 
+    def run_batched(self, groups: list[Group], kernarg_addr: int, block: int, reverse: bool = False,
+                    budget: int = 10_000_000) -> int:
+        """Run ``groups`` (in arrival order) together to completion (see the
+        module note); returns the instructions executed (all waves). The
+        budget bounds the steps: a wave executes at most one instruction per
+        step, so one that exceeds ``budget`` is always caught."""
+        n_waves = -(-block // LANES)
+        n = len(groups) * n_waves
+        sfile = np.empty((n, NUM_SGPRS), np.uint32)
+        vfile = np.empty((n, 2 * AGPR_BASE, LANES), np.uint32)
+        waves: list[Wave] = []
+        for g in groups:
+            for i in (range(n_waves)[::-1] if reverse else range(n_waves)):
+                waves.append(self.init_wave(g, i, kernarg_addr, block, (sfile, vfile, len(waves))))
+        Lds.share([g.lds for g in groups])
+        sched = _Schedule(sfile, vfile)
+        live = {id(g): n_waves for g in groups}
+        waiting: dict[int, list[Wave]] = {id(g): [] for g in groups}
+        sched.add(0, waves)
+        instrs, fns, cores, control, writes_exec = self.program.instrs, self.fns, self.cores, self.control, \
+            self.writes_exec
+        n_instrs = len(instrs)
+        guard = groups[0].memory.guard if groups else None
+        steps = total = 0
+        with np.errstate(all="ignore"):
+            while sched.runs:
+                pc = min(sched.runs)
+                run = sched.runs.pop(pc)
+                ws = run.waves
+                if not 0 <= pc < n_instrs:
+                    raise SimError(f"wave {ws[0].wave_id} ran off the program (pc {pc})")
+                steps += 1
+                total += len(ws)
+                if steps > budget:
+                    raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
+                core = cores[pc]
+                if core is None or not run.exec_full() or core(run.view) is False:
+                    fn = fns[pc]
+                    for w in ws:
+                        w.pc = pc + 1
+                        if guard is not None:
+                            guard.rank = w.group.rank
+                        fn(w)
+                if writes_exec[pc]:
+                    run.full = None
+                if not control[pc]:
+                    sched.put(pc + 1, run)
+                    continue
+                for w in ws:
+                    if w.state == "run":
+                        sched.add(w.pc, [w])
+                        continue
+                    gid = id(w.group)
+                    if w.state == "end":
+                        live[gid] -= 1
+                    else:
+                        waiting[gid].append(w)
+                    # A wave that has ended no longer counts at the barrier (as on hardware).
+                    if waiting[gid] and len(waiting[gid]) == live[gid]:
+                        for v in waiting[gid]:
+                            v.state = "run"
+                            sched.add(v.pc, [v])
+                        waiting[gid] = []
+        stuck = [w for ws in waiting.values() for w in ws]
+        if stuck:
+            raise SimError(f"wave {stuck[0].wave_id} waits at a barrier no other wave of its workgroup reaches")
+        for w in waves:
+            w.state = "end"
+        self.steps += steps
+        return total
+
+
+class _Run:
+    """The waves at one pc (in arrival order: ascending register-file row), a
+    ``view`` of them all for batched cores (``BatchView``: gathered and
+    scattered where their rows are not consecutive, which costs less than a
+    core call per stretch), and whether all have a full EXEC (``full``; None
+    until asked, and after an EXEC write)."""
+
+    __slots__ = ("waves", "view", "full")
+
+    def __init__(self, waves: list[Wave], sfile: np.ndarray, vfile: np.ndarray):
+        self.waves = waves
+        self.full: bool | None = None
+        self.view = BatchView(sfile, vfile, waves)
+
+    def exec_full(self) -> bool:
+        """Whether every wave's EXEC enables all 64 lanes."""
+        if self.full is None:
+            self.full = bool((self.view.sb[:, 126:128] == FULL).all())
+        return self.full
+
+
+class _Schedule:
+    """The runnable waves by pc (``runs``: pc -> ``_Run``)."""
+
+    def __init__(self, sfile: np.ndarray, vfile: np.ndarray):
+        self.runs: dict[int, _Run] = {}
+        self._files = (sfile, vfile)
+
+    def put(self, pc: int, run: _Run) -> None:
+        """The waves of ``run`` go on at ``pc`` (joining any already there)."""
+        there = self.runs.get(pc)
+        self.runs[pc] = run if there is None else _Run(sorted(there.waves + run.waves, key=lambda w: w.k),
+                                                       *self._files)
+
+    def add(self, pc: int, waves: list[Wave]) -> None:
+        """``waves`` (ascending rows) go on at ``pc``."""
+        self.put(pc, _Run(waves, *self._files))
+
+
 def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, int, int], block: int = 256,
-             order: str = "forward", target: Target | None = None, options: dict | None = None) -> int:
+             order: str = "forward", target: Target | None = None, options: dict | None = None,
+             batched: bool = True) -> int:
     """Run ``kernel`` over ``grid`` workgroups of ``block`` work-items with the
     kernarg segment ``kernarg`` (padded to the descriptor's size); returns the
-    instructions executed (all waves)."""
+    instructions executed (all waves). ``batched``: the workgroups execute
+    together (falling back to one at a time where they race, see the module
+    note); False runs them one at a time."""
     prog = kernel.program
     if len(kernarg) > prog.kernarg_size:
         raise SimError(f"kernarg segment of {len(kernarg)} bytes; {prog.name} declares {prog.kernarg_size}")
@@ -154,10 +298,27 @@ def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, in
     seg[:len(kernarg)] = np.frombuffer(kernarg, np.uint8)
     kernarg_addr = memory.alloc("kernarg", seg)
     target = target or target_of(prog.arch)
+    ids = workgroup_order(grid, order)
+    reverse = order == "reverse"
+    if batched:
+        groups = [Group(memory, target, Lds(prog.lds_size), wg, options or {}, rank) for rank, wg in enumerate(ids)]
+        check = copy.deepcopy(memory.order)
+        steps = kernel.steps
+        memory.guard = guard = ArrivalGuard()
+        try:
+            return kernel.run_batched(groups, kernarg_addr, block, reverse=reverse)
+        except OrderDiverged:
+            # The workgroups race: undo the launch and run it one workgroup at a time.
+            guard.restore()
+            if memory.order is not None:
+                memory.order.__dict__.update(check.__dict__)
+            kernel.steps = steps
+        finally:
+            memory.guard = None
     total = 0
-    for ids in workgroup_order(grid, order):
-        group = Group(memory, target, Lds(prog.lds_size), ids, options or {})
-        total += kernel.run_group(group, kernarg_addr, block, reverse=order == "reverse")
+    for rank, wg in enumerate(ids):
+        group = Group(memory, target, Lds(prog.lds_size), wg, options or {}, rank)
+        total += kernel.run_group(group, kernarg_addr, block, reverse=reverse)
     return total
 
 

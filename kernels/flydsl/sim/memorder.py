@@ -1,7 +1,17 @@
 """The memory-model check: would hardware let a load see another workgroup's store?
 
-The simulator completes every memory operation at once and runs workgroups
-one after another, so on its own every store is visible to every later load.
+The simulator completes every memory operation at once and shows each load
+what running the workgroups one after another in arrival order would (see
+``launch``), so on its own every store is visible to every later load. Each
+wave's events reach this check in that wave's program order, the workgroups'
+interleaved as the batched run executes them; conflicting accesses of two
+workgroups come in arrival order, so what the check records at each load
+(the bytes' writers, the release sequences an acquire read) is what running
+them one after another would record. One difference remains, in the wording
+only: where a workgroup loads another's store that is not ordered before it,
+and the storing workgroup releases only after that load ran, the complaint
+names the missing release (one after another, the release would have come
+first and the missing acquire would be named); either way the load is flagged.
 This module follows what gfx942/gfx950 hardware allows instead (LLVM's
 AMDGPUUsage, "Memory Model GFX942", which covers both): for every load of
 global memory whose bytes another workgroup of the same launch wrote, the
@@ -161,7 +171,8 @@ class _WaveState:
         self.stores: list[Store] = []
         self.acqs: list[Acquire] = []
         self.seq = 0  # vector memory operations issued so far
-        self.cur: _Op | None = None  # the one the wave's current instruction issued
+        # The operation the wave's current instruction issued (a placeholder until the first).
+        self.cur: _Op = _Op()
         self.lines: dict[tuple[str, int], int] = {}  # (buffer, line) -> seq of the first L1-filling load
 
 
@@ -243,7 +254,7 @@ class MemOrder:
         """``buffer_wbl2``: with ``sc1`` it writes the wave's earlier stores back to memory once complete."""
         self.issue(w, ins)
         st = self._wave(w)
-        if ins.mods.get("sc1"):
+        if ins.mods.get("sc1") and isinstance(st.cur, _Wbl2):
             st.cur.stores = list(st.stores)
 
     def inv(self, w, ins) -> None:
@@ -272,6 +283,10 @@ class MemOrder:
             hit = np.isin(np.fromiter(self._released, np.int64), alloc.base + (flat & ~3))
             for addr in [a for a, h in zip(list(self._released), hit) if h]:
                 del self._released[addr]
+
+    def tracks(self, alloc) -> bool:
+        """Whether any store to ``alloc`` was recorded (a load of it is checked)."""
+        return alloc.name in self._bufs
 
     def _buf(self, alloc):
         b = self._bufs.get(alloc.name)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .wave import LANES, MemoryFault
+from .wave import LANES, MemoryFault, SimError
 
 BASE = 0x7F00_0000_0000  # first device address (a canonical user-space-like address)
 GAP = 1 << 20  # unmapped bytes between allocations (more than any instruction offset)
@@ -45,12 +45,79 @@ class Allocation:
         return self.data.size
 
 
+class OrderDiverged(SimError):
+    """Workgroups executing together touched memory in an order the launch's
+    arrival order would not have: the launch must run one workgroup at a time."""
+
+
+class ArrivalGuard:
+    """Whether a launch whose workgroups execute together touches global memory
+    as running them one at a time in arrival order would (``rank``: the
+    arrival position of the workgroup accessing memory now).
+
+    Two accesses of one byte by different workgroups, at least one a write
+    (stores and atomics), conflict; the batched run must perform every
+    conflicting pair in rank order, so that each load reads the bytes and
+    each atomic the value it would have read had the workgroups run one
+    after another. Per byte of every allocation written during the launch:
+    the highest rank that wrote it and the highest that accessed it; a write
+    by rank r to a byte a higher rank accessed, or a read of a byte a higher
+    rank wrote, raises ``OrderDiverged``. Allocations nobody wrote keep only
+    the highest rank that read them (taken to have read every byte once one
+    is written). Each allocation's bytes are saved at its first write, so
+    ``restore`` undoes the launch."""
+
+    def __init__(self):
+        self.rank = 0
+        self._read_hi: dict[int, int] = {}  # id(allocation) -> highest reader rank, before any write
+        self._hi: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id -> (highest writer, highest accessor)
+        self._saved: list[tuple[Allocation, np.ndarray]] = []
+
+    def read(self, a: Allocation, idx: np.ndarray) -> None:
+        """Before rank ``rank`` reads bytes ``idx`` (int64 offsets) of ``a``."""
+        hi = self._hi.get(id(a))
+        if hi is None:
+            if self._read_hi.get(id(a), -1) < self.rank:
+                self._read_hi[id(a)] = self.rank
+            return
+        hw, ha = hi
+        if int(hw[idx].max()) > self.rank:
+            raise OrderDiverged(f"workgroup at arrival {self.rank} reads {a.name} bytes written by a later one")
+        ha[idx] = np.maximum(ha[idx], self.rank)
+
+    def write(self, a: Allocation, idx: np.ndarray) -> None:
+        """Before rank ``rank`` writes (or atomically updates) bytes ``idx`` of ``a``."""
+        hi = self._hi.get(id(a))
+        if hi is None:
+            read_hi = self._read_hi.get(id(a), -1)
+            if read_hi > self.rank:
+                raise OrderDiverged(f"workgroup at arrival {self.rank} writes {a.name}, read by a later one")
+            self._saved.append((a, a.data.copy()))
+            hi = self._hi[id(a)] = (np.full(a.size, -1, np.int32), np.full(a.size, read_hi, np.int32))
+        hw, ha = hi
+        if int(ha[idx].max()) > self.rank:
+            raise OrderDiverged(f"workgroup at arrival {self.rank} writes {a.name} bytes a later one accessed")
+        hw[idx] = np.maximum(hw[idx], self.rank)
+        ha[idx] = np.maximum(ha[idx], self.rank)
+
+    def unwritten(self, a: Allocation) -> bool:
+        """Whether no workgroup has written ``a`` during the launch so far."""
+        return id(a) not in self._hi
+
+    def restore(self) -> None:
+        """Every allocation written since the guard was made back to its bytes then."""
+        for a, saved in self._saved:
+            a.data[:] = saved
+
+
 class Memory:
     """The device address space: a sorted list of allocations."""
 
     def __init__(self):
         # The memory-model check (``memorder.MemOrder``) accesses report to, or None.
         self.order = None
+        # The arrival-order guard of a batched launch in progress (``ArrivalGuard``), or None.
+        self.guard: ArrivalGuard | None = None
         self.allocs: list[Allocation] = []
         self._bases: list[int] = []
         self._next = BASE
@@ -97,6 +164,26 @@ class Memory:
         raise MemoryFault(f"{nbytes}-byte access at {bad:#x} outside every allocation ({self.describe(bad)}) "
                           f"at {where}")
 
+    def load_unwritten(self, addrs: np.ndarray, nbytes: int, rank: int) -> np.ndarray | None:
+        """uint8 ``addrs.shape + (nbytes,)``: the bytes at ``addrs`` (uint64, any
+        shape; every lane active, rank ``rank`` the highest arrival reading),
+        when all of them lie in one allocation that no workgroup of a batched
+        launch has written (so neither the arrival-order guard nor the
+        memory-model check has anything to say about it); None otherwise,
+        having read nothing."""
+        lo, hi = int(addrs.min()), int(addrs.max())
+        a = self.find(lo)
+        if a is None or hi + nbytes > a.base + a.size:
+            return None
+        if (self.guard is not None and not self.guard.unwritten(a)) or \
+                (self.order is not None and self.order.tracks(a)):
+            return None
+        if self.guard is not None:
+            self.guard.rank = rank
+            self.guard.read(a, np.zeros(0, np.int64))
+        idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(nbytes)
+        return a.data[idx]
+
     def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str, ctx=None) -> np.ndarray:
         """uint8 ``[64, nbytes]``: the bytes at ``addrs`` (uint64 ``[64]``) for
         ``active`` lanes, zeros elsewhere. ``ctx``: (wave, instruction) for the
@@ -106,6 +193,8 @@ class Memory:
             return out
         a, off = self._resolve(addrs, nbytes, active, where)
         idx = off[active, None].astype(np.int64) + np.arange(nbytes)
+        if self.guard is not None:
+            self.guard.read(a, idx)
         got = a.data[idx]
         if self.order is not None and ctx is not None:
             got = self.order.load(ctx[0], ctx[1], a, idx, got)
@@ -121,6 +210,8 @@ class Memory:
         nbytes = data.shape[1]
         a, off = self._resolve(addrs, nbytes, active, where)
         idx = off[active, None].astype(np.int64) + np.arange(nbytes)
+        if self.guard is not None:
+            self.guard.write(a, idx)
         if self.order is not None and ctx is not None:
             self.order.store(ctx[0], ctx[1], a, idx)
         a.data[idx] = data[active]
@@ -135,6 +226,8 @@ class Memory:
         if not active.any():
             return old
         a, off = self._resolve(addrs, 4, active, where)
+        if self.guard is not None:
+            self.guard.write(a, off[active, None].astype(np.int64) + np.arange(4))
         if self.order is not None and ctx is not None:
             self.order.atomic(ctx[0], ctx[1], a, off[active].astype(np.int64), returns)
         words = a.data
@@ -177,6 +270,20 @@ class Lds:
         # Hardware LDS holds garbage at launch; 0xFF bytes read as NaN floats,
         # so a kernel that reads LDS it never wrote shows it.
         self.data = np.full(size, fill, np.uint8)
+        # ``pool``: the flat array ``data`` lies in at byte ``offset`` (a batched
+        # launch keeps every workgroup's LDS in one, see ``share``).
+        self.pool, self.offset = self.data, 0
+
+    @staticmethod
+    def share(ldss: list[Lds]) -> None:
+        """Move the LDS of ``ldss`` (equal sizes) into one pool, their bytes kept."""
+        if not ldss:
+            return
+        size = ldss[0].data.size
+        pool = np.empty(len(ldss) * size, np.uint8)
+        for i, lds in enumerate(ldss):
+            pool[i * size:(i + 1) * size] = lds.data
+            lds.data, lds.pool, lds.offset = pool[i * size:(i + 1) * size], pool, i * size
 
     def _idx(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str) -> np.ndarray:
         a = np.asarray(addrs, np.int64)[active]

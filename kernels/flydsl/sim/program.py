@@ -122,7 +122,9 @@ _ENCODINGS = ("_e32", "_e64", "_sdwa", "_dpp")
 def _split(s: str, at_space: bool) -> list[str]:
     """Split at commas (or, with ``at_space``, white space) outside brackets and
     parentheses, so ``name:[a,b]`` and ``swizzle(A,B)`` stay whole."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch in "[(":
             depth += 1

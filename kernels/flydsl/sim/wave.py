@@ -11,12 +11,13 @@ source modifiers ``neg``/``abs`` and ``clamp``.
 
 Execution goes through ``decode``: each instruction of a program is decoded
 once into a closure ``fn(wave)``. For the forms the kernel executes most (the
-integer, float, f16, packed and MFMA families register ``decoder``s) the
-closure binds its source readers (register views, SDWA source selects,
-constants as arrays) and destination, and writes without a mask when EXEC is
-full; on a partial EXEC, and for every other form, it calls the handler, so
-the handlers stay the one statement of each instruction's meaning and the
-unit tests, which execute through ``decode``, check both.
+integer, float, f16, packed, compare, MFMA, load and LDS families register
+``batched`` decoders) a core binds its source readers (register views, SDWA
+source selects, constants as arrays) and destination once, and executes the
+instruction for any number of waves with a full EXEC at once (``BatchView``;
+a single wave is one); on a partial EXEC, and for every other form, the
+handler runs, so the handlers stay the one statement of each instruction's
+meaning and the unit tests, which execute through ``decode``, check both.
 """
 
 from __future__ import annotations
@@ -81,57 +82,79 @@ def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) 
         raise SimError(f"{name}: modifier {', '.join(sorted(extra))} not implemented at {ins.where()}")
 
 
-# Decoders: for a mnemonic, ``decode(ins)`` returns a closure ``fn(wave)`` with the
-# instruction's operands bound once (register indices, constants as arrays),
-# or None when this form is not one it binds. A closure handles full-EXEC
-# waves itself and calls the handler otherwise, so it never changes meaning.
-Decoder = Callable[[Instr], "Callable[[Wave], None] | None"]
-DECODERS: dict[str, Decoder] = {}
+# Batched decoders: for a mnemonic, ``fn(ins)`` returns a closure ``core(view)``
+# that executes ``ins`` for every wave of ``view`` at once, all with a full EXEC
+# (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 128]``: a
+# ``Wave``'s own registers as n = 1, or a run of waves of a launch), or None
+# for a form it does not bind. Lane-wise operations without scalar results
+# (no SCC or VCC) have one, so that n waves at once mean the same as each wave
+# alone, and loads of memory no workgroup of the launch has written. A core
+# returns False, having changed nothing, where it leaves the instruction to
+# each wave's own closure (a load of written memory, out of range, a fault).
+Core = Callable[["Wave | BatchView"], "bool | None"]
+BatchDecoder = Callable[[Instr], "Core | None"]
+BATCHED: dict[str, BatchDecoder] = {}
 
 
-def decoder(*names: str) -> Callable[[Decoder], Decoder]:
-    """Register the decorated decoder for each mnemonic in ``names`` (without the
-    encoding suffix); its handler must be registered too (``op``)."""
-    def deco(fn: Decoder) -> Decoder:
+def batched(*names: str) -> Callable[[BatchDecoder], BatchDecoder]:
+    """Register the decorated batched decoder for each mnemonic in ``names``
+    (without the encoding suffix); its handler must be registered too (``op``)."""
+    def deco(fn: BatchDecoder) -> BatchDecoder:
         for n in names:
-            if n in DECODERS:
-                raise ValueError(f"decoder for {n} registered twice")
-            DECODERS[n] = fn
+            if n in BATCHED:
+                raise ValueError(f"batched decoder for {n} registered twice")
+            BATCHED[n] = fn
         return fn
     return deco
 
 
+def decode_batched(ins: Instr) -> Core | None:
+    """``core(view)`` executing ``ins`` for every wave of a view whose waves all
+    have a full EXEC, or None when no batched decoder binds this form."""
+    dec = BATCHED.get(ins.base) or BATCHED.get(ins.mnemonic)
+    return dec(ins) if dec is not None else None
+
+
 def decode(ins: Instr) -> Callable[["Wave"], None]:
-    """``fn(wave)`` executing ``ins``: its decoder's closure where one binds this
-    form, else its handler with the instruction bound; UnknownInstruction when
-    there is none."""
+    """``fn(wave)`` executing ``ins``: its batched core on a full EXEC (the
+    handler otherwise, or where the core leaves it), else its handler with the
+    instruction bound; UnknownInstruction when there is none."""
     h = handler_for(ins)
-    dec = DECODERS.get(ins.base) or DECODERS.get(ins.mnemonic)
-    fn = dec(ins) if dec is not None else None
-    if fn is None:
-        def fn(w: Wave, h=h, ins=ins) -> None:
-            h(w, ins)
-    return fn
+    core = decode_batched(ins)
+    if core is not None:
+        def run(w: Wave, h: Handler = h, ins: Instr = ins, core: Core = core) -> None:
+            s = w.s
+            if not (s[126] == FULL and s[127] == FULL) or core(w) is False:
+                h(w, ins)
+        return run
+
+    def bound(w: Wave, h: Handler = h, ins: Instr = ins) -> None:
+        h(w, ins)
+    return bound
 
 
 FULL = np.uint32(0xFFFFFFFF)
 
 
-def plain_source(o: Operand, as_f32: bool = False):
-    """A reader ``fn(wave)`` of a 32-bit source without modifiers (uint32, or
-    float32 with ``as_f32``): a VGPR's lanes (a view), an SGPR as a scalar, a
-    constant as a read-only array of 64 lanes; None for any other operand."""
+Reader = Callable[["Wave | BatchView"], np.ndarray]
+
+
+def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
+    """A reader ``fn(view)`` of a 32-bit source without modifiers, for the waves
+    of ``view`` (uint32, or float32 with ``as_f32``): a VGPR's lanes (a view,
+    ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a read-only
+    array of 64 lanes; None for any other operand."""
     if o.neg or o.abs or o.sext:
         return None
     idx = o.index
     if o.kind == "v":
         if as_f32:
-            return lambda w: w.v[idx].view(np.float32)
-        return lambda w: w.v[idx]
+            return lambda w: w.vb[:, idx].view(np.float32)
+        return lambda w: w.vb[:, idx]
     if o.kind == "s":
         if as_f32:
-            return lambda w: np.full(LANES, w.s[idx], np.uint32).view(np.float32)
-        return lambda w: w.s[idx]
+            return lambda w: w.sb[:, idx, None].view(np.float32)
+        return lambda w: w.sb[:, idx, None]
     if o.kind == "const":
         c = np.full(LANES, o.bits32, np.uint32)
         c = c.view(np.float32) if as_f32 else c
@@ -140,10 +163,10 @@ def plain_source(o: Operand, as_f32: bool = False):
     return None
 
 
-def sdwa_source(o: Operand, sel: str):
-    """A reader ``fn(wave)`` of an SDWA source: ``plain_source`` for a DWORD
+def sdwa_source(o: Operand, sel: str) -> Reader | None:
+    """A reader ``fn(view)`` of an SDWA source: ``plain_source`` for a DWORD
     select, else the VGPR's field ``sel`` zero- or sign-extended (uint32
-    ``[64]``, as ``_select``); None for any other operand."""
+    ``[n, 64]``, as ``_select``); None for any other operand."""
     shift, width = _SEL_SHIFT[sel]
     if width == 32:
         return plain_source(dataclasses.replace(o, sext=False))
@@ -152,9 +175,9 @@ def sdwa_source(o: Operand, sel: str):
     idx = o.index
     if not o.sext:
         sh, mask = np.uint32(shift), np.uint32((1 << width) - 1)
-        return lambda w: (w.v[idx] >> sh) & mask
+        return lambda w: (w.vb[:, idx] >> sh) & mask
     up, down = np.uint32(32 - shift - width), np.int32(32 - width)
-    return lambda w: ((w.v[idx] << up).view(np.int32) >> down).view(np.uint32)
+    return lambda w: ((w.vb[:, idx] << up).view(np.int32) >> down).view(np.uint32)
 
 
 def handler_for(ins: Instr) -> Handler:
@@ -197,17 +220,35 @@ class Wave:
     ``"barrier"``, ``"end"``), ``count`` (instructions executed), and the
     ``group`` it belongs to (LDS, memory, the target's facts)."""
 
-    def __init__(self, group, wave_id: int):
+    def __init__(self, group, wave_id: int, regs: tuple[np.ndarray, np.ndarray, int] | None = None):
         self.group = group
         self.wave_id = wave_id
-        self.s = np.zeros(NUM_SGPRS, np.uint32)
+        # ``regs``: (SGPR files uint32 [N, 128], vector files uint32 [N, 512, 64], k)
+        # of a launch's waves, this wave's being row k; its own files otherwise.
+        if regs is None:
+            regs = (np.zeros((1, NUM_SGPRS), np.uint32), np.zeros((1, 2 * AGPR_BASE, LANES), np.uint32), 0)
+        sfile, vfile, k = regs
+        # ``sb``/``vb``: the same registers as a view of one wave (n = 1), the
+        # shape batched cores read (``BatchView``).
+        self.sb, self.vb = sfile[k:k + 1], vfile[k:k + 1]
+        self.s, self.v = sfile[k], vfile[k]
+        self.k = k
         self.scc = 0
-        self.v = np.zeros((2 * AGPR_BASE, LANES), np.uint32)
         self.pc = 0
         self.state = "run"
         self.count = 0
-        self._exec_key = None
-        self._exec_mask = None
+        self._exec_key: tuple[int, int] | None = None
+        self._exec_mask = np.zeros(LANES, bool)
+
+    @property
+    def waves(self) -> tuple[Wave]:
+        """This wave alone, as a batched core reads the waves of a ``BatchView``."""
+        return (self,)
+
+    @property
+    def lds_off(self) -> np.ndarray:
+        """int64 ``[1, 1, 1]``: where this wave's LDS starts in its pool (``BatchView.lds_off``)."""
+        return np.full((1, 1, 1), self.group.lds.offset, np.int64)
 
     # ---- EXEC -------------------------------------------------------------
     @property
@@ -366,3 +407,60 @@ class Wave:
         value = np.asarray(value, np.uint64)
         self.vset_regs(Operand("v", o.index, 2),
                        np.stack([value & np.uint64(0xFFFFFFFF), value >> np.uint64(32)]).astype(np.uint32))
+
+
+class Rows:
+    """Rows ``rows`` (int ``[n]``, ascending) of a register file ``[N, ...]`` as
+    batched cores index it: ``r[:, i]``, ``r[:, i:j]``, ``r[:, i, None]`` and
+    ``r[:, [i, j], None]`` read those rows' registers (gathered copies), the
+    same keys assigned write them back (scattered); ``shape`` as the rows'."""
+
+    __slots__ = ("_file", "_rows", "shape")
+
+    def __init__(self, file: np.ndarray, rows: np.ndarray):
+        self._file, self._rows = file, rows
+        self.shape = (len(rows),) + file.shape[1:]
+
+    def _key(self, key: tuple) -> tuple:
+        if not isinstance(key, tuple) or key[:1] != (slice(None),):
+            raise TypeError(f"batched register access must select every wave first, got {key!r}")
+        if any(isinstance(k, list) for k in key[1:]):
+            return (self._rows[:, None],) + key[1:]
+        return (self._rows,) + key[1:]
+
+    def __getitem__(self, key: tuple) -> np.ndarray:
+        return self._file[self._key(key)]
+
+    def __setitem__(self, key: tuple, value) -> None:
+        self._file[self._key(key)] = value
+
+
+class BatchView:
+    """``waves`` (ascending rows of a launch's register files), for batched
+    cores: ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views
+    where the rows are consecutive, else ``Rows``), and ``group``, the first
+    wave's workgroup (the target, options and memory, which every workgroup
+    of a launch shares)."""
+
+    __slots__ = ("sb", "vb", "group", "waves", "_lds_off")
+
+    def __init__(self, sfile: np.ndarray, vfile: np.ndarray, waves: list[Wave]):
+        k0 = waves[0].k
+        self.sb: np.ndarray | Rows
+        self.vb: np.ndarray | Rows
+        if waves[-1].k - k0 + 1 == len(waves):
+            self.sb, self.vb = sfile[k0:k0 + len(waves)], vfile[k0:k0 + len(waves)]
+        else:
+            rows = np.array([w.k for w in waves], np.intp)
+            self.sb, self.vb = Rows(sfile, rows), Rows(vfile, rows)
+        self.group = waves[0].group
+        self.waves = waves
+        self._lds_off: np.ndarray | None = None
+
+    @property
+    def lds_off(self) -> np.ndarray:
+        """int64 ``[n, 1, 1]``: where each wave's LDS starts in the launch's LDS
+        pool (``group.lds.pool``; ``Lds.share``)."""
+        if self._lds_off is None:
+            self._lds_off = np.array([w.group.lds.offset for w in self.waves], np.int64)[:, None, None]
+        return self._lds_off

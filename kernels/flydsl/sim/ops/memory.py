@@ -38,7 +38,7 @@ import numpy as np
 
 from ..memory import BufferResource
 from ..program import Instr, Operand
-from ..wave import LANES, SimError, Wave, op
+from ..wave import LANES, BatchView, Core, SimError, Wave, batched, op
 
 _CACHE_BITS = frozenset({"sc0", "sc1", "nt"})
 
@@ -97,8 +97,9 @@ _BUFFER_STORES = {
 _MUBUF_MODS = frozenset({"offen", "offset"}) | _CACHE_BITS
 
 
-def _mubuf(w: Wave, ins: Instr):
-    """(vdata operand, BufferResource, int64 byte offsets ``[64]``) of a MUBUF instruction."""
+def _mubuf_form(ins: Instr) -> tuple:
+    """(vdata, vaddr or None without ``offen``, srsrc, soffset, instruction offset)
+    of a MUBUF instruction; SimError for a form not implemented."""
     dec = ins.__dict__.get("_mubuf")
     if dec is None:
         if ins.mods.get("idxen"):
@@ -112,7 +113,12 @@ def _mubuf(w: Wave, ins: Instr):
         if srsrc.kind != "s" or srsrc.count != 4 or soff.kind not in ("s", "const") or vdata.kind != "v":
             raise SimError(f"{ins.mnemonic}: unsupported operand form at {ins.where()}")
         dec = ins.__dict__["_mubuf"] = (vdata, vaddr if offen else None, srsrc, soff, int(ins.mods.get("offset", 0)))
-    vdata, vaddr, srsrc, soff, inst_off = dec
+    return dec
+
+
+def _mubuf(w: Wave, ins: Instr):
+    """(vdata operand, BufferResource, int64 byte offsets ``[64]``) of a MUBUF instruction."""
+    vdata, vaddr, srsrc, soff, inst_off = _mubuf_form(ins)
     res = BufferResource.from_words(w.s[srsrc.index:srsrc.index + 4])
     base = w.sget(soff) + inst_off
     offsets = np.full(LANES, base, np.int64) if vaddr is None else w.v[vaddr.index].astype(np.int64) + base
@@ -158,8 +164,69 @@ def _buffer_store(w: Wave, ins: Instr) -> None:
         mem.store(addrs, data[:, c * size:(c + 1) * size], exe & inr, where, (w, ins))
 
 
+def _issue_all(view: BatchView, ins: Instr) -> None:
+    """``_issue`` for every wave of ``view``, in arrival order."""
+    order = view.group.memory.order
+    if order is not None:
+        for w in view.waves:
+            order.issue(w, ins)
+
+
+def _write_loaded(view: BatchView, d: int, data: np.ndarray, size: int, signed: bool) -> None:
+    """Registers ``d..`` of every wave of ``view`` from uint8 ``[n, 64, bytes]``,
+    ``size``-byte elements zero- or sign-extended."""
+    dtype = {1: np.int8 if signed else np.uint8, 2: np.int16 if signed else np.uint16, 4: np.uint32}[size]
+    vals = np.ascontiguousarray(data).view(dtype)
+    if size < 4:
+        vals = vals.astype(np.int64).astype(np.uint32)
+    view.vb[:, d:d + vals.shape[2]] = vals.transpose(0, 2, 1)
+
+
+def _buffer_load_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of a MUBUF load: every wave's raw buffer, offsets
+    all in range, in one allocation nobody wrote; anything else is each
+    wave's handler's."""
+    size, n, signed = _BUFFER_LOADS[ins.base]
+    try:
+        vdata, vaddr, srsrc, soff, inst_off = _mubuf_form(ins)
+    except SimError:
+        return None
+    if vdata.count != n:
+        return None
+    r, comp = srsrc.index, np.arange(n, dtype=np.int64) * size
+
+    def core(view) -> bool | None:
+        words = view.sb[:, r:r + 3].astype(np.int64)
+        if (words[:, 1] >> 16 & 0x3FFF).any():
+            return False  # a structured buffer: the handler refuses it
+        base = words[:, 0] | (words[:, 1] & 0xFFFF) << 32
+        sof = view.sb[:, soff.index].astype(np.int64) if soff.kind == "s" else np.int64(soff.bits32)
+        offsets = (sof + inst_off)[..., None] if vaddr is None else \
+            view.vb[:, vaddr.index].astype(np.int64) + (sof + inst_off)[..., None]
+        # Each component's byte offset [n, 64, n]; out of range components read 0.
+        offsets = np.broadcast_to(offsets, (len(view.waves), LANES))[..., None] + comp
+        inr = (offsets >= 0) & (offsets + size <= words[:, 2, None, None])
+        if inr.all():
+            data = view.group.memory.load_unwritten((base[:, None, None] + offsets).astype(np.uint64), size,
+                                                    view.waves[-1].group.rank)
+        elif inr.any():
+            addrs = np.where(inr, base[:, None, None] + offsets, (base[:, None, None] + offsets)[inr][0])
+            data = view.group.memory.load_unwritten(addrs.astype(np.uint64), size, view.waves[-1].group.rank)
+            if data is not None:
+                data = np.where(inr[..., None], data, np.uint8(0))
+        else:
+            data = np.zeros(offsets.shape + (size,), np.uint8)
+        if data is None:
+            return False
+        _issue_all(view, ins)
+        _write_loaded(view, vdata.index, data.reshape(len(view.waves), LANES, -1), size, signed)
+        return None
+    return core
+
+
 op(*_BUFFER_LOADS)(_buffer_load)
 op(*_BUFFER_STORES)(_buffer_store)
+batched(*_BUFFER_LOADS)(_buffer_load_decoder)
 
 
 # ---- global -------------------------------------------------------------------
@@ -220,8 +287,38 @@ def _global_store(w: Wave, ins: Instr) -> None:
     w.group.memory.store(_global_addrs(w, ins, vaddr, saddr), data, w.exec_mask, ins.where(), (w, ins))
 
 
+def _global_load_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``global_load_* vdst, vaddr, saddr`` (an SGPR-pair
+    base): every wave's addresses in one allocation nobody wrote; anything
+    else (``off`` addressing too) is each wave's handler's."""
+    size, n, signed = _GLOBAL_LOADS[ins.base]
+    try:
+        _check_mods(ins, _GLOBAL_MODS)
+        _check_ops(ins, 3)
+    except SimError:
+        return None
+    vdst, vaddr, saddr = ins.ops
+    if vdst.kind != "v" or vdst.count != n or saddr.kind != "s" or saddr.count != 2 \
+            or vaddr.kind != "v" or vaddr.count != 1:
+        return None
+    off, s = int(ins.mods.get("offset", 0)), saddr.index
+
+    def core(view) -> bool | None:
+        sb = view.sb.astype(np.uint64)
+        base = (sb[:, s] | sb[:, s + 1] << np.uint64(32)) + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
+        data = view.group.memory.load_unwritten(base[:, None] + view.vb[:, vaddr.index], size * n,
+                                                view.waves[-1].group.rank)
+        if data is None:
+            return False
+        _issue_all(view, ins)
+        _write_loaded(view, vdst.index, data, size, signed)
+        return None
+    return core
+
+
 op(*_GLOBAL_LOADS)(_global_load)
 op(*_GLOBAL_STORES)(_global_store)
+batched(*_GLOBAL_LOADS)(_global_load_decoder)
 
 
 @op("global_atomic_add")
@@ -345,3 +442,114 @@ op(*_DS_READS)(_ds_read)
 op(*_DS_WRITES)(_ds_write)
 op(*_DS_READ2)(_ds_read2)
 op(*_DS_WRITE2)(_ds_write2)
+
+
+def _lane_bytes(view, d: int, n: int, size: int) -> np.ndarray:
+    """uint8 ``[waves, 64, n*size]``: registers ``d..d+n-1`` of every wave as each
+    lane's bytes, ``size`` low bytes of every register (as ``_to_bytes``)."""
+    regs = np.ascontiguousarray(view.vb[:, d:d + n].transpose(0, 2, 1))
+    return regs.view(np.uint8).reshape(regs.shape[0], LANES, n, 4)[..., :size].reshape(regs.shape[0], LANES, -1)
+
+
+def _lds_index(view, addrs: np.ndarray, nbytes: int) -> np.ndarray | None:
+    """int64 ``addrs.shape + (nbytes,)``: the pool indices of ``nbytes`` at each
+    wave's LDS byte addresses ``addrs`` (``[waves, ...]``); None when any byte
+    lies outside the workgroup's LDS (the handler names the fault)."""
+    if (addrs < 0).any() or int(addrs.max()) + nbytes > view.group.lds.data.size:
+        return None
+    off = view.lds_off.reshape((-1,) + (1,) * addrs.ndim)
+    return off + addrs[..., None] + np.arange(nbytes)
+
+
+def _ds_form(ins: Instr, nops: int, mods: frozenset) -> bool:
+    """Whether ``ins`` has the operand count and modifiers a DS handler accepts, a VGPR address first."""
+    try:
+        _check_mods(ins, mods)
+        _check_ops(ins, nops)
+    except SimError:
+        return False
+    return ins.ops[0 if nops == 3 or ins.base.startswith("ds_write") else 1].kind == "v"
+
+
+@batched(*_DS_READS)
+def _ds_read_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_read_*``: each wave from its workgroup's LDS."""
+    size, n, signed = _DS_READS[ins.base]
+    if not _ds_form(ins, 2, frozenset({"offset"})):
+        return None
+    vdst, vaddr = ins.ops
+    if vdst.kind != "v" or vdst.count != n or vaddr.count != 1:
+        return None
+    off = int(ins.mods.get("offset", 0))
+
+    def core(view) -> bool | None:
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+        if idx is None:
+            return False
+        _write_loaded(view, vdst.index, view.group.lds.pool[idx], size, signed)
+        return None
+    return core
+
+
+@batched(*_DS_WRITES)
+def _ds_write_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_write_*``: waves in arrival order, lanes in lane order."""
+    size, n = _DS_WRITES[ins.base]
+    if not _ds_form(ins, 2, frozenset({"offset"})):
+        return None
+    vaddr, vdata = ins.ops
+    if vdata.kind != "v" or vdata.count != n or vaddr.count != 1:
+        return None
+    off = int(ins.mods.get("offset", 0))
+
+    def core(view) -> bool | None:
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+        if idx is None:
+            return False
+        view.group.lds.pool[idx] = _lane_bytes(view, vdata.index, n, size)
+        return None
+    return core
+
+
+@batched(*_DS_READ2)
+def _ds_read2_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_read2*``."""
+    n, unit = _DS_READ2[ins.base]
+    if not _ds_form(ins, 2, frozenset({"offset0", "offset1"})):
+        return None
+    vdst, vaddr = ins.ops
+    if vdst.kind != "v" or vdst.count != 2 * n or vaddr.count != 1:
+        return None
+    offs = np.array([int(ins.mods.get("offset0", 0)) * unit, int(ins.mods.get("offset1", 0)) * unit], np.int64)
+
+    def core(view) -> bool | None:
+        # [waves, 64, 2]: element k of each lane at its own address.
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64)[..., None] + offs, 4 * n)
+        if idx is None:
+            return False
+        data = view.group.lds.pool[idx]  # [waves, 64, 2, 4n]: element 0's registers, then element 1's
+        _write_loaded(view, vdst.index, data.reshape(data.shape[0], LANES, -1), 4, False)
+        return None
+    return core
+
+
+@batched(*_DS_WRITE2)
+def _ds_write2_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_write2*``: per wave, every lane's first element, then every lane's second."""
+    n, unit = _DS_WRITE2[ins.base]
+    if not _ds_form(ins, 3, frozenset({"offset0", "offset1"})):
+        return None
+    vaddr, d0, d1 = ins.ops
+    if any(d.kind != "v" or d.count != n for d in (d0, d1)) or vaddr.count != 1:
+        return None
+    offs = np.array([int(ins.mods.get("offset0", 0)) * unit, int(ins.mods.get("offset1", 0)) * unit], np.int64)
+
+    def core(view) -> bool | None:
+        # [waves, 2, 64]: element k of each lane, the first elements of a wave before its second.
+        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64)[:, None, :] + offs[:, None], 4 * n)
+        if idx is None:
+            return False
+        view.group.lds.pool[idx] = np.stack([_lane_bytes(view, d0.index, n, 4), _lane_bytes(view, d1.index, n, 4)],
+                                            axis=1)
+        return None
+    return core

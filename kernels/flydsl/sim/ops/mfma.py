@@ -39,8 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..program import Instr
-from ..wave import FULL as _FULL
-from ..wave import LANES, OPS, SimError, Wave, decoder, op
+from ..wave import LANES, Core, SimError, Wave, batched, op
 
 _ALL_LANES = (1 << LANES) - 1
 _QNAN = np.uint32(0x7FC00000)
@@ -89,19 +88,24 @@ def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
 
 
 def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """float32 ``[16, 16]``: ``a @ b + c`` for float64 ``a [16, K]``, ``b [K, 16]``
-    (bf16 values) and ``c [16, 16]`` (fp32 values), each element rounded once.
+    """float32 ``[..., 16, 16]``: ``a @ b + c`` for float64 ``a [..., 16, K]``,
+    ``b [..., K, 16]`` (bf16 values) and ``c [..., 16, 16]`` (fp32 values), each
+    element rounded once (leading axes: independent MFMAs, one per wave).
 
     The float64 sum (any order) is within ``2 (K + 1) u sum|terms|`` of the exact
     sum; where that interval rounds to one fp32 value (almost always) that value
     is the answer. An element whose interval holds an fp32 rounding boundary
     is summed again exactly (rational arithmetic, unless ``float64_sum_is_exact``
-    shows the float64 sum already is)."""
+    shows the float64 sum already is). So the result does not depend on the
+    order numpy's matrix product adds in."""
+    lead = a.shape[:-2]
+    a, b = a.reshape(-1, 16, a.shape[-1]), b.reshape(-1, b.shape[-2], 16)
+    c = np.broadcast_to(c, lead + (16, 16)).reshape(-1, 16, 16)
     with np.errstate(invalid="ignore", over="ignore"):
         s = a @ b + c
         abs_sum = np.abs(a) @ np.abs(b) + np.abs(c)
         out = s.astype(np.float32)
-        bound = 2.0 * (a.shape[1] + 1) * _U * abs_sum
+        bound = 2.0 * (a.shape[2] + 1) * _U * abs_sum
         lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
         hi = np.nextafter(s + bound, np.inf).astype(np.float32)
         doubt = np.isfinite(abs_sum) & (lo.view(np.uint32) != hi.view(np.uint32))
@@ -109,14 +113,15 @@ def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         if doubt.any() or zero.any():
             # The terms of the elements in doubt or exactly zero only (a few of
             # the 256 as a rule): each proven exact in float64 or summed exactly.
-            ii, jj = np.nonzero(doubt | zero)
-            terms = np.concatenate([a[ii] * b.T[jj], c[ii, jj][:, None]], axis=1)
-            z = zero[ii, jj]
-            out[ii[z], jj[z]] = np.where(np.signbit(terms[z]).all(axis=1), np.float32(-0.0), np.float32(0.0))
-            d = doubt[ii, jj] & ~float64_sum_is_exact(terms[:, None, :], abs_sum[ii, jj][:, None])[:, 0]
-            for i, j, t in zip(ii[d], jj[d], terms[d]):
-                out[i, j] = round_fraction_to_f32(sum((Fraction(float(x)) for x in t), Fraction(0)))
-    return out
+            nn, ii, jj = np.nonzero(doubt | zero)
+            terms = np.concatenate([a[nn, ii] * b[nn, :, jj], c[nn, ii, jj][:, None]], axis=1)
+            z = zero[nn, ii, jj]
+            out[nn[z], ii[z], jj[z]] = np.where(np.signbit(terms[z]).all(axis=1), np.float32(-0.0),
+                                                np.float32(0.0))
+            d = doubt[nn, ii, jj] & ~float64_sum_is_exact(terms[:, None, :], abs_sum[nn, ii, jj][:, None])[:, 0]
+            for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d]):
+                out[m, i, j] = round_fraction_to_f32(sum((Fraction(float(x)) for x in t), Fraction(0)))
+    return out.reshape(lead + (16, 16))
 
 
 def _checked(ins: Instr, k: int) -> tuple:
@@ -181,32 +186,32 @@ _LAYOUT = {16: _layout(16), 32: _layout(32)}
 
 
 def _decoder(k: int):
-    """The decoder of ``v_mfma_f32_16x16xK_bf16``: the operand layout bound as
-    gather indices (the handler's checks first; a form it refuses is left to it)."""
-    def decode(ins: Instr):
+    """The batched decoder of ``v_mfma_f32_16x16xK_bf16``: the operand layout
+    bound as gather indices, one MFMA per wave of the view (the handler's
+    checks first; a form it refuses is left to it)."""
+    def decode(ins: Instr) -> Core | None:
         try:
             d, a, b, c = _checked(ins, k)
         except SimError:
             return None
         ab, cd = _LAYOUT[k]
-        h = OPS[ins.base]
         cconst = None if c.kind != "const" else np.full((16, 16), np.uint32(c.bits32).view(np.float32), np.float64)
 
-        def run(w: Wave) -> None:
-            s = w.s
-            if not (s[126] == _FULL and s[127] == _FULL) or (k == 32 and w.group.target.mfma_bf16_k != 32):
-                h(w, ins)  # the handler refuses these, naming why
-                return
-            v = w.v
-            amat = bf16_to_f64(v[a.index:a.index + a.count].view(np.uint16).ravel().take(ab))
-            bmat = bf16_to_f64(v[b.index:b.index + b.count].view(np.uint16).ravel().take(ab)).T
+        def core(w) -> None:
+            if k == 32:
+                _need_k32(w, ins)
+            vb = w.vb
+            n = vb.shape[0]
+            amat = bf16_to_f64(vb[:, a.index:a.index + a.count].view(np.uint16).reshape(n, -1).take(ab, axis=1))
+            bmat = bf16_to_f64(vb[:, b.index:b.index + b.count].view(np.uint16).reshape(n, -1).take(ab, axis=1))
             cmat = cconst if cconst is not None else \
-                v[c.index:c.index + 4].view(np.float32).ravel().take(cd).astype(np.float64)
-            res = mfma_f32_bf16(amat, bmat, cmat).view(np.uint32)
+                vb[:, c.index:c.index + 4].view(np.float32).reshape(n, -1).take(cd, axis=1).astype(np.float64)
+            res = mfma_f32_bf16(amat, bmat.transpose(0, 2, 1), cmat).view(np.uint32)
             res = np.where(res.view(np.float32) != res.view(np.float32), _QNAN, res)
-            out = v[d.index:d.index + 4].reshape(-1)
-            out[cd] = res
-        return run
+            out = np.empty((n, 4 * LANES), np.uint32)
+            out[:, cd] = res
+            vb[:, d.index:d.index + 4] = out.reshape(n, 4, LANES)
+        return core
     return decode
 
 
@@ -219,12 +224,17 @@ def _mfma_16x16x16(w: Wave, ins: Instr) -> None:
 @op("v_mfma_f32_16x16x32_bf16")
 def _mfma_16x16x32(w: Wave, ins: Instr) -> None:
     """gfx950 ``v_mfma_f32_16x16x32_bf16`` (A, B: 8 bf16 per lane in four registers)."""
+    _need_k32(w, ins)
+    _mfma(w, ins, 32)
+
+
+def _need_k32(w, ins: Instr) -> None:
+    """SimError unless the target of ``w`` (a wave or a batch view) has the K = 32 bf16 MFMA."""
     tgt = w.group.target
     if tgt.mfma_bf16_k != 32:
         raise SimError(f"{ins.mnemonic} needs the K = 32 bf16 MFMA; {tgt.arch}'s widest is K = {tgt.mfma_bf16_k} "
                        f"at {ins.where()}")
-    _mfma(w, ins, 32)
 
 
-decoder("v_mfma_f32_16x16x16_bf16")(_decoder(16))
-decoder("v_mfma_f32_16x16x32_bf16")(_decoder(32))
+batched("v_mfma_f32_16x16x16_bf16")(_decoder(16))
+batched("v_mfma_f32_16x16x32_bf16")(_decoder(32))

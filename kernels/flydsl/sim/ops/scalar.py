@@ -30,6 +30,8 @@ says, the two low address bits are ignored (SMEM is dword-aligned).
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from ..program import Instr
@@ -94,7 +96,7 @@ def _sub_ovf_i32(a, b, r, w):
     return ((a ^ b) & (a ^ r)) >> 31 & 1
 
 
-_SOP2 = {
+_SOP2: dict[str, tuple[int, Callable[..., Any], Callable[..., Any] | None]] = {
     # arithmetic
     "s_add_u32": (32, lambda a, b, w: a + b, lambda a, b, r, w: r >> 32),
     "s_sub_u32": (32, lambda a, b, w: a - b, lambda a, b, r, w: b > a),
@@ -248,7 +250,7 @@ def _cmov(w: Wave, ins: Instr, width: int) -> None:
         w.sset(ins.ops[0], w.sget(ins.ops[1], width), width)
 
 
-_SOP1 = {
+_SOP1: dict[str, tuple[int, int, Callable[..., Any], Callable[..., Any] | None]] = {
     "s_mov_b32": (32, 32, lambda a, w: a, None),
     "s_mov_b64": (64, 64, lambda a, w: a, None),
     "s_not_b32": (32, 32, lambda a, w: ~a, _nz),
@@ -271,8 +273,8 @@ _SOP1 = {
     "s_sext_i32_i8": (32, 32, lambda a, w: _sext(a, 8), None),
     "s_sext_i32_i16": (32, 32, lambda a, w: _sext(a, 16), None),
 }
-for _name, (_wd, _ws, _fn, _scc_fn) in _SOP1.items():
-    op(_name)(_sop1(_wd, _ws, _fn, _scc_fn))
+for _name, (_wd, _ws, _fn1, _scc1) in _SOP1.items():
+    op(_name)(_sop1(_wd, _ws, _fn1, _scc1))
 
 op("s_cmov_b32")(lambda w, ins: _cmov(w, ins, 32))
 op("s_cmov_b64")(lambda w, ins: _cmov(w, ins, 64))
@@ -420,7 +422,7 @@ def _smem_address(w: Wave, ins: Instr) -> int:
     off = 0
     if len(ins.ops) > 2:
         o = ins.ops[2]
-        off = o.value if o.kind == "const" else w.sget(o)
+        off = o.value if o.kind == "const" and o.value is not None else w.sget(o)
     off += ins.mods.get("offset", 0)
     return (base + off) & M64 & ~3
 

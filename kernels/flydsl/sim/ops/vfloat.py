@@ -79,7 +79,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import FULL, LANES, OPS, SDWA_MODS, SimError, Wave, check_form, decoder, op, plain_source, sdwa_source
+from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, op, plain_source, sdwa_source
 
 _VCC = Operand("s", *SPECIAL_SGPRS["vcc"], text="vcc")
 _SIGN = np.uint32(0x80000000)
@@ -192,11 +192,11 @@ def _binary(fn):
 
 
 def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
-    """The decoder of an op writing ``compute(*sources)`` (float32 ``[64]``) to
+    """The batched decoder of an op writing ``compute(*sources)`` (float32) to
     its destination: sources as float32 (uint32 with ``raw``), readers and
     destination bound once, for the forms without ``clamp``, ``abs``/``neg``
-    or an SDWA destination select; it runs the handler on a partial EXEC."""
-    def decode(ins: Instr):
+    or an SDWA destination select."""
+    def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, nsrc + 1, frozenset({"clamp"}), sdwa)
         except SimError:
@@ -204,6 +204,7 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
         if ins.ops[0].kind != "v" or ins.ops[0].count != 1 or ins.mods.get("clamp"):
             return None
         srcs = ins.ops[1:]
+        readers: list
         if ins.enc == "sdwa":
             if set(ins.mods) - SDWA_MODS or ins.mods.get("dst_sel", "DWORD") != "DWORD" \
                     or any(o.kind != "v" for o in srcs):
@@ -219,41 +220,29 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
             return None
         if any(r is None for r in readers):
             return None
-        d, h = ins.ops[0].index, OPS[ins.base]
+        d = ins.ops[0].index
         if nsrc == 1:
             (ra,) = readers
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = compute(ra(w)).view(np.uint32)
-                else:
-                    h(w, ins)
+            def core(w) -> None:
+                w.vb[:, d] = compute(ra(w)).view(np.uint32)
         elif nsrc == 2:
             ra, rb = readers
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = compute(ra(w), rb(w)).view(np.uint32)
-                else:
-                    h(w, ins)
+            def core(w) -> None:
+                w.vb[:, d] = compute(ra(w), rb(w)).view(np.uint32)
         else:
             ra, rb, rc = readers
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = compute(ra(w), rb(w), rc(w)).view(np.uint32)
-                else:
-                    h(w, ins)
-        return run
+            def core(w) -> None:
+                w.vb[:, d] = compute(ra(w), rb(w), rc(w)).view(np.uint32)
+        return core
     return decode
 
 
 for _name, _fn in _BINARY.items():
     _vop(_name, nops=3, sdwa=True)(_binary(_fn))
-    decoder(_name)(_decoder(2, _fn, True))
+    batched(_name)(_decoder(2, _fn, True))
 
 
 @_vop("v_fma_f32", nops=4)
@@ -304,11 +293,11 @@ _vop("v_max_f32", nops=3, sdwa=True)(_minmax(True, False))
 _vop("v_min_f32", nops=3, sdwa=True)(_minmax(False, False))
 _vop("v_max3_f32", nops=4)(_minmax(True, True))
 _vop("v_min3_f32", nops=4)(_minmax(False, True))
-decoder("v_max_f32")(_decoder(2, lambda a, b: _max2(a, b, True), True))
-decoder("v_min_f32")(_decoder(2, lambda a, b: _max2(a, b, False), True))
-decoder("v_max3_f32")(_decoder(3, lambda a, b, c: _max2(_max2(a, b, True), c, True), False))
-decoder("v_min3_f32")(_decoder(3, lambda a, b, c: _max2(_max2(a, b, False), c, False), False))
-decoder("v_fma_f32")(_decoder(3, fma_f32, False))
+batched("v_max_f32")(_decoder(2, lambda a, b: _max2(a, b, True), True))
+batched("v_min_f32")(_decoder(2, lambda a, b: _max2(a, b, False), True))
+batched("v_max3_f32")(_decoder(3, lambda a, b, c: _max2(_max2(a, b, True), c, True), False))
+batched("v_min3_f32")(_decoder(3, lambda a, b, c: _max2(_max2(a, b, False), c, False), False))
+batched("v_fma_f32")(_decoder(3, fma_f32, False))
 
 
 @_vop("v_exp_f32", nops=2, sdwa=True)
@@ -467,7 +456,7 @@ def _cvt_f32_f16(w: Wave, ins: Instr) -> None:
     w.vset_f32(ins, _f16_source(w, ins, 1).view(np.float16).astype(np.float32))
 
 
-decoder("v_cvt_f32_f16")(_decoder(
+batched("v_cvt_f32_f16")(_decoder(
     1, lambda x: (x & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32), True, raw=True))
 
 
@@ -617,11 +606,11 @@ def _pk_f32(n: int, fn):
 
 
 def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
-    """The decoder of a packed op (``_pk_f32``, or ``v_pk_mul_f16`` with ``f16``):
-    each source's selects and negations bound as ``[2, ...]`` rows, for the
-    forms without ``clamp`` that read at least one VGPR (SGPRs and constants
-    too for f32); it runs the handler on a partial EXEC."""
-    def decode(ins: Instr):
+    """The batched decoder of a packed op (``_pk_f32``, or ``v_pk_mul_f16`` with
+    ``f16``): each source's selects and negations bound as rows ``[2, ...]``
+    (axis 1 of a view's ``[n, 2, 64]``), for the forms without ``clamp`` that
+    read at least one VGPR (SGPRs and constants too for f32)."""
+    def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, n + 1, frozenset(mods), False)
             plan = _pk_plan(ins, n)
@@ -633,15 +622,15 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
         srcs = ins.ops[1:]
         if not any(o.kind == "v" for o in srcs) or (f16 and any(o.kind != "v" for o in srcs)):
             return None
-        readers = []
+        readers: list = []
         for o, (sel, sel_hi, neg_lo, neg_hi) in zip(srcs, plan):
             idx = o.index
             if f16:
                 sh = np.array([[16 * sel], [16 * sel_hi]], np.uint32)
-                neg = np.array([[0x8000 * neg_lo], [0x8000 * neg_hi]], np.uint16)
+                neg16 = np.array([[0x8000 * neg_lo], [0x8000 * neg_hi]], np.uint16)
 
-                def r(w, idx=idx, sh=sh, neg=neg):
-                    return ((w.v[idx] >> sh).astype(np.uint16) ^ neg).view(np.float16).astype(np.float32)
+                def r(w, idx=idx, sh=sh, neg=neg16):
+                    return ((w.vb[:, idx, None] >> sh).astype(np.uint16) ^ neg).view(np.float16).astype(np.float32)
                 readers.append(r)
                 continue
             neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
@@ -651,30 +640,23 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
             elif o.kind == "v":
                 rows = None if (sel, sel_hi) == (0, 1) else [sel, sel_hi]
                 readers.append(lambda w, idx=idx, rows=rows, neg=neg: (
-                    (w.v[idx:idx + 2] if rows is None else w.v[idx:idx + 2][rows]) ^ neg).view(np.float32))
+                    (w.vb[:, idx:idx + 2] if rows is None else w.vb[:, idx:idx + 2][:, rows]) ^ neg
+                ).view(np.float32))
             else:
                 pick = [idx + sel, idx + sel_hi]
-                readers.append(lambda w, pick=pick, neg=neg: (w.s[pick][:, None] ^ neg).view(np.float32))
-        d, h = dst.index, OPS[ins.base]
+                readers.append(lambda w, pick=pick, neg=neg: (w.sb[:, pick, None] ^ neg).view(np.float32))
+        d = dst.index
         if f16:
             ra, rb = readers
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    # The product of two fp16 values is exact in float32: one rounding.
-                    r = _to_f16_bits(ra(w) * rb(w))
-                    w.v[d] = r[0] | (r[1] << np.uint32(16))
-                else:
-                    h(w, ins)
+            def core(w) -> None:
+                # The product of two fp16 values is exact in float32: one rounding.
+                r = _to_f16_bits(ra(w) * rb(w))
+                w.vb[:, d] = r[:, 0] | (r[:, 1] << np.uint32(16))
         else:
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d:d + 2] = np.asarray(fn(*[r(w) for r in readers]), np.float32).view(np.uint32)
-                else:
-                    h(w, ins)
-        return run
+            def core(w) -> None:
+                w.vb[:, d:d + 2] = np.asarray(fn(*[r(w) for r in readers]), np.float32).view(np.uint32)
+        return core
     return decode
 
 
@@ -682,9 +664,9 @@ _PK_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp")
 _vop("v_pk_add_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.add))
 _vop("v_pk_mul_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.multiply))
 _vop("v_pk_fma_f32", nops=4, mods=_PK_MODS)(_pk_f32(3, fma_f32))
-decoder("v_pk_add_f32")(_pk_decoder(2, np.add, _PK_MODS))
-decoder("v_pk_mul_f32")(_pk_decoder(2, np.multiply, _PK_MODS))
-decoder("v_pk_fma_f32")(_pk_decoder(3, fma_f32, _PK_MODS))
+batched("v_pk_add_f32")(_pk_decoder(2, np.add, _PK_MODS))
+batched("v_pk_mul_f32")(_pk_decoder(2, np.multiply, _PK_MODS))
+batched("v_pk_fma_f32")(_pk_decoder(3, fma_f32, _PK_MODS))
 
 
 @_vop("v_pk_mul_f16", nops=3, mods=_PK_MODS[:-1])
@@ -703,4 +685,63 @@ def _pk_mul_f16(w: Wave, ins: Instr) -> None:
     w.vset(ins, r[0] | (r[1] << np.uint32(16)))
 
 
-decoder("v_pk_mul_f16")(_pk_decoder(2, None, _PK_MODS[:-1], f16=True))
+batched("v_pk_mul_f16")(_pk_decoder(2, None, _PK_MODS[:-1], f16=True))
+
+
+# ---- batched forms of the exponential and the conversions ----------------------------------
+
+def _exp_core(x: np.ndarray) -> np.ndarray:
+    """float32 ``2**x``: float64 exp2 rounded once (``_exp`` without a perturbation)."""
+    with np.errstate(over="ignore"):
+        return np.exp2(x.astype(np.float64)).astype(np.float32)
+
+
+_exp_plain = _decoder(1, _exp_core, True)
+
+
+@batched("v_exp_f32")
+def _exp_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_exp_f32``; a launch with the ``exp_ulps``
+    perturbation leaves it to the handler."""
+    core = _exp_plain(ins)
+    if core is None:
+        return None
+
+    def run(w) -> bool | None:
+        if w.group.options.get("exp_ulps"):
+            return False
+        return core(w)
+    return run
+
+
+batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False))
+batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _to_bf16_bits(a) | (_to_bf16_bits(b) << np.uint32(16)),
+                                      False))
+
+
+@batched("v_cvt_pk_f32_fp8")
+def _cvt_pk_f32_fp8_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_cvt_pk_f32_fp8`` (e32, or SDWA with a WORD select)."""
+    o, d = ins.ops[1] if len(ins.ops) == 2 else None, ins.ops[0]
+    if o is None or d.kind != "v" or d.count != 2:
+        return None
+    if ins.enc == "sdwa":
+        sel = ins.mods.get("src0_sel", "DWORD")
+        if set(ins.mods) - SDWA_MODS or sel not in ("WORD_0", "WORD_1", "DWORD") \
+                or ins.mods.get("dst_sel", "DWORD") != "DWORD":
+            return None
+        read = sdwa_source(o, sel)
+    elif ins.enc in ("e32", "e64", "") and not ins.mods:
+        read = plain_source(o)
+    else:
+        return None
+    if read is None:
+        return None
+    i = d.index
+
+    def core(w) -> None:
+        x = read(w)
+        table = _FP8[w.group.target.fnuz]
+        w.vb[:, i] = table[x & np.uint32(0xFF)]
+        w.vb[:, i + 1] = table[(x >> np.uint32(8)) & np.uint32(0xFF)]
+    return core

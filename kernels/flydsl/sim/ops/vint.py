@@ -33,10 +33,12 @@ Decisions, and where hardware might differ:
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import FULL, LANES, OPS, SDWA_MODS, SimError, Wave, check_form, decoder, op, plain_source, sdwa_source
+from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, op, plain_source, sdwa_source
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _LANE = np.arange(LANES, dtype=np.uint64)
@@ -103,21 +105,24 @@ def _u64(x: np.ndarray) -> np.ndarray:
 
 # ---- 32-bit results: name -> f(src0, ...) on uint32 [64] arrays or scalars -------------------
 
-# v_perm_b32's per-lane byte table: entries 0..7 the bytes of {src0, src1},
-# 8..11 the sign replications, 12 zero, 13..15 0xff (selectors above 15 clip to 15).
-_PERM_TABLE = np.zeros((LANES, 16), np.uint8)
-_PERM_TABLE[:, 13:] = 0xFF
-_PERM_ROW = (np.arange(LANES, dtype=np.intp) * 16)[:, None]
+_BYTE_SHIFTS = np.arange(8, dtype=np.uint64) * np.uint64(8)
 
 
 def _perm(s0, s1, sel) -> np.ndarray:
-    """``v_perm_b32``: each result byte looked up in the lane's 16-entry byte table."""
-    data = (_lanes(s0).astype(np.uint64) << np.uint64(32)) | _lanes(s1)
-    bytes8 = data.view(np.uint8).reshape(LANES, 8)  # little-endian host: column k is byte k
-    _PERM_TABLE[:, :8] = bytes8
-    _PERM_TABLE[:, 8:12] = (bytes8[:, 1::2] >> np.uint8(7)) * np.uint8(0xFF)
-    idx = np.minimum(_lanes(sel).view(np.uint8).reshape(LANES, 4), np.uint8(15)) + _PERM_ROW
-    return _PERM_TABLE.ravel().take(idx).view(np.uint32).reshape(LANES)
+    """``v_perm_b32`` on sources of any (broadcastable) shape: each result byte
+    looked up in its lane's 16-entry table (0..7 the bytes of ``{s0, s1}``, s1
+    the low four; 8..11 the sign of bytes 1, 3, 5, 7 replicated; 12 zero; 13..15
+    0xff; selectors above 15 read entry 15)."""
+    s0, s1, sel = np.broadcast_arrays(np.asarray(s0, np.uint32), np.asarray(s1, np.uint32), np.asarray(sel, np.uint32))
+    data = (s0.astype(np.uint64) << np.uint64(32)) | s1.astype(np.uint64)
+    table = np.empty(data.shape + (16,), np.uint8)
+    table[..., :8] = (data[..., None] >> _BYTE_SHIFTS) & np.uint64(0xFF)
+    table[..., 8:12] = (table[..., 1:8:2] >> np.uint8(7)) * np.uint8(0xFF)
+    table[..., 12] = 0
+    table[..., 13:] = 0xFF
+    idx = np.minimum((sel.astype(np.uint64)[..., None] >> _BYTE_SHIFTS[:4]) & np.uint64(0xFF), np.uint64(15))
+    picked = np.take_along_axis(table, idx.astype(np.intp), axis=-1).astype(np.uint32)
+    return np.bitwise_or.reduce(picked << _BYTE_SHIFTS[:4].astype(np.uint32), axis=-1)
 
 
 def _bfe_i32(x: np.ndarray, off: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -135,13 +140,13 @@ def _bfrev(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rev).view(np.uint32).reshape(LANES)
 
 
-_UNARY = {
+_UNARY: dict[str, Callable[..., Any]] = {
     "v_mov_b32": lambda a: a,
     "v_not_b32": lambda a: ~a,
     "v_bfrev_b32": _bfrev,
 }
 
-_BINARY = {
+_BINARY: dict[str, Callable[..., Any]] = {
     "v_add_u32": lambda a, b: a + b,
     "v_sub_u32": lambda a, b: a - b,
     "v_subrev_u32": lambda a, b: b - a,
@@ -161,7 +166,7 @@ _BINARY = {
     "v_bcnt_u32_b32": lambda a, b: np.bitwise_count(a).astype(np.uint32) + b,
 }
 
-_TERNARY = {
+_TERNARY: dict[str, Callable[..., Any]] = {
     "v_add3_u32": lambda a, b, c: a + b + c,
     "v_add_lshl_u32": lambda a, b, c: (a + b) << _sh5(c),
     "v_lshl_add_u32": lambda a, b, c: (a << _sh5(b)) + c,
@@ -202,10 +207,10 @@ def _make(fn, nsrc: int):
 
 
 def _decoder(fn, nsrc: int, sdwa: bool):
-    """The decoder of a ``_make`` op: a closure with its sources' readers and its
-    destination bound, for the forms without SDWA or modifiers that read at
-    least one VGPR; it runs the handler on a wave whose EXEC is partial."""
-    def decode(ins: Instr):
+    """The batched decoder of a ``_make`` op: a core with its sources' readers
+    and its destination bound, for the forms without SDWA or modifiers that
+    read at least one VGPR."""
+    def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, nsrc + 1, frozenset(), sdwa, False)
         except SimError:
@@ -223,49 +228,43 @@ def _decoder(fn, nsrc: int, sdwa: bool):
             readers = [plain_source(o) for o in ins.ops[1:]]
         else:
             return None
-        if any(r is None for r in readers):
+        bound = [r for r in readers if r is not None]
+        if len(bound) != len(readers):
             return None
-        d, h = ins.ops[0].index, OPS[ins.base]
+        d = ins.ops[0].index
         if nsrc == 1:
-            (ra,) = readers
+            (ra,) = bound
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = fn(ra(w))
-                else:
-                    h(w, ins)
+            def core(w) -> None:
+                w.vb[:, d] = fn(ra(w))
         elif nsrc == 2:
-            ra, rb = readers
+            ra, rb = bound
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = fn(ra(w), rb(w))
-                else:
-                    h(w, ins)
+            def core(w) -> None:
+                w.vb[:, d] = fn(ra(w), rb(w))
         else:
-            ra, rb, rc = readers
+            ra, rb, rc = bound
 
-            def run(w: Wave) -> None:
-                s = w.s
-                if s[126] == FULL and s[127] == FULL:
-                    w.v[d] = fn(ra(w), rb(w), rc(w))
-                else:
-                    h(w, ins)
-        return run
+            def core(w) -> None:
+                w.vb[:, d] = fn(ra(w), rb(w), rc(w))
+        return core
     return decode
 
 
+# Ops whose arithmetic lays the 64 lanes out itself (a per-lane byte table): no batched form.
+_LANE_SHAPED = {"v_bfrev_b32"}
+
 for _name, _fn in _UNARY.items():
     _vop(_name, nops=2, sdwa=True)(_make(_fn, 1))
-    decoder(_name)(_decoder(_fn, 1, True))
+    if _name not in _LANE_SHAPED:
+        batched(_name)(_decoder(_fn, 1, True))
 for _name, _fn in _BINARY.items():
     _vop(_name, nops=3, sdwa=_name not in _VOP3_ONLY)(_make(_fn, 2))
-    decoder(_name)(_decoder(_fn, 2, _name not in _VOP3_ONLY))
+    batched(_name)(_decoder(_fn, 2, _name not in _VOP3_ONLY))
 for _name, _fn in _TERNARY.items():
     _vop(_name, nops=4)(_make(_fn, 3))
-    decoder(_name)(_decoder(_fn, 3, False))
+    if _name not in _LANE_SHAPED:
+        batched(_name)(_decoder(_fn, 3, False))
 
 
 @_vop("v_bitop3_b32", nops=4, mods=("bitop3",))
@@ -292,7 +291,7 @@ def mbcnt(w: Wave, ins: Instr) -> None:
 
 # ---- 64-bit results -----------------------------------------------------------------
 
-_SHIFT64 = {
+_SHIFT64: dict[str, Callable[..., Any]] = {
     "v_lshlrev_b64": lambda s, x: x << s,
     "v_lshrrev_b64": lambda s, x: x >> s,
     "v_ashrrev_i64": lambda s, x: (x.view(np.int64) >> s.astype(np.int64)).view(np.uint64),
@@ -358,7 +357,7 @@ for _name, _cin, _rev, _sub in (("v_add_co_u32", False, False, False), ("v_addc_
 
 # ---- compares ------------------------------------------------------------------------
 
-_CMP = {
+_CMP: dict[str, Callable[..., Any]] = {
     "f": lambda a, b: np.zeros(LANES, bool), "lt": np.less, "eq": np.equal, "le": np.less_equal,
     "gt": np.greater, "ne": np.not_equal, "ge": np.greater_equal, "t": lambda a, b: np.ones(LANES, bool),
 }
@@ -434,3 +433,133 @@ def writelane_b32(w: Wave, ins: Instr) -> None:
     if dst.kind != "v":
         raise SimError(f"v_writelane_b32: destination {dst.text} is not a VGPR at {ins.where()}")
     w.v[dst.index, w.sget(ins.ops[2]) & 63] = w.sget(ins.ops[1])
+
+
+# ---- batched forms of the mask and 64-bit ops ----------------------------------------------
+
+_LANE_BIT = np.uint64(1) << _LANE
+
+
+def _mask_reader(o: Operand):
+    """A reader ``fn(view)`` of a lane mask in an SGPR pair: bool ``[n, 64]``; None otherwise."""
+    if o.kind != "s" or o.count != 2 or o.neg or o.abs or o.sext:
+        return None
+    i = o.index
+
+    def read(w) -> np.ndarray:
+        sb = w.sb
+        bits = sb[:, i].astype(np.uint64) | sb[:, i + 1].astype(np.uint64) << np.uint64(32)
+        return (bits[:, None] & _LANE_BIT) != 0
+    return read
+
+
+def _put_mask(w, o: Operand, mask: np.ndarray) -> None:
+    """Write bool ``mask`` (``[n, 64]`` or broadcastable) to SGPR pair ``o`` of every wave (EXEC full)."""
+    n = w.vb.shape[0]
+    bits = np.bitwise_or.reduce(np.where(np.broadcast_to(mask, (n, LANES)), _LANE_BIT, np.uint64(0)), axis=1)
+    w.sb[:, o.index] = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    w.sb[:, o.index + 1] = (bits >> np.uint64(32)).astype(np.uint32)
+
+
+def _source64(o: Operand):
+    """A reader ``fn(view)`` of a 64-bit source as uint64 (``[n, 64]``, ``[n, 1]``
+    or a constant, inline integers sign-extended); None for modifiers."""
+    if o.neg or o.abs or o.sext:
+        return None
+    i = o.index
+    if o.kind == "v" and o.count == 2:
+        return lambda w: w.vb[:, i].astype(np.uint64) | w.vb[:, i + 1].astype(np.uint64) << np.uint64(32)
+    if o.kind == "s" and o.count == 2:
+        return lambda w: (w.sb[:, i].astype(np.uint64) | w.sb[:, i + 1].astype(np.uint64) << np.uint64(32))[:, None]
+    if o.kind == "const":
+        c = np.uint64(o.bits64)
+        return lambda w: c
+    return None
+
+
+def _put64(w, d: int, value: np.ndarray) -> None:
+    """Write uint64 ``[n, 64]`` to VGPR pair ``d`` of every wave (EXEC full)."""
+    w.vb[:, d] = (value & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    w.vb[:, d + 1] = (value >> np.uint64(32)).astype(np.uint32)
+
+
+def _plain_form(ins: Instr, nops: int) -> bool:
+    """Whether ``ins`` is the plain (e32/e64, no modifier) form with ``nops`` operands
+    that the handler accepts too."""
+    return ins.enc in ("e32", "e64", "") and not ins.mods and len(ins.ops) == nops
+
+
+def _cmp_decoder(rel, signed: bool):
+    """The batched decoder of ``v_cmp_*_{i32,u32}`` (not ``v_cmpx``): the compare of
+    every wave's lanes to its SGPR-pair destination."""
+    def decode(ins: Instr) -> Core | None:
+        if not _plain_form(ins, 3) or ins.ops[0].kind != "s" or ins.ops[0].count != 2:
+            return None
+        ra, rb = plain_source(ins.ops[1]), plain_source(ins.ops[2])
+        if ra is None or rb is None:
+            return None
+        d = ins.ops[0]
+
+        def core(w) -> None:
+            a, b = ra(w), rb(w)
+            _put_mask(w, d, rel(_i32(a), _i32(b)) if signed else rel(a, b))
+        return core
+    return decode
+
+
+for _rel in ("lt", "eq", "le", "gt", "ne", "ge"):
+    for _ty in ("i32", "u32"):
+        batched(f"v_cmp_{_rel}_{_ty}")(_cmp_decoder(_CMP[_rel], _ty[0] == "i"))
+
+
+@batched("v_cndmask_b32")
+def _cndmask_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_cndmask_b32`` without modifiers, its mask in an SGPR pair."""
+    if not _plain_form(ins, 4):
+        return None
+    ra, rb, rm = plain_source(ins.ops[1]), plain_source(ins.ops[2]), _mask_reader(ins.ops[3])
+    if ra is None or rb is None or rm is None or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = np.where(rm(w), rb(w), ra(w))
+    return core
+
+
+@batched("v_lshl_add_u64")
+def _lshl_add_u64_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_lshl_add_u64``; a shift above 4 is left to the handler."""
+    if not _plain_form(ins, 4) or ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+        return None
+    ra, rs, rc = _source64(ins.ops[1]), plain_source(ins.ops[2]), _source64(ins.ops[3])
+    if ra is None or rs is None or rc is None:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> bool | None:
+        shift = rs(w) & np.uint32(7)
+        if (shift > 4).any():
+            return False
+        _put64(w, d, (ra(w) << _u64(shift)) + rc(w))
+        return None
+    return core
+
+
+@batched("v_mad_u64_u32")
+def _mad_u64_u32_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_mad_u64_u32``: the carry mask to its SGPR pair."""
+    if not _plain_form(ins, 5) or ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+        return None
+    carry = ins.ops[1]
+    ra, rb, rc = plain_source(ins.ops[2]), plain_source(ins.ops[3]), _source64(ins.ops[4])
+    if ra is None or rb is None or rc is None or carry.kind != "s" or carry.count != 2:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        prod = _u64(ra(w)) * _u64(rb(w))
+        total = prod + rc(w)
+        _put_mask(w, carry, total < prod)
+        _put64(w, d, total)
+    return core
