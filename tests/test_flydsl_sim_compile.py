@@ -114,3 +114,17 @@ def test_a_fresh_compile_gives_the_bundled_assembly_byte_for_byte(tmp_path, monk
     path = C.assembly_path("gfx942", 16, 2, 8, "planar")
     assert path.read_bytes() == shipped[member]
     assert path.with_suffix(".json").read_bytes() == shipped[member[:-2] + ".json"]
+
+
+def test_the_bundle_command_rebuilds_the_shipped_bundle_byte_for_byte(tmp_path, monkeypatch):
+    why = flydsl_missing() or (None if rocm_path()[0] else rocm_path()[1])
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(f"the command compiles what is missing, and cannot here: {why}")
+    copy = tmp_path / C.BUNDLE.name
+    copy.write_bytes(C.BUNDLE.read_bytes())
+    monkeypatch.setenv("NVFP4_SIM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(C, "BUNDLE", copy)
+    assert C.main(["--bundle"]) == 0  # every configuration from the copy: nothing compiles
+    assert copy.read_bytes() == Path(C.__file__).with_name("compiled.tar.xz").read_bytes()

@@ -165,18 +165,28 @@ def needed(archs=ARCHS, mutant: str | None = None, topks=TOPKS) -> list[str]:
             for lay in lanes.LAYOUTS]
 
 
-@functools.lru_cache(maxsize=4)
-def _bundle_members(path: Path, mtime_ns: int) -> frozenset[str]:
+@functools.lru_cache(maxsize=2)
+def _bundle_files(path: Path, mtime_ns: int) -> dict[str, bytes]:
+    """Every file of the archive (about 12 MB): an xz stream is read from its
+    start, so one read serves every lookup and copy of a process."""
     with tarfile.open(path, "r:xz") as tar:
-        return frozenset(tar.getnames())
+        files = {}
+        for m in tar.getmembers():
+            data = tar.extractfile(m)
+            if data is None:
+                raise CompileError(f"{path}: {m.name} is not a regular file")
+            files[m.name] = data.read()
+        return files
+
+
+def _bundle(path: Path) -> dict[str, bytes]:
+    return _bundle_files(path, path.stat().st_mtime_ns) if path.exists() else {}
 
 
 def bundled(name: str, version: str | None = None) -> str | None:
     """The bundle's file name of configuration ``name`` (a ``stem``) compiled by
     FlyDSL ``version`` (None: any version, the highest name), or None."""
-    if not BUNDLE.exists():
-        return None
-    members = _bundle_members(BUNDLE, BUNDLE.stat().st_mtime_ns)
+    members = _bundle(BUNDLE)
     found = sorted(m for m in members if m.startswith(f"{name}-fly") and m.endswith(".s")
                    and m[:-2] + ".json" in members and (version is None or m == f"{name}-fly{version}.s"))
     return found[-1] if found else None
@@ -185,18 +195,14 @@ def bundled(name: str, version: str | None = None) -> str | None:
 def unbundle(member: str) -> Path:
     """Copy one bundled assembly (``bundled``'s name) and its argument-order
     record into the cache; returns the assembly's path there."""
-    dest = cache_dir() / member
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(BUNDLE, "r:xz") as tar:
-        for name in (member[:-2] + ".json", member):  # the record first: an .s alone is not an entry
-            data = tar.extractfile(name)
-            if data is None:
-                raise CompileError(f"{BUNDLE}: {name} is not a regular file")
-            out = cache_dir() / name
-            tmp = out.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(data.read())
-            tmp.replace(out)
-    return dest
+    files = _bundle(BUNDLE)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    for name in (member[:-2] + ".json", member):  # the record first: an .s alone is not an entry
+        out = cache_dir() / name
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(files[name])
+        tmp.replace(out)
+    return cache_dir() / member
 
 
 def write_bundle(path: Path = BUNDLE) -> list[str]:
@@ -205,13 +211,7 @@ def write_bundle(path: Path = BUNDLE) -> list[str]:
     that the cache lacks. Deterministic: sorted names, zero times and owners,
     xz preset 9, so the same entries give the same bytes. Returns the names."""
     key = _source_key()
-    files: dict[str, bytes] = {}
-    if path.exists():
-        with tarfile.open(path, "r:xz") as tar:
-            for m in tar.getmembers():
-                data = tar.extractfile(m)
-                if f"-{key}-fly" in m.name and data is not None:
-                    files[m.name] = data.read()
+    files = {name: data for name, data in _bundle(path).items() if f"-{key}-fly" in name}
     for f in cache_dir().glob(f"*-{key}-fly*.s"):
         if f.with_suffix(".json").exists():
             files[f.name] = f.read_bytes()
