@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from nvfp4_suite.kernels.flydsl.sim import backend as SB
+from nvfp4_suite.kernels.flydsl.sim import compile as C
 from nvfp4_suite.kernels.flydsl.sim.program import parse_program
 from nvfp4_suite.kernels.flydsl.sim.wave import SimError
 from nvfp4_suite.kernels.flydsl.targets import ARCHS
@@ -147,8 +148,10 @@ def test_workgroup_orders_agree_bitwise_and_tickets_return_to_zero(toolchain):
 
 # --- availability: what a call needs, named when missing ------------------------
 
-def _no_flydsl(monkeypatch):
+def _no_flydsl(monkeypatch, bundle=None):
+    """No FlyDSL here, and ``bundle`` (None: no shipped archive) as the compiled bundle."""
     monkeypatch.setattr(SB, "flydsl_missing", lambda: "FlyDSL is not installed (test)")
+    monkeypatch.setattr(C, "BUNDLE", bundle or C.BUNDLE.with_name("absent.tar.xz"))
 
 
 def _fake_cache(folder, names):
@@ -160,17 +163,24 @@ def _fake_cache(folder, names):
 def test_an_incomplete_compile_cache_is_unavailable_naming_the_missing_configurations(tmp_path, monkeypatch):
     monkeypatch.setenv("NVFP4_SIM_CACHE", str(tmp_path))
     _no_flydsl(monkeypatch)
-    need = [SB.stem("gfx950", t, s, x, lay) for t in SB.TOPK_BUCKETS for s in SB.SPLITS for x in SB.XCDS
+    need = [C.stem("gfx950", t, s, x, lay) for t in SB.TOPK_BUCKETS for s in SB.SPLITS for x in SB.XCDS
             for lay in SB.LAYOUTS]
     _fake_cache(tmp_path, need[:-1])
     why = SB.FlydslSimBackend("gfx950").available()
     assert why is not None and "FlyDSL is not installed (test)" in why and need[-1] in why
-    assert f"lacks 1 of the {len(need)}" in why
+    assert f"which lack 1 of the {len(need)}" in why
     _fake_cache(tmp_path, need[-1:])
     assert SB.FlydslSimBackend("gfx950").available() is None
     # The other target and a mutant need their own compiles.
-    assert "lacks" in SB.FlydslSimBackend("gfx942").available()
-    assert "lacks" in SB.FlydslSimBackend("gfx950", mutant="ticket_not_reset").available()
+    assert "which lack " in SB.FlydslSimBackend("gfx942").available()
+    assert "which lack " in SB.FlydslSimBackend("gfx950", mutant="ticket_not_reset").available()
+
+
+def test_without_flydsl_or_a_cache_the_shipped_bundle_makes_both_targets_available(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVFP4_SIM_CACHE", str(tmp_path))
+    _no_flydsl(monkeypatch, bundle=C.BUNDLE)
+    assert [SB.FlydslSimBackend(a).available() for a in ARCHS] == [None, None]
+    assert not list(tmp_path.iterdir())  # looking copies nothing
 
 
 def test_check_with_an_incomplete_cache_is_exit_2_with_the_reason_not_a_verdict(tmp_path, monkeypatch, capsys):
@@ -178,10 +188,10 @@ def test_check_with_an_incomplete_cache_is_exit_2_with_the_reason_not_a_verdict(
 
     monkeypatch.setenv("NVFP4_SIM_CACHE", str(tmp_path))
     _no_flydsl(monkeypatch)
-    _fake_cache(tmp_path, [SB.stem("gfx950", 16, 1, 0, "token_rows")])
+    _fake_cache(tmp_path, [C.stem("gfx950", 16, 1, 0, "token_rows")])
     assert main(["check", "--backend", "flydsl-sim-gfx950", "--examples", "1"]) == 2
     err = capsys.readouterr()
-    assert "not available here" in err.err and "lacks" in err.err
+    assert "not available here" in err.err and "which lack " in err.err
     assert "CONFORMANT" not in err.out + err.err
 
 

@@ -105,7 +105,7 @@ def test_a_fresh_compile_gives_the_bundled_assembly_byte_for_byte(tmp_path, monk
     import tarfile
 
     name = C.stem("gfx942", 16, 2, 8, "planar")
-    member = C.bundled(name, C._flydsl_version())
+    member = C.bundled(name, C.flydsl_version())
     assert member is not None, f"{C.BUNDLE.name} lacks {name} for this FlyDSL version"
     with tarfile.open(C.BUNDLE, "r:xz") as tar:
         shipped = {n: tar.extractfile(n).read() for n in (member, member[:-2] + ".json")}

@@ -157,6 +157,28 @@ def compile_configs(arch: str, configs: list[tuple], rocm: str) -> list[dict]:
     return rows
 
 
+def shipped_rows(arch: str, configs: list[tuple]) -> list[dict]:
+    """Result rows of ``configs`` (``(topk, splits, xcds, layout)``) of ``arch``
+    read from the assemblies the suite ships (``sim.compile.BUNDLE``: what the
+    installed FlyDSL compiles from these sources), without compiling; their
+    ``compile_s`` is 0. Needs FlyDSL (the ``Shared`` struct's size). Raises
+    LookupError naming a configuration the bundle lacks for this FlyDSL version."""
+    from .decode import compile_nvfp4_sparse_decode
+    from .sim import compile as C
+
+    rows = []
+    for topk, splits, xcds, layout in configs:
+        name = C.stem(arch, topk, splits, xcds, layout)
+        text = C.bundled_text(name, C.flydsl_version())
+        if text is None:
+            raise LookupError(f"{C.BUNDLE.name} has no {name} from FlyDSL {C.flydsl_version()}: "
+                              "python -m nvfp4_suite.kernels.flydsl.sim.compile --bundle")
+        launch = compile_nvfp4_sparse_decode(splits=splits, topk=topk, xcds=xcds, layout=layout)
+        rows.append({"arch": arch, "topk": topk, "splits": splits, "xcds": xcds, "layout": layout,
+                     "compile_s": 0.0, "lds_expected": expected_lds(launch.shared, splits), **parse_isa(text)})
+    return rows
+
+
 def format_table(rows: list[dict]) -> str:
     """The resource table: one line per configuration, failures named."""
     head = (f"{'arch':7} {'layout':10} {'topk':>4} {'spl':>3} {'xcd':>3} {'regs':>4} {'vgpr':>4} {'agpr':>4} "

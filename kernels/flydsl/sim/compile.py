@@ -81,7 +81,7 @@ def _source_key() -> str:
     return h.hexdigest()[:16]
 
 
-def _flydsl_version() -> str | None:
+def flydsl_version() -> str | None:
     """The installed FlyDSL's version from its package metadata (importing
     FlyDSL imports torch, seconds per process: a cached kernel needs neither),
     or None when it is not installed."""
@@ -133,7 +133,7 @@ def store(dump: Path, arch: str, topk: int, splits: int, xcds: int, layout: str,
     """Keep one compile's dump folder (``FLYDSL_DUMP_DIR/<kernel name>`` with
     ``22_final_isa.s`` and ``00_origin.mlir``) in the cache; returns the assembly's path.
     Runs where FlyDSL is installed (the compile just made the dump)."""
-    path = cache_dir() / f"{_stem(arch, topk, splits, xcds, layout, mutant)}-fly{_flydsl_version()}.s"
+    path = cache_dir() / f"{_stem(arch, topk, splits, xcds, layout, mutant)}-fly{flydsl_version()}.s"
     order = launch_arg_order(Path(dump, "00_origin.mlir").read_text())
     path.parent.mkdir(parents=True, exist_ok=True)
     for dest, text in ((path.with_suffix(".json"), json.dumps({"launch_args": order})),
@@ -192,6 +192,12 @@ def bundled(name: str, version: str | None = None) -> str | None:
     return found[-1] if found else None
 
 
+def bundled_text(name: str, version: str | None = None) -> str | None:
+    """The bundled assembly of configuration ``name`` (as ``bundled``), or None."""
+    member = bundled(name, version)
+    return None if member is None else _bundle(BUNDLE)[member].decode()
+
+
 def unbundle(member: str) -> Path:
     """Copy one bundled assembly (``bundled``'s name) and its argument-order
     record into the cache; returns the assembly's path there."""
@@ -244,7 +250,7 @@ def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str 
         raise ValueError(f"arch must be one of {ARCHS} and layout one of {paged_cache.LAYOUTS}, "
                          f"got {arch!r}, {layout!r}")
     stem = _stem(arch, topk, splits, xcds, layout, mutant)
-    version = _flydsl_version()
+    version = flydsl_version()
     path = cache_dir() / f"{stem}-fly{version}.s"
     if version is not None and path.exists() and path.with_suffix(".json").exists():
         return path
