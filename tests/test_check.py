@@ -237,3 +237,16 @@ def test_a_suite_error_that_does_not_repeat_is_hypothesis_flaky_error_not_a_verd
     monkeypatch.setattr(check, "run_case", run_case_failing_once)
     with pytest.raises(Flaky):  # it holds the RuntimeError (how depends on hypothesis' version)
         check_generated(hostile.Correct(), examples=5, seed=0)
+
+
+def test_when_the_minimising_budget_runs_out_hypothesis_draws_nothing_more(tmp_path, monkeypatch):
+    import mutants
+
+    # Before, tries past the budget passed unrun and hypothesis' shrinker went on
+    # drawing them: a 3 s budget took minutes. Now the first try past it ends the run.
+    drawn = tmp_path / "drawn"
+    monkeypatch.setenv("NVFP4_DRAWN", str(drawn))
+    gen = check_generated(mutants.PlacementBug(), 20, 0, shrink_budget_s=0.0)
+    assert gen.failing is not None and gen.failing.unfinished == "the minimising budget of 0 s ran out"
+    assert gen.stopped is None and not gen.ok
+    assert len(drawn.read_text().splitlines()) == gen.n + 1  # the problems, and the one try that stopped it

@@ -379,9 +379,8 @@ class _GeneratedState:
     counts); from then on hypothesis minimises and only ``tries`` counts.
     ``failing``: the smallest failing problem so far (by ``problem_size``),
     None until the first failure; ``since``: when that failure was seen, the
-    start of the minimising budget; ``failed``: ``digest`` of each failing
-    problem and launch -> its report's text; ``cut``: a try was not run, the
-    budget having run out; ``reported``: when the last minimising progress line
+    start of the minimising budget; ``cut``: minimising stopped, the budget
+    having run out; ``reported``: when the last minimising progress line
     was printed."""
 
     n: int = 0
@@ -392,9 +391,12 @@ class _GeneratedState:
     failing: FailingProblem | None = None
     since: float = 0.0
     tries: int = 0
-    failed: dict[str, str] = dataclasses.field(default_factory=dict)
     cut: bool = False
     reported: float = 0.0
+
+
+class _OutOfTime(KeyboardInterrupt):
+    """Raised inside a minimising try when ``shrink_budget_s`` has run out."""
 
 
 def check_generated(backend, examples: int, seed: int, splits_choice=None, progress=None,
@@ -421,7 +423,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     # repeat (6.108 and later raise its subclass FlakyFailure).
     from hypothesis.errors import Flaky
 
-    from .strategies import digest, run_generated
+    from .strategies import run_generated
 
     coverage = Coverage(backend.capabilities, splits_choice)
     state = _GeneratedState()
@@ -433,14 +435,13 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     def prop(problem, launch):
         """One generated problem: run, compare, record coverage; raise on failure."""
         interrupts.stop_if_asked()
-        key = digest(problem, launch)
         if over_budget():
-            # Minimising ran out of time: a try already seen failing fails the same
-            # way, any other is not run; hypothesis keeps the smallest that failed.
+            # Minimising ran out of time: stop hypothesis at once (a KeyboardInterrupt
+            # is the one exception it does not treat as a failure to minimise; letting
+            # tries pass kept its shrinker drawing them for minutes). The smallest
+            # failing problem so far is recorded.
             state.cut = True
-            if key in state.failed:
-                raise AssertionError(state.failed[key])
-            return
+            raise _OutOfTime()
         rep = None
         try:
             _, rep = run_case(backend, problem, launch)
@@ -461,7 +462,6 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             state.tries += 1
         if not ok:
             # Recorded before anything is printed: an interruption from here on keeps it.
-            state.failed[key] = text
             best = state.failing
             if best is None or problem_size(problem) <= problem_size(best.problem):
                 state.failing = FailingProblem(problem, launch, text)
@@ -492,6 +492,8 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         _rerun_flaky(backend, state.failing)
     except interrupts.Interrupted as e:
         stopped = e.reason
+    except _OutOfTime:
+        pass
     failing = state.failing
     if failing is not None and stopped:
         failing.unfinished = f"the run stopped ({stopped})"
