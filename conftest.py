@@ -52,3 +52,19 @@ def one_cpu_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="session")
+def flydsl_compiler():
+    """The ``ROCM_PATH`` whose ``ld.lld`` links FlyDSL's compile-only code objects.
+    Where FlyDSL or ``ld.lld`` >= 19 is missing the test skips with the reason,
+    unless ``NVFP4_REQUIRE_COMPILE=1`` (set by ``.ci/run``) makes that a failure."""
+    from nvfp4_suite.kernels.flydsl.host import flydsl_missing, rocm_path
+
+    rocm, note = rocm_path()
+    why = flydsl_missing() or (None if rocm else note)
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+    return rocm

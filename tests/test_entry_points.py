@@ -2,6 +2,7 @@
 small task (on a GPU, under ``-m gpu``, for those that need one; the no-GPU
 path is then exit 2 with the reason). ``kernels.flydsl.sim.*`` are tested
 beside the simulator (tests/test_flydsl_sim_*.py); the small tasks of
+``kernels.flydsl.resources`` (tests/test_flydsl_resources.py),
 ``vectors.signatures``, ``vectors.sim_sweep`` and ``vectors.sim_bench`` are in their
 own test files (tests/test_blame.py, test_sim_sweep.py, test_sim_bench.py).
 
@@ -149,19 +150,3 @@ def test_gpu_commands_run_small(args):
     assert r.returncode == 0 and "FAILED" not in r.stdout and " us" in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.compile_only
-def test_resources_compiles_one_configuration():
-    from nvfp4_suite.kernels.flydsl.backend import flydsl_missing
-    from nvfp4_suite.kernels.flydsl.resources import rocm_path
-
-    rocm, note = rocm_path()
-    why = flydsl_missing() or (None if rocm else note)
-    if why:
-        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
-            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
-        pytest.skip(why)
-    r = _m("nvfp4_suite.kernels.flydsl.resources", "--arch", "gfx950", "--topk", "1", "--splits", "1", "--xcds", "0",
-           "--jobs", "1")
-    assert r.returncode == 0 and "1 of 1 configurations pass" in r.stderr, r.stdout + r.stderr
-    row = r.stdout.splitlines()[-1]
-    assert row.split()[:5] == ["gfx950", "token_rows", "1", "1", "0"] and row.endswith("ok"), r.stdout

@@ -13,30 +13,18 @@ missing they skip with the reason, unless ``NVFP4_REQUIRE_COMPILE=1`` (set by
 ``.ci/run``) makes that a failure.
 """
 
-import os
 
 import pytest
 
-from nvfp4_suite.kernels.flydsl.host import TOPKS, XCDS, flydsl_missing, rocm_path
+from nvfp4_suite.kernels.flydsl.host import TOPKS, XCDS
 from nvfp4_suite.kernels.flydsl.resources import ARCHS, SPLITS, compile_configs, format_table, problems, shipped_rows
 
 pytestmark = pytest.mark.compile_only
 
 
-@pytest.fixture(scope="module")
-def toolchain():
-    rocm, note = rocm_path()
-    why = flydsl_missing() or (None if rocm else note)
-    if why:
-        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
-            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
-        pytest.skip(why)
-    return rocm
-
-
 @pytest.mark.parametrize("topk", TOPKS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_every_split_and_xcd_setting_compiles_without_scratch_within_256_registers(toolchain, arch, topk):
+def test_every_split_and_xcd_setting_compiles_without_scratch_within_256_registers(flydsl_compiler, arch, topk):
     rows = shipped_rows(arch, [(topk, s, x, "token_rows") for s in SPLITS for x in XCDS])
     print(format_table(rows))
     assert len(rows) == len(SPLITS) * len(XCDS)
@@ -45,20 +33,20 @@ def test_every_split_and_xcd_setting_compiles_without_scratch_within_256_registe
 
 @pytest.mark.parametrize("topk", TOPKS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_the_planar_loader_compiles_within_the_same_budget(toolchain, arch, topk):
+def test_the_planar_loader_compiles_within_the_same_budget(flydsl_compiler, arch, topk):
     rows = shipped_rows(arch, [(topk, s, x, "planar") for s in SPLITS for x in XCDS])
     print(format_table(rows))
     assert len(rows) == len(SPLITS) * len(XCDS) and not [r for r in rows if problems(r)], format_table(rows)
 
 
-def test_a_fresh_compile_gives_the_shipped_configurations_row(toolchain):
+def test_a_fresh_compile_gives_the_shipped_configurations_row(flydsl_compiler):
     config = (33, 2, 0, "planar")
-    fresh, shipped = compile_configs("gfx950", [config], toolchain)[0], shipped_rows("gfx950", [config])[0]
+    fresh, shipped = compile_configs("gfx950", [config], flydsl_compiler)[0], shipped_rows("gfx950", [config])[0]
     assert fresh.pop("compile_s") > 0 and shipped.pop("compile_s") == 0
     assert fresh == shipped
 
 
-def test_out_of_range_topk_splits_or_layout_is_refused_before_compiling(toolchain):
+def test_out_of_range_topk_splits_or_layout_is_refused_before_compiling(flydsl_compiler):
     from nvfp4_suite.kernels.flydsl.decode import compile_nvfp4_sparse_decode
 
     for kw in ({"topk": 0}, {"topk": 65}, {"splits": 0}):

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from nvfp4_suite.kernels.flydsl.host import flydsl_missing, rocm_path
 from nvfp4_suite.kernels.flydsl.sim import compile as C
 from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
 
@@ -96,12 +95,7 @@ def test_the_shipped_bundle_holds_every_configuration_of_the_current_sources():
                         f"sources (first: {absent[0]}): python -m nvfp4_suite.kernels.flydsl.sim.compile --bundle")
 
 
-def test_a_fresh_compile_gives_the_bundled_assembly_byte_for_byte(tmp_path, monkeypatch):
-    why = flydsl_missing() or (None if rocm_path()[0] else rocm_path()[1])
-    if why:
-        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
-            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
-        pytest.skip(f"cannot compile here: {why}")
+def test_a_fresh_compile_gives_the_bundled_assembly_byte_for_byte(flydsl_compiler, tmp_path, monkeypatch):
     import tarfile
 
     name = C.stem("gfx942", 16, 2, 8, "planar")
@@ -116,12 +110,7 @@ def test_a_fresh_compile_gives_the_bundled_assembly_byte_for_byte(tmp_path, monk
     assert path.with_suffix(".json").read_bytes() == shipped[member[:-2] + ".json"]
 
 
-def test_the_bundle_command_rebuilds_the_shipped_bundle_byte_for_byte(tmp_path, monkeypatch):
-    why = flydsl_missing() or (None if rocm_path()[0] else rocm_path()[1])
-    if why:
-        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
-            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
-        pytest.skip(f"the command compiles what is missing, and cannot here: {why}")
+def test_the_bundle_command_rebuilds_the_shipped_bundle_byte_for_byte(flydsl_compiler, tmp_path, monkeypatch):
     copy = tmp_path / C.BUNDLE.name
     copy.write_bytes(C.BUNDLE.read_bytes())
     monkeypatch.setenv("NVFP4_SIM_CACHE", str(tmp_path / "cache"))
