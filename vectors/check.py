@@ -379,8 +379,7 @@ class _GeneratedState:
     counts); from then on hypothesis minimises and only ``tries`` counts.
     ``failing``: the smallest failing problem so far (by ``problem_size``),
     None until the first failure; ``since``: when that failure was seen, the
-    start of the minimising budget; ``cut``: minimising stopped, the budget
-    having run out; ``reported``: when the last minimising progress line
+    start of the minimising budget; ``reported``: when the last minimising progress line
     was printed."""
 
     n: int = 0
@@ -391,7 +390,6 @@ class _GeneratedState:
     failing: FailingProblem | None = None
     since: float = 0.0
     tries: int = 0
-    cut: bool = False
     reported: float = 0.0
 
 
@@ -440,7 +438,6 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             # is the one exception it does not treat as a failure to minimise; letting
             # tries pass kept its shrinker drawing them for minutes). The smallest
             # failing problem so far is recorded.
-            state.cut = True
             raise _OutOfTime()
         rep = None
         try:
@@ -477,7 +474,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         if not ok:
             raise AssertionError(text)
 
-    stopped = None
+    stopped, cut = None, False
     try:
         run_generated(backend.capabilities, examples, seed, prop, splits_choice, shrink)
         interrupts.stop_if_asked()  # a signal whose exception hypothesis caught on the way
@@ -493,11 +490,11 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     except interrupts.Interrupted as e:
         stopped = e.reason
     except _OutOfTime:
-        pass
+        cut = True
     failing = state.failing
     if failing is not None and stopped:
         failing.unfinished = f"the run stopped ({stopped})"
-    elif failing is not None and state.cut:
+    elif failing is not None and cut:
         failing.unfinished = f"the minimising budget of {shrink_budget_s:g} s ran out"
     totals = {"elements": state.elements, "max_ratio": state.max_ratio, "max_ulp": state.max_ulp,
               "rounding": state.rounding}

@@ -136,11 +136,8 @@ def store(dump: Path, arch: str, topk: int, splits: int, xcds: int, layout: str,
     path = cache_dir() / f"{_stem(arch, topk, splits, xcds, layout, mutant)}-fly{flydsl_version()}.s"
     order = launch_arg_order(Path(dump, "00_origin.mlir").read_text())
     path.parent.mkdir(parents=True, exist_ok=True)
-    for dest, text in ((path.with_suffix(".json"), json.dumps({"launch_args": order})),
-                       (path, Path(dump, "22_final_isa.s").read_text())):
-        tmp = dest.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(dest)
+    _put(path.with_suffix(".json"), json.dumps({"launch_args": order}).encode())
+    _put(path, Path(dump, "22_final_isa.s").read_bytes())
     return path
 
 
@@ -157,12 +154,25 @@ def cached(name: str) -> Path | None:
     return found[-1] if found else None
 
 
+def _configs(archs=ARCHS, topks=TOPKS) -> list[tuple[str, int, int, int, str]]:
+    """``(arch, topk, splits, xcds, layout)`` of every configuration a launch on
+    ``archs`` may need: each compiled TOPK width in ``topks`` at every split
+    count, XCD placement and layout."""
+    return [(a, t, s, x, lay) for a in archs for t in topks for s in lanes.SPLITS for x in XCDS
+            for lay in lanes.LAYOUTS]
+
+
 def needed(archs=ARCHS, mutant: str | None = None, topks=TOPKS) -> list[str]:
     """The ``stem`` of every configuration a launch on ``archs`` may need
-    (``mutant``: that kernel mutant): each compiled TOPK width in ``topks``
-    at every split count, XCD placement and layout."""
-    return [stem(a, t, s, x, lay, mutant) for a in archs for t in topks for s in lanes.SPLITS for x in XCDS
-            for lay in lanes.LAYOUTS]
+    (``mutant``: that kernel mutant; see ``_configs``)."""
+    return [stem(*c, mutant) for c in _configs(archs, topks)]
+
+
+def _put(dest: Path, data: bytes) -> None:
+    """Write ``dest`` whole or not at all (another process may be reading the cache)."""
+    tmp = dest.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
 
 
 @functools.lru_cache(maxsize=2)
@@ -204,10 +214,7 @@ def unbundle(member: str) -> Path:
     files = _bundle(BUNDLE)
     cache_dir().mkdir(parents=True, exist_ok=True)
     for name in (member[:-2] + ".json", member):  # the record first: an .s alone is not an entry
-        out = cache_dir() / name
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(files[name])
-        tmp.replace(out)
+        _put(cache_dir() / name, files[name])
     return cache_dir() / member
 
 
@@ -228,9 +235,7 @@ def write_bundle(path: Path = BUNDLE) -> list[str]:
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(files[name]), 0o644
             tar.addfile(info, io.BytesIO(files[name]))
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    _put(path, buf.getvalue())
     return sorted(files)
 
 
@@ -315,13 +320,13 @@ def _bundle_command() -> int:
     if rocm is None:
         print(f"cannot build {BUNDLE.name}: {note}", file=sys.stderr)
         return 2
-    need = needed()
-    for i, name in enumerate(need, 1):
-        arch, k, s, x, layout = name.split("-")[:5]
-        if cached(name) is None:
-            print(f"[{i}/{len(need)}] compiling {name}", file=sys.stderr, flush=True)
+    configs = _configs()
+    for i, config in enumerate(configs, 1):
+        name = stem(*config)
+        if cached(name) is None and bundled(name, flydsl_version()) is None:
+            print(f"[{i}/{len(configs)}] compiling {name}", file=sys.stderr, flush=True)
         try:
-            assembly_path(arch, int(k[1:]), int(s[1:]), int(x[1:]), layout)
+            assembly_path(*config)
         except CompileError as e:
             print(e, file=sys.stderr)
             return 2

@@ -471,19 +471,34 @@ def _ds_form(ins: Instr, nops: int, mods: frozenset) -> bool:
     return ins.ops[0 if nops == 3 or ins.base.startswith("ds_write") else 1].kind == "v"
 
 
+def _ds_single(ins: Instr, n: int, size: int):
+    """For a one-address ``ds_read_*``/``ds_write_*`` moving ``n`` registers of
+    ``size`` bytes: its register operand (destination or data) and the function
+    giving each wave's LDS pool indices (None when a byte lies outside the LDS);
+    None when the form has no batched core."""
+    if not _ds_form(ins, 2, frozenset({"offset"})):
+        return None
+    regs, vaddr = ins.ops if ins.base.startswith("ds_read") else ins.ops[::-1]
+    if regs.kind != "v" or regs.count != n or vaddr.count != 1:
+        return None
+    off = int(ins.mods.get("offset", 0))
+
+    def index(view) -> np.ndarray | None:
+        return _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+    return regs, index
+
+
 @batched(*_DS_READS)
 def _ds_read_decoder(ins: Instr) -> Core | None:
     """The batched decoder of ``ds_read_*``: each wave from its workgroup's LDS."""
     size, n, signed = _DS_READS[ins.base]
-    if not _ds_form(ins, 2, frozenset({"offset"})):
+    form = _ds_single(ins, n, size)
+    if form is None:
         return None
-    vdst, vaddr = ins.ops
-    if vdst.kind != "v" or vdst.count != n or vaddr.count != 1:
-        return None
-    off = int(ins.mods.get("offset", 0))
+    vdst, index = form
 
     def core(view) -> bool | None:
-        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+        idx = index(view)
         if idx is None:
             return False
         _write_loaded(view, vdst.index, view.group.lds.pool[idx], size, signed)
@@ -495,15 +510,13 @@ def _ds_read_decoder(ins: Instr) -> Core | None:
 def _ds_write_decoder(ins: Instr) -> Core | None:
     """The batched decoder of ``ds_write_*``: waves in arrival order, lanes in lane order."""
     size, n = _DS_WRITES[ins.base]
-    if not _ds_form(ins, 2, frozenset({"offset"})):
+    form = _ds_single(ins, n, size)
+    if form is None:
         return None
-    vaddr, vdata = ins.ops
-    if vdata.kind != "v" or vdata.count != n or vaddr.count != 1:
-        return None
-    off = int(ins.mods.get("offset", 0))
+    vdata, index = form
 
     def core(view) -> bool | None:
-        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+        idx = index(view)
         if idx is None:
             return False
         view.group.lds.pool[idx] = _lane_bytes(view, vdata.index, n, size)
