@@ -171,12 +171,21 @@ def test_a_spec_that_does_not_load_fails_and_an_unavailable_backend_skips(tmp_pa
 
 
 def test_without_nvfp4_backend_the_plugin_adds_and_imports_nothing(tmp_path):
+    # What the plugin imports is what a run loads with it beyond a run without
+    # it: other plugins of the environment (a GPU runner's pytest-benchmark,
+    # say) may import numpy themselves.
     (tmp_path / "test_other.py").write_text(
-        "import sys\n\n\ndef test_other():\n"
-        "    assert not [m for m in sys.modules if m.startswith(('nvfp4_suite.kernels', 'nvfp4_suite.vectors.check', "
-        "'numpy'))]\n")
-    r = _pytest(tmp_path, "-q")
-    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("1 passed"), r.stdout + r.stderr
+        "import pathlib\nimport sys\n\n\ndef test_other():\n"
+        "    heavy = sorted(m for m in sys.modules if m.startswith(('nvfp4_suite.kernels', "
+        "'nvfp4_suite.vectors.check', 'numpy', 'hypothesis', 'torch')))\n"
+        "    pathlib.Path('loaded.txt').write_text('\\n'.join(heavy))\n")
+    loaded = {}
+    for label, args in (("with", ()), ("without", ("-p", "no:nvfp4_suite"))):
+        r = _pytest(tmp_path, "-q", *args)
+        assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("1 passed"), r.stdout + r.stderr
+        loaded[label] = set((tmp_path / "loaded.txt").read_text().split())
+    assert not [m for m in loaded["with"] if m.startswith("nvfp4_suite")], loaded["with"]
+    assert loaded["with"] == loaded["without"], sorted(loaded["with"] ^ loaded["without"])
     r = _pytest(tmp_path, "--help")
     assert "--nvfp4-backend=SPEC" in r.stdout
 

@@ -17,14 +17,17 @@ def test_torch_backend_passes_every_golden_vector():
 
 
 def test_tensor_entry_point_matches_the_backend():
+    # On the device the backend picks (CUDA where there is one): the entry point
+    # takes that device's tensors, and both give the same bytes there.
     p = random_problem(21, reqs=3, q_len=2, num_kv_heads=2, topk=6, layout="planar")
     b = get_backend("torch")
-    out = decode(torch.from_numpy(p.q).to(torch.bfloat16), torch.from_numpy(p.pool), torch.from_numpy(p.topk),
-                 torch.from_numpy(p.block_table), torch.from_numpy(p.seq_lens), layout=p.layout,
+    dev = b._device()
+    out = decode(torch.from_numpy(p.q).to(dev).to(torch.bfloat16), *(torch.from_numpy(a).to(dev) for a in
+                 (p.pool, p.topk, p.block_table, p.seq_lens)), layout=p.layout,
                  num_kv_heads=p.num_kv_heads, q_len=p.q_len, sm_scale=p.sm_scale,
                  k_global_scale=p.k_global_scale, v_global_scale=p.v_global_scale)
-    assert out.dtype == torch.bfloat16
-    assert np.array_equal(out.float().numpy(), b(p))
+    assert out.dtype == torch.bfloat16 and out.device.type == dev.type
+    assert np.array_equal(out.float().cpu().numpy(), b(p))
 
 
 def test_backend_restores_the_tf32_setting():
