@@ -59,14 +59,19 @@ def test_a_bundle_is_byte_identical_on_rebuild_and_keeps_only_the_current_source
     _fake_entry(cache, "gfx950-k1-s1-x0-planar-0123456789abcdef", "9", "; another source's\n")
     (cache / f"{C.stem('gfx950', 16, 1)}-fly9.s").write_text("; no record: not an entry\n")
     first, second = tmp_path / "one.tar.xz", tmp_path / "two.tar.xz"
-    names = C.write_bundle(first)
+    names = C.write_bundle(first, [a, b])
     assert names == sorted(f"{n}-fly9.{ext}" for n in (a, b) for ext in ("s", "json"))
-    # A rebuild from the cache and from the bundle alone (an empty cache) gives the same bytes.
-    C.write_bundle(second)
+    # A rebuild from the cache, with another configuration of these sources
+    # beside them, and from the bundle alone (an empty cache) gives the same bytes.
+    _fake_entry(cache, C.stem("gfx950", 16, 2, 0, "token_rows", "ticket_not_reset"), "9", "; not asked for\n")
+    C.write_bundle(second, [a, b])
     assert first.read_bytes() == second.read_bytes()
     for f in cache.iterdir():
         f.unlink()
-    assert C.write_bundle(second) == names and first.read_bytes() == second.read_bytes()
+    assert C.write_bundle(second, [a, b]) == names and first.read_bytes() == second.read_bytes()
+    with pytest.raises(C.CompileError, match=r"gfx950-k33-s1-x0-planar-.* is neither in the cache .* nor in "):
+        C.write_bundle(second, [a, C.stem("gfx950", 33, 1, 0, "planar")])
+    assert C.write_bundle(second, [a, b]) == names  # the failed write left the bundle whole
 
 
 def test_without_flydsl_a_configuration_comes_from_the_bundle_into_the_cache(tmp_path, monkeypatch):
@@ -76,7 +81,7 @@ def test_without_flydsl_a_configuration_comes_from_the_bundle_into_the_cache(tmp
     name = C.stem("gfx950", 33, 4, 0, "planar")
     _fake_entry(cache, name, "9", "; bundled\n")
     monkeypatch.setattr(C, "BUNDLE", tmp_path / "b.tar.xz")
-    C.write_bundle(C.BUNDLE)
+    C.write_bundle(C.BUNDLE, [name])
     for f in cache.iterdir():
         f.unlink()
     monkeypatch.setattr(C, "flydsl_missing", lambda: "FlyDSL is not installed")
@@ -88,11 +93,15 @@ def test_without_flydsl_a_configuration_comes_from_the_bundle_into_the_cache(tmp
         C.assembly_path("gfx950", 16, 4, 0, "planar")
 
 
-def test_the_shipped_bundle_holds_every_configuration_of_the_current_sources():
+def test_the_shipped_bundle_holds_every_configuration_of_the_current_sources_and_nothing_else():
     # A change to what the kernel is traced from changes every name: the bundle must be rebuilt.
-    absent = [n for n in C.needed() if C.bundled(n) is None]
-    assert not absent, (f"{C.BUNDLE.name} lacks {len(absent)} of {len(C.needed())} configurations of these "
+    want = [C.stem(*c) for c in C.bundle_configs()]
+    assert set(C.needed()) <= set(want)
+    absent = [n for n in want if C.bundled(n) is None]
+    assert not absent, (f"{C.BUNDLE.name} lacks {len(absent)} of {len(want)} configurations of these "
                         f"sources (first: {absent[0]}): python -m nvfp4_suite.kernels.flydsl.sim.compile --bundle")
+    shipped = {m.split("-fly")[0] for m in C._bundle(C.BUNDLE) if m.endswith(".s")}
+    assert shipped == set(want), sorted(shipped ^ set(want))
 
 
 def test_a_fresh_compile_gives_the_bundled_assembly_byte_for_byte(flydsl_compiler, tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ prints the path of the cached assembly.
 
 The suite ships the assemblies of the current sources in ``compiled.tar.xz``
 beside this module (every configuration the two simulator backends may launch,
-and the kernel mutants the tests use): a machine without FlyDSL runs the
+and the kernel mutants the tests use: ``bundle_configs``): a machine without FlyDSL runs the
 simulator from them, and a machine whose FlyDSL is the version that built
 them takes them instead of compiling again (CI's compile tests compile
 afresh and compare byte for byte). After a change to what the kernel is
@@ -168,6 +168,29 @@ def needed(archs=ARCHS, mutant: str | None = None, topks=TOPKS) -> list[str]:
     return [stem(*c, mutant) for c in _configs(archs, topks)]
 
 
+# The kernel mutants the suite's tests run through the simulator, each in the
+# configuration its catching launches use (``vectors.bugs``' mutant records, the
+# memory-order tests): shipped too, so that CI compiles none of them. A test
+# that launches another mutant configuration compiles it where FlyDSL is.
+BUNDLED_MUTANTS: tuple[tuple[str, int, int, int, str, str], ...] = (
+    ("gfx942", 16, 1, 0, "token_rows", "fnuz_uncorrected"),
+    ("gfx942", 16, 2, 0, "token_rows", "partials_no_sc1"),
+    ("gfx942", 16, 2, 0, "token_rows", "ticket_no_wait"),
+    ("gfx950", 16, 1, 0, "token_rows", "causal_off_by_one"),
+    ("gfx950", 16, 1, 0, "token_rows", "v_scale_linear"),
+    ("gfx950", 16, 2, 0, "token_rows", "merge_no_rescale"),
+    ("gfx950", 16, 2, 0, "token_rows", "partials_no_sc1"),
+    ("gfx950", 16, 2, 0, "token_rows", "ticket_no_wait"),
+    ("gfx950", 16, 2, 0, "token_rows", "ticket_not_reset"),
+)
+
+
+def bundle_configs() -> list[tuple[str, int, int, int, str, str | None]]:
+    """``(arch, topk, splits, xcds, layout, mutant)`` of every configuration the
+    bundle holds: all a launch on either target may need, and ``BUNDLED_MUTANTS``."""
+    return [(*c, None) for c in _configs()] + list(BUNDLED_MUTANTS)
+
+
 def _put(dest: Path, data: bytes) -> None:
     """Write ``dest`` whole or not at all (another process may be reading the cache)."""
     tmp = dest.with_suffix(f".{os.getpid()}.tmp")
@@ -218,23 +241,33 @@ def unbundle(member: str) -> Path:
     return cache_dir() / member
 
 
-def write_bundle(path: Path = BUNDLE) -> list[str]:
-    """Write ``path``: every cache entry (assembly and record) of the current
-    sources, with the entries of the existing bundle of the current sources
-    that the cache lacks. Deterministic: sorted names, zero times and owners,
-    xz preset 9, so the same entries give the same bytes. Returns the names."""
-    key = _source_key()
-    files = {name: data for name, data in _bundle(path).items() if f"-{key}-fly" in name}
-    for f in cache_dir().glob(f"*-{key}-fly*.s"):
-        if f.with_suffix(".json").exists():
-            files[f.name] = f.read_bytes()
+def write_bundle(path: Path = BUNDLE, names: list[str] | None = None) -> list[str]:
+    """Write ``path``: the entries (assembly and record, any FlyDSL version) of
+    configurations ``names`` (``stem``s; default: ``bundle_configs``), each taken
+    from the cache or else from the existing bundle; CompileError naming the
+    first configuration that is in neither. Deterministic: the same entries
+    give the same bytes whatever other configurations the cache holds (sorted names, zero times
+    and owners, xz preset 9). Returns the file names."""
+    names = names if names is not None else [stem(*c) for c in bundle_configs()]
+    old = _bundle(path)
+    files: dict[str, bytes] = {}
+    for name in names:
+        found = {f.name: f for f in cache_dir().glob(f"{name}-fly*.s") if f.with_suffix(".json").exists()}
+        for member in old:
+            if member.startswith(f"{name}-fly") and member.endswith(".s") and member[:-2] + ".json" in old:
+                files.setdefault(member, old[member])
+                files.setdefault(member[:-2] + ".json", old[member[:-2] + ".json"])
+        for fname, f in found.items():
+            files[fname] = f.read_bytes()
             files[f.with_suffix(".json").name] = f.with_suffix(".json").read_bytes()
+        if not any(m.startswith(f"{name}-fly") for m in files):
+            raise CompileError(f"{name} is neither in the cache {cache_dir()} nor in {path}: compile it first")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:xz", preset=9, format=tarfile.USTAR_FORMAT) as tar:
-        for name in sorted(files):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(files[name]), 0o644
-            tar.addfile(info, io.BytesIO(files[name]))
+        for fname in sorted(files):
+            info = tarfile.TarInfo(fname)
+            info.size, info.mode = len(files[fname]), 0o644
+            tar.addfile(info, io.BytesIO(files[fname]))
     _put(path, buf.getvalue())
     return sorted(files)
 
@@ -296,8 +329,8 @@ def main(argv=None) -> int:
     p.add_argument("--layout", choices=paged_cache.LAYOUTS, default="token_rows")
     p.add_argument("--mutant", default=None, help="build a mutant (nvfp4_suite.kernels.flydsl.decode.MUTANTS)")
     p.add_argument("--bundle", action="store_true",
-                   help=f"compile every configuration the simulator backends may launch (what the cache lacks), "
-                        f"then write {BUNDLE.name} from the cache's entries of the current sources")
+                   help=f"compile every configuration the simulator backends may launch and the mutants the tests "
+                        f"use (what the cache and bundle lack), then write {BUNDLE.name} of exactly those")
     p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -320,7 +353,7 @@ def _bundle_command() -> int:
     if rocm is None:
         print(f"cannot build {BUNDLE.name}: {note}", file=sys.stderr)
         return 2
-    configs = _configs()
+    configs = bundle_configs()
     for i, config in enumerate(configs, 1):
         name = stem(*config)
         if cached(name) is None and bundled(name, flydsl_version()) is None:
