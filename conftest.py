@@ -8,8 +8,15 @@ Select one with ``HYPOTHESIS_PROFILE=name``.
 
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# Under pytest-xdist each worker is a process with a core of its own; torch's
+# thread pool (a thread per core in every worker, and in the commands the
+# tests run) oversubscribes the cores: on 2 cores the torch backend's golden
+# test took 97 s instead of 10. One thread per worker, unless the caller chose.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # Triton decides at import whether kernels are interpreted: on a machine with
 # no GPU the triton backend can only run on the CPU interpreter.
