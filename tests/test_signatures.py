@@ -1,7 +1,5 @@
 """vectors/signatures.py: the mutants' failure patterns on the catalog, recorded and checked."""
 
-import os
-import subprocess
 import sys
 
 import pytest
@@ -21,19 +19,23 @@ def test_committed_signatures_cover_every_detectable_numpy_mutant_of_this_catalo
     assert set(sig["mutants"]) == {m.spec for m in bugs.mutants("numpy") if not m.undetectable}
 
 
-def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match_it_first():
+def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match_it_first(monkeypatch, capsys):
+    # The command as documented, in this process, so that its one catalog run
+    # (tens of seconds for a numpy mutant) also gives the failures to match.
     spec = "mutants:numpy_v_scale_linear"
-    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.signatures", "--signatures", "--check",
-                        "--mutant", spec], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                       timeout=600)
-    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
-    from nvfp4_suite import kernels
-    from nvfp4_suite.vectors.check import check_golden
+    runs = []
 
-    sys.path.insert(0, str(blame.HERE.parent / "tests"))
-    run = check_golden(kernels.get_backend(spec))
+    def check_golden(backend):
+        runs.append(real(backend))
+        return runs[-1]
+
+    real = signatures.check_golden
+    monkeypatch.setattr(signatures, "check_golden", check_golden)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the suite's tests/ first
+    assert signatures.main(["--signatures", "--check", "--mutant", spec]) == 0
+    assert "up to date" in capsys.readouterr().out and len(runs) == 1
     outs = [Outcome(c.id, tuple(c.flags), launch, frozenset(), any(f.launch == launch for f in c.failures))
-            for c in run.cases for launch in c.ran]
+            for c in runs[0].cases for launch in c.ran]
     # It matches itself exactly (another mutant with the same failing launches matches as well).
     best = blame.mutant_matches(outs, blame.load_signatures())
     assert spec in [m.spec for m in best if m.jaccard == 1.0], best[:3]
