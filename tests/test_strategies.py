@@ -130,7 +130,8 @@ def _logged(tmp_path, name, cmd, extra_env=None, cwd=ROOT) -> list[str]:
 
 
 def test_the_cli_the_pytest_route_and_a_tool_draw_the_same_problems_for_a_seed(tmp_path):
-    n, seed = 30, 3
+    # As many draws as the control below needs to show the imports changing them.
+    n, seed = 12, 3
     cli = _logged(tmp_path, "cli", [sys.executable, "-m", "nvfp4_suite.vectors", "check", "--backend", "emulate",
                                     "--no-golden", "--examples", str(n), "--seed", str(seed)])
     # The pytest route: the plugin's generated test, run from a project that is not the suite.
