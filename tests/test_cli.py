@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from catalog_helpers import copy_catalog
 
+from nvfp4_suite.vectors.lock import LOCK_NAME
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -446,9 +448,12 @@ def _add_to(catalog_dir, src, name):
 
 
 def _suite_catalog_bytes():
-    """Every byte of the suite's own catalog (manifest and data) and the entries of its folder."""
+    """Every byte of the suite's own catalog (manifest and data) and the entries of
+    its folder, but its lock file: present while any command reads the catalog
+    (another test's, under pytest-xdist), removed by the last one."""
     here = ROOT / "vectors"
-    return ((here / "manifest.json").read_bytes(), sorted(p.name for p in here.iterdir() if p.name != "__pycache__"),
+    return ((here / "manifest.json").read_bytes(),
+            sorted(p.name for p in here.iterdir() if p.name not in ("__pycache__", LOCK_NAME)),
             {p.name: p.read_bytes() for p in (here / "data").iterdir()})
 
 
