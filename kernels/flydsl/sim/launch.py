@@ -51,7 +51,7 @@ from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
 from .program import AGPR_BASE, NUM_SGPRS, Program, parse_instruction
-from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, mask_to_int
+from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, exec_free, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
 
@@ -100,6 +100,7 @@ class Kernel:
         # into a core over a run of waves where it has one.
         self.fns = [decode(ins) for ins in program.instrs]
         self.cores: list[Core | None] = [decode_batched(ins) for ins in program.instrs]
+        self.exec_free = [exec_free(ins) for ins in program.instrs]
         # Control flow (the next pc is the wave's own, or it stops) and EXEC writes.
         self.control = [ins.target is not None or ins.base in ("s_endpgm", "s_barrier") for ins in program.instrs]
         self.writes_exec = [ins.base.startswith("v_cmpx") or "saveexec" in ins.base
@@ -180,7 +181,7 @@ class Kernel:
         step, so one that exceeds ``budget`` is always caught."""
         n_waves = -(-block // LANES)
         n = len(groups) * n_waves
-        sfile = np.empty((n, NUM_SGPRS), np.uint32)
+        sfile = np.empty((n, NUM_SGPRS + 1), np.uint32)
         vfile = np.empty((n, 2 * AGPR_BASE, LANES), np.uint32)
         waves: list[Wave] = []
         for g in groups:
@@ -191,8 +192,8 @@ class Kernel:
         live = {id(g): n_waves for g in groups}
         waiting: dict[int, list[Wave]] = {id(g): [] for g in groups}
         sched.add(0, waves)
-        instrs, fns, cores, control, writes_exec = self.program.instrs, self.fns, self.cores, self.control, \
-            self.writes_exec
+        instrs, fns, cores, free, control, writes_exec = self.program.instrs, self.fns, self.cores, \
+            self.exec_free, self.control, self.writes_exec
         n_instrs = len(instrs)
         guard = groups[0].memory.guard if groups else None
         steps = total = 0
@@ -208,7 +209,7 @@ class Kernel:
                 if steps > budget:
                     raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
                 core = cores[pc]
-                if core is None or not run.exec_full() or core(run.view) is False:
+                if core is None or not (free[pc] or run.exec_full()) or core(run.view) is False:
                     fn = fns[pc]
                     for w in ws:
                         w.pc = pc + 1

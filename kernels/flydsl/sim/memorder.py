@@ -238,17 +238,26 @@ class MemOrder:
     # ---- hooks the instructions call ----------------------------------------
     def waitcnt(self, w, ins) -> None:
         """``s_waitcnt``: every vector memory operation but the ``vmcnt`` youngest completes."""
-        n = vmcnt_of(ins)
+        self.waitcnt_all((w,), ins)
+
+    def waitcnt_all(self, waves, ins) -> None:
+        """``waitcnt`` for each of ``waves`` in turn."""
+        n = ins.__dict__.get("_vmcnt", -1)
+        if n == -1:
+            n = ins.__dict__["_vmcnt"] = vmcnt_of(ins)
         if n is None:
             return
-        st = self._wave(w)
-        k = max(len(st.queue) - n, 0)
-        done, st.queue = st.queue[:k], st.queue[k:]
-        for op in done:
-            op.complete = True
-            if isinstance(op, _Wbl2):
-                for s in op.stores:
-                    s.written_back = True
+        for w in waves:
+            st = self._wave(w)
+            k = len(st.queue) - n
+            if k <= 0:
+                continue
+            done, st.queue = st.queue[:k], st.queue[k:]
+            for op in done:
+                op.complete = True
+                if isinstance(op, _Wbl2):
+                    for s in op.stores:
+                        s.written_back = True
 
     def wbl2(self, w, ins) -> None:
         """``buffer_wbl2``: with ``sc1`` it writes the wave's earlier stores back to memory once complete."""
