@@ -119,6 +119,32 @@ def batched(*names: str, exec_free: bool = False) -> Callable[[BatchDecoder], Ba
     return deco
 
 
+def core_op(*names: str) -> Callable[[Callable[[Instr], Core]], Callable[[Instr], Core]]:
+    """Register the decorated ``build(ins)``, which makes an instruction's core
+    (SimError for a form it refuses), as the one statement of the meaning of
+    ``names``: batched for any EXEC (``exec_free``), and as each wave's handler
+    the same core over that wave (made once per instruction)."""
+    def deco(build: Callable[[Instr], Core]) -> Callable[[Instr], Core]:
+        def built(ins: Instr) -> Core:
+            core = ins.__dict__.get("_core")
+            if core is None:
+                core = ins.__dict__["_core"] = build(ins)
+            return core
+
+        def handler(w: Wave, ins: Instr) -> None:
+            built(ins)(w)
+
+        def decoder(ins: Instr) -> Core | None:
+            try:
+                return built(ins)
+            except SimError:
+                return None  # the handler raises it when a wave executes the instruction
+        op(*names)(handler)
+        batched(*names, exec_free=True)(decoder)
+        return build
+    return deco
+
+
 def decode_batched(ins: Instr) -> Core | None:
     """``core(view)`` executing ``ins`` for every wave of a view whose waves all
     have a full EXEC (any EXEC where ``exec_free(ins)``), or None when no

@@ -17,8 +17,8 @@ Execution: every ALU, compare and SOPK instruction is stated once, as numpy
 over the waves of a view (``BatchView``, or a ``Wave`` as one): sources
 read as uint64 ``[n]`` (32-bit values zero-extended, pairs joined; a
 constant as ``[1]``), SCC the scalar file's ``SCC`` column. A scalar
-instruction ignores EXEC, so its core runs for any EXEC (``batched(...,
-exec_free=True)``), and the per-wave handler is the same core over one wave.
+instruction ignores EXEC, so its core runs for any EXEC, and the per-wave
+handler is the same core over one wave (``wave.core_op``).
 
 Control flow: a taken branch sets ``w.pc = ins.target`` (the launcher has
 already advanced ``pc`` past the branch). ``s_endpgm`` ends the wave,
@@ -45,7 +45,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..program import Instr, Operand
-from ..wave import LANES, SCC, Core, SimError, Wave, batched, op
+from ..wave import LANES, SCC, Core, SimError, Wave, batched, core_op, op
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
@@ -138,29 +138,6 @@ def _brev(x: np.ndarray, width: int) -> np.ndarray:
     """Each uint64 ``x``'s low ``width`` bits reversed."""
     rev = np.ascontiguousarray(_REV8[np.ascontiguousarray(x, np.uint64).view(np.uint8).reshape(-1, 8)][:, ::-1])
     return rev.view(np.uint64)[:, 0] >> (64 - width)
-
-
-def _built(ins: Instr, build: Callable[[Instr], Core]) -> Core:
-    """``build(ins)``, made once per instruction (SimError for a form it refuses)."""
-    core = ins.__dict__.get("_scalar")
-    if core is None:
-        core = ins.__dict__["_scalar"] = build(ins)
-    return core
-
-
-def _register(names, build: Callable[[Instr], Core]) -> None:
-    """Register for ``names`` the core ``build(ins)`` makes (batched, for any
-    EXEC) and, as each wave's handler, the same core over that wave."""
-    def handler(w: Wave, ins: Instr) -> None:
-        _built(ins, build)(w)
-
-    def decoder(ins: Instr) -> Core | None:
-        try:
-            return _built(ins, build)
-        except SimError:
-            return None  # the handler raises it when the wave executes the instruction
-    op(*names)(handler)
-    batched(*names, exec_free=True)(decoder)
 
 
 # ---- SOP2: two sources, one destination ------------------------------------------
@@ -258,7 +235,7 @@ for _name, _f in {
 # the 64-bit ops whose shift amount or field sources are 32-bit (S1.u[5:0]; bfm: both)
 _NARROW = {"s_lshl_b64": (64, 32), "s_lshr_b64": (64, 32), "s_ashr_i64": (64, 32), "s_bfm_b64": (32, 32)}
 for _name, (_width, _fn, _scc_fn) in _SOP2.items():
-    _register([_name], _sop2(_width, _fn, _scc_fn, *_NARROW.get(_name, (None, None))))
+    core_op(_name)(_sop2(_width, _fn, _scc_fn, *_NARROW.get(_name, (None, None))))
 
 
 def _bfe(signed: bool, width: int):
@@ -286,10 +263,10 @@ def _bfe(signed: bool, width: int):
     return build
 
 
-_register(["s_bfe_u32"], _bfe(False, 32))
-_register(["s_bfe_i32"], _bfe(True, 32))
-_register(["s_bfe_u64"], _bfe(False, 64))
-_register(["s_bfe_i64"], _bfe(True, 64))
+core_op("s_bfe_u32")(_bfe(False, 32))
+core_op("s_bfe_i32")(_bfe(True, 32))
+core_op("s_bfe_u64")(_bfe(False, 64))
+core_op("s_bfe_i64")(_bfe(True, 64))
 
 
 # ---- SOPC: compares set SCC --------------------------------------------------
@@ -311,10 +288,10 @@ def _cmp(width: int, signed: bool, fn):
 
 
 for _rel, _f in _CMP.items():
-    _register([f"s_cmp_{_rel}_i32"], _cmp(32, True, _f))
-    _register([f"s_cmp_{_rel}_u32"], _cmp(32, False, _f))
+    core_op(f"s_cmp_{_rel}_i32")(_cmp(32, True, _f))
+    core_op(f"s_cmp_{_rel}_u32")(_cmp(32, False, _f))
 for _rel in ("eq", "lg"):
-    _register([f"s_cmp_{_rel}_u64"], _cmp(64, False, _CMP[_rel]))
+    core_op(f"s_cmp_{_rel}_u64")(_cmp(64, False, _CMP[_rel]))
 
 
 def _bitcmp(width: int, bit: int):
@@ -327,10 +304,10 @@ def _bitcmp(width: int, bit: int):
     return build
 
 
-_register(["s_bitcmp0_b32"], _bitcmp(32, 0))
-_register(["s_bitcmp1_b32"], _bitcmp(32, 1))
-_register(["s_bitcmp0_b64"], _bitcmp(64, 0))
-_register(["s_bitcmp1_b64"], _bitcmp(64, 1))
+core_op("s_bitcmp0_b32")(_bitcmp(32, 0))
+core_op("s_bitcmp1_b32")(_bitcmp(32, 1))
+core_op("s_bitcmp0_b64")(_bitcmp(64, 0))
+core_op("s_bitcmp1_b64")(_bitcmp(64, 1))
 
 
 # ---- SOP1: one source ----------------------------------------------------------
@@ -375,7 +352,7 @@ _SOP1: dict[str, tuple[int, int, Callable[..., Any], bool]] = {
     "s_sext_i32_i16": (32, 32, lambda a: ((a & 0xFFFF) ^ 0x8000) - 0x8000, False),
 }
 for _name, (_wd, _ws, _fn1, _scc1) in _SOP1.items():
-    _register([_name], _sop1(_wd, _ws, _fn1, _scc1))
+    core_op(_name)(_sop1(_wd, _ws, _fn1, _scc1))
 
 
 def _cmov(width: int):
@@ -389,8 +366,8 @@ def _cmov(width: int):
     return build
 
 
-_register(["s_cmov_b32"], _cmov(32))
-_register(["s_cmov_b64"], _cmov(64))
+core_op("s_cmov_b32")(_cmov(32))
+core_op("s_cmov_b64")(_cmov(64))
 
 
 def _bitset(bit: int, width: int):
@@ -404,10 +381,10 @@ def _bitset(bit: int, width: int):
     return build
 
 
-_register(["s_bitset0_b32"], _bitset(0, 32))
-_register(["s_bitset1_b32"], _bitset(1, 32))
-_register(["s_bitset0_b64"], _bitset(0, 64))
-_register(["s_bitset1_b64"], _bitset(1, 64))
+core_op("s_bitset0_b32")(_bitset(0, 32))
+core_op("s_bitset1_b32")(_bitset(1, 32))
+core_op("s_bitset0_b64")(_bitset(0, 64))
+core_op("s_bitset1_b64")(_bitset(1, 64))
 
 
 # *_saveexec_b64: D = EXEC (the old value), EXEC = f(S0, EXEC), SCC = EXEC != 0.
@@ -437,7 +414,7 @@ def _saveexec(fn):
 
 
 for _name, _f in _SAVEEXEC.items():
-    _register([f"s_{_name}_saveexec_b64"], _saveexec(_f))
+    core_op(f"s_{_name}_saveexec_b64")(_saveexec(_f))
 
 
 # ---- SOPK: a 16-bit immediate ------------------------------------------------
@@ -482,7 +459,7 @@ def _sopk(kind: str):
 
 
 for _kind in ("movk", "cmovk", "addk", "mulk"):
-    _register([f"s_{_kind}_i32"], _sopk(_kind))
+    core_op(f"s_{_kind}_i32")(_sopk(_kind))
 
 
 def _cmpk(signed: bool, fn):
@@ -498,8 +475,8 @@ def _cmpk(signed: bool, fn):
 
 
 for _rel, _f in _CMP.items():
-    _register([f"s_cmpk_{_rel}_i32"], _cmpk(True, _f))
-    _register([f"s_cmpk_{_rel}_u32"], _cmpk(False, _f))
+    core_op(f"s_cmpk_{_rel}_i32")(_cmpk(True, _f))
+    core_op(f"s_cmpk_{_rel}_u32")(_cmpk(False, _f))
 
 
 # ---- SOPP: program control -------------------------------------------------------
