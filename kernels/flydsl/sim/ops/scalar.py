@@ -33,9 +33,8 @@ at the 64-bit address ``sbase + offset`` (offset an immediate, an SGPR or
 ``m0``, plus ``offset:`` when both are written) through the device memory,
 so a read outside every allocation raises ``MemoryFault``. As the ISA
 says, the two low address bits are ignored (SMEM is dword-aligned). A
-batch of waves reads at once where every address lies in memory no
-workgroup of the launch has written (the kernarg segment); else each wave
-reads on its own.
+batch of waves reads at once where every address lies in one allocation;
+else each wave reads on its own.
 """
 
 from __future__ import annotations
@@ -588,7 +587,9 @@ def _s_load(w: Wave, ins: Instr) -> None:
 @batched(*_LOADS, exec_free=True)
 def _s_load_decoder(ins: Instr) -> Core | None:
     """The batched decoder of ``s_load_dword*``: every wave's dwords at once
-    from memory no workgroup has written; anything else is each wave's handler's."""
+    where all lie in one allocation (read as each wave's handler would, in
+    arrival order, the memory-model check not consulted); anything else is
+    each wave's handler's."""
     count = _LOADS[ins.base]
     d = ins.ops[0]
     if d.kind != "s" or d.count != count:
@@ -599,10 +600,11 @@ def _s_load_decoder(ins: Instr) -> Core | None:
         return None
 
     def core(view) -> bool | None:
-        data = view.group.memory.load_unwritten(_smem_address(view, ins), 4 * count, view.waves[-1].group.rank)
-        if data is None:
+        addrs, mem = _smem_address(view, ins), view.group.memory
+        a = mem.span(addrs, 4 * count)
+        if a is None:
             return False
-        view.sb[:, d.index:d.index + count] = data.view(np.uint32)
+        view.sb[:, d.index:d.index + count] = mem.load_waves(a, addrs, 4 * count, view.waves).view(np.uint32)
         return None
     return core
 
