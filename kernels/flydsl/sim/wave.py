@@ -466,6 +466,9 @@ class Wave:
                        np.stack([value & np.uint64(0xFFFFFFFF), value >> np.uint64(32)]).astype(np.uint32))
 
 
+_EVERY = slice(None)
+
+
 class Rows:
     """Rows ``rows`` (int ``[n]``, ascending) of a register file ``[N, ...]`` as
     batched cores index it: ``r[:, i]``, ``r[:, i:j]``, ``r[:, i, None]`` and
@@ -479,10 +482,12 @@ class Rows:
         self.shape = (len(rows),) + file.shape[1:]
 
     def _key(self, key: tuple) -> tuple:
-        if not isinstance(key, tuple) or key[:1] != (slice(None),):
+        # Plain loops and type checks: this runs for every register access of a scattered run.
+        if type(key) is not tuple or type(key[0]) is not slice or key[0] != _EVERY:
             raise TypeError(f"batched register access must select every wave first, got {key!r}")
-        if any(isinstance(k, list) for k in key[1:]):
-            return (self._rows[:, None],) + key[1:]
+        for k in key:
+            if type(k) is list:
+                return (self._rows[:, None],) + key[1:]
         return (self._rows,) + key[1:]
 
     def __getitem__(self, key: tuple) -> np.ndarray:
