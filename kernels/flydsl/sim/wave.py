@@ -19,8 +19,10 @@ instruction for any number of waves with a full EXEC at once (``BatchView``;
 a single wave is one); on a partial EXEC, and for every other form, the
 handler runs, so the handlers stay the one statement of each instruction's
 meaning and the unit tests, which execute through ``decode``, check both.
-Instructions that ignore EXEC (the scalar family) register cores that run
-for any EXEC (``exec_free``); the scalar ALU is stated once, as its cores.
+Instructions that ignore EXEC, or read it per wave (the scalar family, the
+lane reads), register cores that run for any EXEC (``exec_free``); those are
+stated once, as their cores (``core_op``: a wave's handler is its core over
+that wave).
 """
 
 from __future__ import annotations
