@@ -1,5 +1,7 @@
 """The simulator's scalar family: SOP1/SOP2/SOPK/SOPC against Python-int
-arithmetic (results and SCC), SOPP control flow, and SMEM loads."""
+arithmetic (results and SCC), one wave at a time and as batches of waves in
+a launch's register files (consecutive rows and scattered ones), SOPP
+control flow, and SMEM loads (one wave, and a batch)."""
 
 import itertools
 import random
@@ -11,8 +13,19 @@ from sim_kernels import compiled_kernels
 import nvfp4_suite.kernels.flydsl.sim.ops.scalar  # noqa: F401  (registers the family)
 from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
 from nvfp4_suite.kernels.flydsl.sim.memory import Memory
-from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction, parse_program
-from nvfp4_suite.kernels.flydsl.sim.wave import OPS, MemoryFault, SimError, handler_for
+from nvfp4_suite.kernels.flydsl.sim.program import NUM_SGPRS, parse_instruction, parse_program
+from nvfp4_suite.kernels.flydsl.sim.wave import (
+    BATCHED,
+    OPS,
+    SCC,
+    BatchView,
+    MemoryFault,
+    SimError,
+    Wave,
+    decode_batched,
+    exec_free,
+    handler_for,
+)
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
@@ -95,6 +108,54 @@ def test_sop2_32bit_against_python_ints(name):
         assert w.scc == (scc_in if scc is None else scc), (name, hex(a), hex(b), scc_in)
 
 
+def run_batch(text, rows, memory=None):
+    """Execute ``text`` through its batched core for waves whose scalar files are
+    ``rows`` (uint32 ``[n, 129]``, SCC last; changed in place): the first half
+    as one view of consecutive rows, the rest as two views of every other row."""
+    ins = parse_instruction(text)
+    core = decode_batched(ins)
+    assert core is not None and exec_free(ins), text
+    half = len(rows) // 2
+    with np.errstate(all="ignore"):
+        for part in (range(half), range(half, len(rows), 2), range(half + 1, len(rows), 2)):
+            if part:
+                assert core(batch_view(rows, part, memory)) is None
+    return rows
+
+
+def batch_view(rows, ks, memory=None):
+    """A ``BatchView`` of the waves whose scalar files are rows ``ks`` of ``rows``."""
+    group = make_test_wave(memory=memory).group
+    vfile = np.zeros((len(rows), 1, 1), np.uint32)
+    return BatchView(rows, vfile, [Wave(group, 0, (rows, vfile, k)) for k in ks])
+
+
+def scalar_rows(n, seed=0):
+    """uint32 ``[n, 129]``: random SGPRs, SCC 0."""
+    rows = np.random.default_rng(seed).integers(0, 2**32, (n, NUM_SGPRS + 1), dtype=np.uint64).astype(np.uint32)
+    rows[:, SCC] = 0
+    return rows
+
+
+def test_the_scalar_alu_has_a_batched_core_for_any_exec():
+    """Every registered scalar ALU, compare, SOPK and SMEM load mnemonic runs
+    batched whatever EXEC holds: only branches, s_endpgm and s_barrier do not."""
+    scalar = {n for n in OPS if n.startswith("s_")}
+    assert scalar - set(BATCHED) == {"s_branch", "s_endpgm", "s_barrier"} | {
+        n for n in scalar if n.startswith("s_cbranch")}
+
+
+@pytest.mark.parametrize("name", sorted(REF32))
+def test_sop2_32bit_batched_against_python_ints(name):
+    cases = [(a, b, c) for (a, b), c in itertools.product(PAIRS32, (0, 1))]
+    rows = scalar_rows(len(cases))
+    rows[:, 10], rows[:, 11], rows[:, SCC] = np.array(cases, np.uint64).T.astype(np.uint32)
+    run_batch(f"{name} s5, s10, s11", rows)
+    for (a, b, c), row in zip(cases, rows):
+        d, scc = REF32[name](a, b, c)
+        assert int(row[5]) == d & M32 and int(row[SCC]) == (c if scc is None else scc), (name, hex(a), hex(b), c)
+
+
 def test_add_sub_carry_chain_is_64_bit_arithmetic():
     w = wave()
     for x, y in PAIRS64:
@@ -132,6 +193,19 @@ def test_sop2_64bit_on_sgpr_pairs(name):
         d, sets_scc = REF64[name](a, b, scc_in)
         assert get64(w, 20) == d & M64
         assert w.scc == (int(d & M64 != 0) if sets_scc else scc_in)
+
+
+@pytest.mark.parametrize("name", sorted(REF64))
+def test_sop2_64bit_batched_against_python_ints(name):
+    cases = [(a, b, c) for (a, b), c in itertools.product(PAIRS64, (0, 1))]
+    rows = scalar_rows(len(cases), 1)
+    for k, (a, b, c) in enumerate(cases):
+        rows[k, 10], rows[k, 11], rows[k, 12], rows[k, 13], rows[k, SCC] = a & M32, a >> 32, b & M32, b >> 32, c
+    run_batch(f"{name} s[20:21], s[10:11], s[12:13]", rows)
+    for (a, b, c), row in zip(cases, rows):
+        d, sets_scc = REF64[name](a, b, c)
+        assert int(row[20]) | int(row[21]) << 32 == d & M64
+        assert int(row[SCC]) == (int(d & M64 != 0) if sets_scc else c)
 
 
 @pytest.mark.parametrize("name,ref", [
@@ -234,6 +308,21 @@ def test_sop1_against_python_ints(name):
         assert w.scc == (int(d != 0) if sets else scc_in)
 
 
+@pytest.mark.parametrize("name", sorted(REF_SOP1))
+def test_sop1_batched_against_python_ints(name):
+    wd, ws, fn, sets = REF_SOP1[name]
+    cases = [(a, c) for a, c in itertools.product(VALS32 if ws == 32 else VALS64, (0, 1))]
+    rows = scalar_rows(len(cases), 2)
+    for k, (a, c) in enumerate(cases):
+        rows[k, 10], rows[k, 11], rows[k, SCC] = a & M32, a >> 32, c
+    dst = "s[20:21]" if wd == 64 else "s20"
+    run_batch(f"{name} {dst}, s[10:11]" if ws == 64 else f"{name} {dst}, s10", rows)
+    for (a, c), row in zip(cases, rows):
+        d = fn(a) & ((1 << wd) - 1)
+        assert (int(row[20]) | (int(row[21]) << 32 if wd == 64 else 0)) == d, (name, hex(a))
+        assert int(row[SCC]) == (int(d != 0) if sets else c)
+
+
 def test_edge_cases_of_sop1():
     w = wave()
     set64(w, 0, 0)
@@ -284,6 +373,17 @@ def test_s_cmp_32(rel, ty):
     w.s[3] = M32
     execute(w, f"s_cmp_{rel}_{ty} s3, -1")
     assert w.scc == int(RELS[rel](0, 0))
+
+
+@pytest.mark.parametrize("rel", sorted(RELS))
+@pytest.mark.parametrize("ty", ["i32", "u32"])
+def test_s_cmp_32_batched(rel, ty):
+    conv = sx if ty == "i32" else (lambda x: x)
+    rows = scalar_rows(len(PAIRS32), 3)
+    rows[:, 3], rows[:, 4] = np.array(PAIRS32, np.uint64).T.astype(np.uint32)
+    run_batch(f"s_cmp_{rel}_{ty} s3, s4", rows)
+    for (a, b), row in zip(PAIRS32, rows):
+        assert int(row[SCC]) == int(RELS[rel](conv(a), conv(b))), (rel, ty, hex(a), hex(b))
 
 
 @pytest.mark.parametrize("rel", ["eq", "lg"])
@@ -450,6 +550,23 @@ def test_s_load_reads_memory(count, suffix):
     set64(w, 0, base + 4 * (64 - count))  # the last dwords of the buffer
     execute(w, f"s_load_dword{suffix} {dst}, s[0:1], 0x0")
     assert list(w.s[4:4 + count]) == list(words[64 - count:])
+
+
+def test_s_load_batched_reads_each_waves_address():
+    """A batch of waves, each with its own base and SGPR offset, reads at once;
+    where one wave's address is outside every allocation the core leaves the
+    instruction to each wave's handler (which names the fault)."""
+    mem, words, base = memory_with_words()
+    rows = scalar_rows(10, 4)
+    for k in range(10):
+        rows[k, 0], rows[k, 1], rows[k, 30] = (base + 4 * k) & M32, (base + 4 * k) >> 32, 4 * (k % 3)
+    run_batch("s_load_dwordx4 s[4:7], s[0:1], s30 offset:0x8", rows, mem)
+    for k, row in enumerate(rows):
+        first = k + k % 3 + 2
+        assert list(row[4:8]) == list(words[first:first + 4])
+    rows[7, 0] = (base + 4 * 62) & M32
+    core = decode_batched(parse_instruction("s_load_dwordx4 s[4:7], s[0:1], 0x0"))
+    assert core(batch_view(rows, range(10), mem)) is False
 
 
 def test_s_load_faults_outside_the_allocation():

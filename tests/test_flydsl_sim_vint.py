@@ -14,8 +14,8 @@ from sim_kernels import compiled_kernels
 
 import nvfp4_suite.kernels.flydsl.sim.ops.vint  # noqa: F401  (registers the family)
 from nvfp4_suite.kernels.flydsl.sim.launch import execute, make_test_wave
-from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
-from nvfp4_suite.kernels.flydsl.sim.wave import OPS, SimError
+from nvfp4_suite.kernels.flydsl.sim.program import NUM_SGPRS, parse_instruction
+from nvfp4_suite.kernels.flydsl.sim.wave import OPS, BatchView, SimError, Wave, decode_batched
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
@@ -642,6 +642,27 @@ def test_readlane_ignores_exec_and_wraps_lane_number():
     w.s[124] = 45
     execute(w, "v_readlane_b32 s3, v2, m0")
     assert int(w.s[3]) == int(w.v[2, 45])
+
+
+def test_lane_reads_batched_each_wave_at_its_own_lane():
+    """v_readfirstlane_b32 and v_readlane_b32 over a batch of waves (consecutive
+    rows and scattered ones), each wave with its own EXEC and lane number."""
+    rng = np.random.default_rng(26)
+    n = 9
+    sfile = rng.integers(0, 2**32, (n, NUM_SGPRS + 1), dtype=np.uint64).astype(np.uint32)
+    vfile = rng.integers(0, 2**32, (n, 8, 64), dtype=np.uint64).astype(np.uint32)
+    execs = [M64, 0xFFFF_0000_0000_0000, 1 << 63, 0, 0x10, 1 << 31, 1 << 32, 6, M64]
+    for k, e in enumerate(execs):
+        sfile[k, 126], sfile[k, 127], sfile[k, 9] = e & M32, e >> 32, [0, 5, 40, 63, 64, 70, M32, 7, 1][k]
+    group = make_test_wave().group
+    waves = [Wave(group, 0, (sfile, vfile, k)) for k in range(n)]
+    first = [(e & -e).bit_length() - 1 if e else 0 for e in execs]
+    for text, lane in (("v_readfirstlane_b32 s3, v2", lambda k: first[k]),
+                       ("v_readlane_b32 s3, v2, s9", lambda k: int(sfile[k, 9]) % 64)):
+        core = decode_batched(parse_instruction(text))
+        for part in (waves[:4], waves[4::2], waves[5::2]):
+            core(BatchView(sfile, vfile, part))
+        assert [int(sfile[k, 3]) for k in range(n)] == [int(vfile[k, 2, lane(k)]) for k in range(n)], text
 
 
 def test_writelane_writes_one_lane_even_if_inactive():

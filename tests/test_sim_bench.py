@@ -30,3 +30,16 @@ def test_the_bench_prints_launch_and_catalog_figures(capsys):
     assert "instr/s" in out and "wave-instr/s" in out and "x floor" in out
     row = next(line for line in out.splitlines() if line.startswith("gfx950") and "CONFORMANT" in line)
     assert row.split()[3] == "1"  # one task: the invalid case
+
+
+def test_the_bench_times_generated_problems(capsys):
+    why = sim_missing(("gfx950",))
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+    assert sim_bench.main(["--arch", "gfx950", "--examples", "1", "--jobs", "1", "--no-instructions"]) == 0
+    out = capsys.readouterr().out
+    assert "1 generated problems per target" in out
+    row = next(line for line in out.splitlines() if line.startswith("gfx950") and "CONFORMANT" in line)
+    assert row.split()[3] == "1" and float(row.split()[2]) > 0  # one task, its CPU seconds

@@ -1,7 +1,8 @@
 """``python -m nvfp4_suite.vectors.sim_bench``: the simulator's speed on the kernel,
 with the golden catalog's time per target.
 
-    python -m nvfp4_suite.vectors.sim_bench [--arch gfx950] [--golden [--jobs N]] [--no-instructions]
+    python -m nvfp4_suite.vectors.sim_bench [--arch gfx950] [--golden] [--examples N] [--jobs N]
+        [--no-instructions]
 
 Prints the tables of ``python -m nvfp4_suite.kernels.flydsl.sim.bench`` (per
 instruction and per launch, each against a floor measured in the same run:
@@ -10,8 +11,11 @@ numpy's cheapest whole-wave operation, and ``nvfp4_suite.reference.emulate``);
 catalog at every launch (split count and XCD placement) its manifest lists
 (``vectors.sim_sweep``'s golden tasks on ``--jobs`` processes), with the
 wave-instructions simulated (per CPU second with ``--jobs 1``, per wall
-second otherwise) and the verdict (a line per finished task on stderr). Exit 0, or 1 when the catalog
-does not conform, 2 when the kernel cannot be had here.
+second otherwise) and the verdict (a line per finished task on stderr);
+``--examples N`` adds the same figures for ``N`` generated problems per
+target (``vectors.sim_sweep``'s generated tasks, hypothesis seed 1). Exit 0,
+or 1 when the catalog or a generated problem does not conform, 2 when the
+kernel cannot be had here.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--golden", action="store_true", help="also time the golden catalog per target")
     ap.add_argument("--case", type=int, action="append", help="with --golden: only this case id (repeatable)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for --golden")
+    ap.add_argument("--examples", type=int, default=0, help="also time N generated problems per target")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for --golden/--examples")
     ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")
     args = ap.parse_args(argv)
     archs = list(args.arch or ARCHS)
@@ -44,25 +49,37 @@ def main(argv=None) -> int:
         return 2
     rc = bench.main(sum((["--arch", a] for a in archs), [])
                     + (["--no-instructions"] if args.no_instructions else []))
-    if rc or not args.golden:
+    if rc:
         return rc
-    print(f"golden catalog, every launch its manifest lists ({args.jobs} worker processes)")
+    failed_any = False
+    if args.golden:
+        failed_any |= _timed_tasks("golden catalog, every launch its manifest lists",
+                                   {a: tasks_for(a, True, args.case) for a in archs}, args.jobs)
+    if args.examples:
+        failed_any |= _timed_tasks(f"{args.examples} generated problems per target (seed 1)",
+                                   {a: tasks_for(a, False, examples=args.examples) for a in archs}, args.jobs)
+    return 1 if failed_any else 0
+
+
+def _timed_tasks(title: str, tasks: dict, jobs: int) -> bool:
+    """Run each target's ``tasks`` (arch -> ``sim_sweep`` tasks) on ``jobs``
+    processes, printing a row per target; whether any failed."""
+    print(f"{title} ({jobs} worker processes)")
     print(f"{'target':8} {'wall s':>8} {'cpu s':>8} {'tasks':>6} {'wave-instr':>12} {'wave-instr/s':>13}  verdict")
     failed_any = False
-    for arch in archs:
-        tasks = tasks_for(arch, True, args.case)
+    for arch, arch_tasks in tasks.items():
         cpu0 = time.process_time()
         # The per-task lines (minutes of work) go to stderr, the table to stdout.
-        failed, n, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: print(s, file=sys.stderr, flush=True))
+        failed, n, dt = run_tasks(arch_tasks, max(1, jobs), out=lambda s: print(s, file=sys.stderr, flush=True))
         # CPU seconds of this process: the work itself when --jobs 1 (a shared
         # machine slows the wall time), not counted for worker processes.
         cpu_s = time.process_time() - cpu0
-        cpu = f"{cpu_s:8.1f}" if args.jobs <= 1 else f"{'-':>8}"
+        cpu = f"{cpu_s:8.1f}" if jobs <= 1 else f"{'-':>8}"
         failed_any |= bool(failed)
-        rate = n / max(float(cpu) if args.jobs <= 1 else dt, 1e-9)  # the rate of the printed CPU seconds
-        print(f"{arch:8} {dt:8.1f} {cpu} {len(tasks):6d} {n:12d} {rate:13.0f}  "
+        rate = n / max(cpu_s if jobs <= 1 else dt, 1e-9)  # the rate of the printed CPU seconds
+        print(f"{arch:8} {dt:8.1f} {cpu} {len(arch_tasks):6d} {n:12d} {rate:13.0f}  "
               + ("CONFORMANT" if not failed else f"FAILED: {', '.join(failed)}"), flush=True)
-    return 1 if failed_any else 0
+    return failed_any
 
 
 if __name__ == "__main__":

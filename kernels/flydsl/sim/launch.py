@@ -6,13 +6,18 @@ that a kernel whose workgroups communicate through memory (the split
 ticket) is seen under every arrival order the check asks for.
 
 Batched execution (the default): all waves of all workgroups share register
-files (``[waves, 128]`` SGPRs, ``[waves, 512, 64]`` VGPRs), ordered by their
-workgroup's arrival, and each wave has its own pc. Each step executes the
-instruction at the lowest pc any runnable wave holds, for every wave at that
-pc (so waves that diverged in a loop meet again after it): one batched core
-call over consecutive waves where the instruction has one
-(``wave.decode_batched``) and every such wave's EXEC is full, else the
-instruction once per wave in arrival order. A wave at ``s_barrier`` waits
+files (``[waves, 129]`` SGPRs and SCC, ``[waves, 512, 64]`` VGPRs), ordered
+by their workgroup's arrival, and each wave has its own pc. Each step
+executes the instruction at the lowest pc any runnable wave holds, for every
+wave at that pc (so waves that diverged in a loop meet again after it): one
+batched core call over those waves where the instruction has one
+(``wave.decode_batched``) and every such wave's EXEC is full (any EXEC for
+the scalar family, which ignores it), else the instruction once per wave in
+arrival order. Only control flow (branches, ``s_barrier``, ``s_endpgm``)
+leaves each wave its own decision. The waves at the lowest pc go on by
+themselves, without a return to the schedule, until a control instruction
+or the pc of the next waves (where the two join): the same steps in the
+same order as the rule above, with less bookkeeping. A wave at ``s_barrier`` waits
 until every wave of its workgroup that has not ended waits there (waves of
 one workgroup in reverse order when the launch's order is ``reverse``).
 Global memory sees the workgroups' accesses interleaved, in arrival order
@@ -51,7 +56,7 @@ from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
 from .program import AGPR_BASE, NUM_SGPRS, Program, parse_instruction
-from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, mask_to_int
+from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, exec_free, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
 
@@ -100,6 +105,7 @@ class Kernel:
         # into a core over a run of waves where it has one.
         self.fns = [decode(ins) for ins in program.instrs]
         self.cores: list[Core | None] = [decode_batched(ins) for ins in program.instrs]
+        self.exec_free = [exec_free(ins) for ins in program.instrs]
         # Control flow (the next pc is the wave's own, or it stops) and EXEC writes.
         self.control = [ins.target is not None or ins.base in ("s_endpgm", "s_barrier") for ins in program.instrs]
         self.writes_exec = [ins.base.startswith("v_cmpx") or "saveexec" in ins.base
@@ -180,7 +186,7 @@ class Kernel:
         step, so one that exceeds ``budget`` is always caught."""
         n_waves = -(-block // LANES)
         n = len(groups) * n_waves
-        sfile = np.empty((n, NUM_SGPRS), np.uint32)
+        sfile = np.empty((n, NUM_SGPRS + 1), np.uint32)
         vfile = np.empty((n, 2 * AGPR_BASE, LANES), np.uint32)
         waves: list[Wave] = []
         for g in groups:
@@ -190,39 +196,52 @@ class Kernel:
         sched = _Schedule(sfile, vfile)
         live = {id(g): n_waves for g in groups}
         waiting: dict[int, list[Wave]] = {id(g): [] for g in groups}
-        sched.add(0, waves)
-        instrs, fns, cores, control, writes_exec = self.program.instrs, self.fns, self.cores, self.control, \
-            self.writes_exec
+        sched.put(0, waves)
+        runs = sched.runs
+        instrs, fns, cores, free, control, writes_exec = self.program.instrs, self.fns, self.cores, \
+            self.exec_free, self.control, self.writes_exec
         n_instrs = len(instrs)
         guard = groups[0].memory.guard if groups else None
         steps = total = 0
         with np.errstate(all="ignore"):
-            while sched.runs:
-                pc = min(sched.runs)
-                run = sched.runs.pop(pc)
+            while runs:
+                pc = min(runs)
+                run = runs.pop(pc)
                 ws = run.waves
-                if not 0 <= pc < n_instrs:
-                    raise SimError(f"wave {ws[0].wave_id} ran off the program (pc {pc})")
-                steps += 1
-                total += len(ws)
-                if steps > budget:
-                    raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
-                core = cores[pc]
-                if core is None or not run.exec_full() or core(run.view) is False:
-                    fn = fns[pc]
-                    for w in ws:
-                        w.pc = pc + 1
-                        if guard is not None:
-                            guard.rank = w.group.rank
-                        fn(w)
-                if writes_exec[pc]:
-                    run.full = None
+                # The run goes on by itself up to the next run's pc (where they
+                # join) or a control instruction: the steps the lowest-pc rule
+                # takes, without a return to the schedule for each.
+                nxt = min(runs) if runs else -1
+                while True:
+                    if not 0 <= pc < n_instrs:
+                        raise SimError(f"wave {ws[0].wave_id} ran off the program (pc {pc})")
+                    steps += 1
+                    total += len(ws)
+                    if steps > budget:
+                        raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions "
+                                       f"(at {instrs[pc].where()})")
+                    core = cores[pc]
+                    if core is None or not (free[pc] or run.exec_full()) or core(run.view()) is False:
+                        fn = fns[pc]
+                        for w in ws:
+                            w.pc = pc + 1
+                            if guard is not None:
+                                guard.rank = w.group.rank
+                            fn(w)
+                    if writes_exec[pc]:
+                        run.full = None
+                    if control[pc] or pc + 1 == nxt:
+                        break
+                    pc += 1
                 if not control[pc]:
-                    sched.put(pc + 1, run)
+                    sched.put(pc + 1, ws, run)  # joining the next run
                     continue
+                # Each wave goes on at its own pc, or waits at the barrier, or has ended;
+                # the waves going on at one pc join there as one run.
+                moved: dict[int, list[Wave]] = {}
                 for w in ws:
                     if w.state == "run":
-                        sched.add(w.pc, [w])
+                        moved.setdefault(w.pc, []).append(w)
                         continue
                     gid = id(w.group)
                     if w.state == "end":
@@ -233,8 +252,11 @@ class Kernel:
                     if waiting[gid] and len(waiting[gid]) == live[gid]:
                         for v in waiting[gid]:
                             v.state = "run"
-                            sched.add(v.pc, [v])
+                            moved.setdefault(v.pc, []).append(v)
                         waiting[gid] = []
+                for to, group in moved.items():
+                    group.sort(key=_row)
+                    sched.put(to, group)
         stuck = [w for ws in waiting.values() for w in ws]
         if stuck:
             raise SimError(f"wave {stuck[0].wave_id} waits at a barrier no other wave of its workgroup reaches")
@@ -244,24 +266,35 @@ class Kernel:
         return total
 
 
+def _row(w: Wave) -> int:
+    return w.k
+
+
 class _Run:
     """The waves at one pc (in arrival order: ascending register-file row), a
-    ``view`` of them all for batched cores (``BatchView``: gathered and
-    scattered where their rows are not consecutive, which costs less than a
-    core call per stretch), and whether all have a full EXEC (``full``; None
-    until asked, and after an EXEC write)."""
+    ``view()`` of them all for batched cores (``BatchView``, made when first
+    asked: gathered and scattered where their rows are not consecutive, which
+    costs less than a core call per stretch), and whether all have a full
+    EXEC (``full``; None until asked, and after an EXEC write)."""
 
-    __slots__ = ("waves", "view", "full")
+    __slots__ = ("waves", "full", "_view", "_files")
 
-    def __init__(self, waves: list[Wave], sfile: np.ndarray, vfile: np.ndarray):
+    def __init__(self, waves: list[Wave], files: tuple[np.ndarray, np.ndarray]):
         self.waves = waves
         self.full: bool | None = None
-        self.view = BatchView(sfile, vfile, waves)
+        self._view: BatchView | None = None
+        self._files = files
+
+    def view(self) -> BatchView:
+        """The ``BatchView`` of the run's waves."""
+        if self._view is None:
+            self._view = BatchView(*self._files, self.waves)
+        return self._view
 
     def exec_full(self) -> bool:
         """Whether every wave's EXEC enables all 64 lanes."""
         if self.full is None:
-            self.full = bool((self.view.sb[:, 126:128] == FULL).all())
+            self.full = bool((self.view().sb[:, 126:128] == FULL).all())
         return self.full
 
 
@@ -272,15 +305,14 @@ class _Schedule:
         self.runs: dict[int, _Run] = {}
         self._files = (sfile, vfile)
 
-    def put(self, pc: int, run: _Run) -> None:
-        """The waves of ``run`` go on at ``pc`` (joining any already there)."""
+    def put(self, pc: int, waves: list[Wave], run: _Run | None = None) -> None:
+        """``waves`` (ascending rows; ``run``: already a run of them) go on at
+        ``pc``, joining any already there."""
         there = self.runs.get(pc)
-        self.runs[pc] = run if there is None else _Run(sorted(there.waves + run.waves, key=lambda w: w.k),
-                                                       *self._files)
-
-    def add(self, pc: int, waves: list[Wave]) -> None:
-        """``waves`` (ascending rows) go on at ``pc``."""
-        self.put(pc, _Run(waves, *self._files))
+        if there is not None:
+            self.runs[pc] = _Run(sorted(there.waves + waves, key=_row), self._files)
+        else:
+            self.runs[pc] = run if run is not None else _Run(waves, self._files)
 
 
 def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, int, int], block: int = 256,

@@ -238,17 +238,26 @@ class MemOrder:
     # ---- hooks the instructions call ----------------------------------------
     def waitcnt(self, w, ins) -> None:
         """``s_waitcnt``: every vector memory operation but the ``vmcnt`` youngest completes."""
-        n = vmcnt_of(ins)
+        self.waitcnt_all((w,), ins)
+
+    def waitcnt_all(self, waves, ins) -> None:
+        """``waitcnt`` for each of ``waves`` in turn."""
+        n = ins.__dict__.get("_vmcnt", -1)
+        if n == -1:
+            n = ins.__dict__["_vmcnt"] = vmcnt_of(ins)
         if n is None:
             return
-        st = self._wave(w)
-        k = max(len(st.queue) - n, 0)
-        done, st.queue = st.queue[:k], st.queue[k:]
-        for op in done:
-            op.complete = True
-            if isinstance(op, _Wbl2):
-                for s in op.stores:
-                    s.written_back = True
+        for w in waves:
+            st = self._wave(w)
+            k = len(st.queue) - n
+            if k <= 0:
+                continue
+            done, st.queue = st.queue[:k], st.queue[k:]
+            for op in done:
+                op.complete = True
+                if isinstance(op, _Wbl2):
+                    for s in op.stores:
+                        s.written_back = True
 
     def wbl2(self, w, ins) -> None:
         """``buffer_wbl2``: with ``sc1`` it writes the wave's earlier stores back to memory once complete."""
@@ -335,10 +344,10 @@ class MemOrder:
             s = self._stores[int(sid)]
             if s.wg == st.wg:
                 continue
-            sel = wr == sid
-            missing = self._missing(st, s, ins, alloc, idx[sel], bypass_l1)
+            missing = self._missing(st, s, ins, alloc, lambda sid=sid: idx[wr == sid], bypass_l1)
             if missing is None:
                 continue
+            sel = wr == sid
             bad |= sel
             k = (s.pc, ins.index, s.wg, st.wg, missing)
             if k not in self._seen:
@@ -353,8 +362,10 @@ class MemOrder:
             data[bad] = prev[idx[bad]]
         return data
 
-    def _missing(self, st: _WaveState, s: Store, ins, alloc, idx: np.ndarray, bypass_l1: bool) -> str | None:
-        """None when a chain orders store ``s`` before this load, else what is missing."""
+    def _missing(self, st: _WaveState, s: Store, ins, alloc, idx, bypass_l1: bool) -> str | None:
+        """None when a chain orders store ``s`` before this load, else what is missing
+        (``idx()``: the bytes of the load that ``s`` wrote, asked for only when
+        the L1 rule needs them)."""
         cross = self.may_split_l2(s.wg, st.wg)
         chains = [a for a in st.acqs if s.sid in a.released]
         if not chains:
@@ -376,7 +387,7 @@ class MemOrder:
                 why.append(f"sc1 on the load or buffer_inv sc1 after the acquiring atomic #{a.pc} "
                            f"(workgroups {s.wg} and {st.wg} may be on different XCDs)")
             elif not bypass_l1 and not a.inv_l1 and any(
-                    st.lines.get((alloc.name, int(line)), a.seq) < a.seq for line in np.unique(idx // LINE)):
+                    st.lines.get((alloc.name, int(line)), a.seq) < a.seq for line in np.unique(idx() // LINE)):
                 why.append(f"buffer_inv (or sc0/sc1 on the load) after the acquiring atomic #{a.pc}: the line "
                            f"was loaded into L1 before it")
             else:

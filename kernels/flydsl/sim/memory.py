@@ -87,18 +87,56 @@ class ArrivalGuard:
 
     def write(self, a: Allocation, idx: np.ndarray) -> None:
         """Before rank ``rank`` writes (or atomically updates) bytes ``idx`` of ``a``."""
-        hi = self._hi.get(id(a))
-        if hi is None:
-            read_hi = self._read_hi.get(id(a), -1)
-            if read_hi > self.rank:
-                raise OrderDiverged(f"workgroup at arrival {self.rank} writes {a.name}, read by a later one")
-            self._saved.append((a, a.data.copy()))
-            hi = self._hi[id(a)] = (np.full(a.size, -1, np.int32), np.full(a.size, read_hi, np.int32))
-        hw, ha = hi
+        hw, ha = self._written(a, self.rank)
         if int(ha[idx].max()) > self.rank:
             raise OrderDiverged(f"workgroup at arrival {self.rank} writes {a.name} bytes a later one accessed")
         hw[idx] = np.maximum(hw[idx], self.rank)
         ha[idx] = np.maximum(ha[idx], self.rank)
+
+    def _written(self, a: Allocation, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """(highest writer, highest accessor) of every byte of ``a``, which rank
+        ``rank`` is about to write: made (and ``a``'s bytes saved) at its first write."""
+        hi = self._hi.get(id(a))
+        if hi is None:
+            read_hi = self._read_hi.get(id(a), -1)
+            if read_hi > rank:
+                raise OrderDiverged(f"workgroup at arrival {rank} writes {a.name}, read by a later one")
+            self._saved.append((a, a.data.copy()))
+            hi = self._hi[id(a)] = (np.full(a.size, -1, np.int32), np.full(a.size, read_hi, np.int32))
+        return hi
+
+    def read_waves(self, a: Allocation, idx: np.ndarray, ranks: list[int]) -> None:
+        """``read`` for waves of ranks ``ranks`` (ascending) in turn, wave k reading
+        bytes ``idx[k]`` (int64 ``[n, ...]``): the check sees what it would see
+        one wave at a time, since a read changes nothing another read checks."""
+        hi = self._hi.get(id(a))
+        if hi is None:
+            if self._read_hi.get(id(a), -1) < ranks[-1]:
+                self._read_hi[id(a)] = ranks[-1]
+            return
+        hw, ha = hi
+        flat = idx.reshape(len(ranks), -1)
+        r = np.array(ranks, np.int32)
+        late = hw[flat].max(axis=1) > r
+        if late.any():
+            raise OrderDiverged(f"workgroup at arrival {ranks[int(np.argmax(late))]} reads {a.name} bytes written "
+                                f"by a later one")
+        # Where waves read one byte, the last (the highest rank) is assigned last.
+        ha[flat] = np.maximum(ha[flat], r[:, None])
+
+    def write_waves(self, a: Allocation, idx: np.ndarray, ranks: list[int]) -> None:
+        """``write`` for waves of ranks ``ranks`` (ascending) in turn, wave k
+        writing bytes ``idx[k]`` (int64 ``[n, ...]``): an earlier wave of the
+        batch has no higher rank, so what it records never fails a later one."""
+        hw, ha = self._written(a, ranks[0])
+        flat = idx.reshape(len(ranks), -1)
+        r = np.array(ranks, np.int32)
+        late = ha[flat].max(axis=1) > r
+        if late.any():
+            raise OrderDiverged(f"workgroup at arrival {ranks[int(np.argmax(late))]} writes {a.name} bytes a later "
+                                f"one accessed")
+        hw[flat] = np.maximum(hw[flat], r[:, None])
+        ha[flat] = np.maximum(ha[flat], r[:, None])
 
     def unwritten(self, a: Allocation) -> bool:
         """Whether no workgroup has written ``a`` during the launch so far."""
@@ -183,6 +221,45 @@ class Memory:
             self.guard.read(a, np.zeros(0, np.int64))
         idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(nbytes)
         return a.data[idx]
+
+    def span(self, addrs: np.ndarray, nbytes: int) -> Allocation | None:
+        """The allocation holding all ``nbytes`` at every one of ``addrs`` (uint64,
+        any shape), or None."""
+        lo, hi = int(addrs.min()), int(addrs.max())
+        a = self.find(lo)
+        return a if a is not None and hi + nbytes <= a.base + a.size else None
+
+    def load_waves(self, a: Allocation, addrs: np.ndarray, nbytes: int, waves, ins=None) -> np.ndarray:
+        """uint8 ``addrs.shape + (nbytes,)``: the bytes at ``addrs`` (uint64 ``[n,
+        ...]``, all inside ``a`` (``span``); row k the addresses of ``waves[k]``,
+        every lane active, waves in arrival order), as ``load`` for each wave in
+        turn reads them: the arrival-order guard, and with ``ins`` (the
+        instruction; None for a scalar load, which is not checked) the
+        memory-model check, wave by wave, which may substitute stale bytes."""
+        idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(nbytes)
+        if self.guard is not None:
+            self.guard.read_waves(a, idx, [w.group.rank for w in waves])
+        got = a.data[idx]
+        if self.order is not None and ins is not None and self.order.tracks(a):
+            for k, w in enumerate(waves):
+                got[k] = self.order.load(w, ins, a, idx[k].reshape(-1, nbytes), got[k].reshape(-1, nbytes)) \
+                    .reshape(got[k].shape)
+        return got
+
+    def store_waves(self, a: Allocation, addrs: np.ndarray, data: np.ndarray, waves, ins) -> None:
+        """Write uint8 ``data`` (``addrs.shape + (nbytes,)``) at ``addrs`` (as
+        ``load_waves``'s), as ``store`` for each wave in turn writes it: waves in
+        arrival order, lanes in lane order (a later one wins a byte two write)."""
+        idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(data.shape[-1])
+        if self.guard is not None:
+            self.guard.write_waves(a, idx, [w.group.rank for w in waves])
+        if self.order is None:
+            a.data[idx] = data
+            return
+        # The check records the bytes each store overwrites: one wave's store at a time.
+        for k, w in enumerate(waves):
+            self.order.store(w, ins, a, idx[k].reshape(-1, data.shape[-1]))
+            a.data[idx[k]] = data[k]
 
     def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str, ctx=None) -> np.ndarray:
         """uint8 ``[64, nbytes]``: the bytes at ``addrs`` (uint64 ``[64]``) for

@@ -9,6 +9,7 @@ branch labels resolved to instruction indices, the kernel descriptor's
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -122,6 +123,8 @@ _ENCODINGS = ("_e32", "_e64", "_sdwa", "_dpp")
 def _split(s: str, at_space: bool) -> list[str]:
     """Split at commas (or, with ``at_space``, white space) outside brackets and
     parentheses, so ``name:[a,b]`` and ``swizzle(A,B)`` stay whole."""
+    if "[" not in s and "(" not in s:
+        return [p for p in (s.split() if at_space else (p.strip() for p in s.split(","))) if p]
     parts: list[str] = []
     cur: list[str] = []
     depth = 0
@@ -143,6 +146,7 @@ def _int_bits(v: int) -> tuple[int, int, int]:
     return v & 0xFFFFFFFF, v & 0xFFFF, v & 0xFFFFFFFFFFFFFFFF
 
 
+@functools.lru_cache(maxsize=None)
 def parse_operand(text: str) -> Operand:
     """One operand as LLVM prints it (``v[2:5]``, ``-|v1|``, ``s7``, ``vcc``,
     ``0x4f7ffffe``, ``-16``, ``0.5``, ``sext(v3)``, ``.LBB0_2``, ``off``)."""

@@ -1,8 +1,9 @@
 """One wave64's architectural state, operand access, and the instruction registry.
 
-Register files: 128 SGPRs (``vcc`` at 106/107, ``m0`` 124, ``exec`` 126/127,
-the ISA's operand numbering), ``SCC``, and 512 vector registers of 64 lanes
-(``v0..v255``, then ``a0..a255``), all uint32. Handlers are registered per
+Register files: the scalar file, 128 SGPRs (``vcc`` at 106/107, ``m0`` 124,
+``exec`` 126/127, the ISA's operand numbering) then ``SCC`` (column
+``SCC``, 0 or 1), and 512 vector registers of 64 lanes (``v0..v255``, then
+``a0..a255``), all uint32. Handlers are registered per
 mnemonic without its encoding suffix (``@op("v_add_f32")`` serves ``_e32``,
 ``_e64`` and ``_sdwa``) and read and write operands through the ``Wave``
 methods here, which apply what the encoding says: EXEC (inactive lanes keep
@@ -18,6 +19,10 @@ instruction for any number of waves with a full EXEC at once (``BatchView``;
 a single wave is one); on a partial EXEC, and for every other form, the
 handler runs, so the handlers stay the one statement of each instruction's
 meaning and the unit tests, which execute through ``decode``, check both.
+Instructions that ignore EXEC, or read it per wave (the scalar family, the
+lane reads), register cores that run for any EXEC (``exec_free``); those are
+stated once, as their cores (``core_op``: a wave's handler is its core over
+that wave).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 from .program import AGPR_BASE, NUM_SGPRS, Instr, Operand
 
 LANES = 64
+SCC = NUM_SGPRS  # SCC's column in the scalar file, after the SGPRs
 _LANE_BITS = np.arange(LANES, dtype=np.uint64)
 _BIT_WEIGHTS = np.uint64(1) << _LANE_BITS
 
@@ -84,43 +90,88 @@ def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) 
 
 # Batched decoders: for a mnemonic, ``fn(ins)`` returns a closure ``core(view)``
 # that executes ``ins`` for every wave of ``view`` at once, all with a full EXEC
-# (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 128]``: a
-# ``Wave``'s own registers as n = 1, or a run of waves of a launch), or None
-# for a form it does not bind. Lane-wise operations without scalar results
+# (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 129]``, SGPRs and
+# SCC: a ``Wave``'s own registers as n = 1, or a run of waves of a launch), or
+# None for a form it does not bind. Lane-wise operations without scalar results
 # (no SCC or VCC) have one, so that n waves at once mean the same as each wave
-# alone, and loads of memory no workgroup of the launch has written. A core
-# returns False, having changed nothing, where it leaves the instruction to
-# each wave's own closure (a load of written memory, out of range, a fault).
+# alone, and so do the scalar ALU (each wave's results in its own row), and
+# loads of memory no workgroup of the launch has written. A core returns
+# False, having changed nothing, where it leaves the instruction to each
+# wave's own closure (a load of written memory, out of range, a fault). An
+# ``exec_free`` decoder's cores run whatever EXEC holds (the instructions that
+# ignore it: the scalar family).
 Core = Callable[["Wave | BatchView"], "bool | None"]
 BatchDecoder = Callable[[Instr], "Core | None"]
 BATCHED: dict[str, BatchDecoder] = {}
+EXEC_FREE: set[str] = set()
 
 
-def batched(*names: str) -> Callable[[BatchDecoder], BatchDecoder]:
+def batched(*names: str, exec_free: bool = False) -> Callable[[BatchDecoder], BatchDecoder]:
     """Register the decorated batched decoder for each mnemonic in ``names``
-    (without the encoding suffix); its handler must be registered too (``op``)."""
+    (without the encoding suffix); its handler must be registered too (``op``).
+    ``exec_free``: its cores run for any EXEC, not only a full one."""
     def deco(fn: BatchDecoder) -> BatchDecoder:
         for n in names:
             if n in BATCHED:
                 raise ValueError(f"batched decoder for {n} registered twice")
             BATCHED[n] = fn
+            if exec_free:
+                EXEC_FREE.add(n)
         return fn
+    return deco
+
+
+def core_op(*names: str) -> Callable[[Callable[[Instr], Core]], Callable[[Instr], Core]]:
+    """Register the decorated ``build(ins)``, which makes an instruction's core
+    (SimError for a form it refuses), as the one statement of the meaning of
+    ``names``: batched for any EXEC (``exec_free``), and as each wave's handler
+    the same core over that wave (made once per instruction)."""
+    def deco(build: Callable[[Instr], Core]) -> Callable[[Instr], Core]:
+        def built(ins: Instr) -> Core:
+            core = ins.__dict__.get("_core")
+            if core is None:
+                core = ins.__dict__["_core"] = build(ins)
+            return core
+
+        def handler(w: Wave, ins: Instr) -> None:
+            built(ins)(w)
+
+        def decoder(ins: Instr) -> Core | None:
+            try:
+                return built(ins)
+            except SimError:
+                return None  # the handler raises it when a wave executes the instruction
+        op(*names)(handler)
+        batched(*names, exec_free=True)(decoder)
+        return build
     return deco
 
 
 def decode_batched(ins: Instr) -> Core | None:
     """``core(view)`` executing ``ins`` for every wave of a view whose waves all
-    have a full EXEC, or None when no batched decoder binds this form."""
+    have a full EXEC (any EXEC where ``exec_free(ins)``), or None when no
+    batched decoder binds this form."""
     dec = BATCHED.get(ins.base) or BATCHED.get(ins.mnemonic)
     return dec(ins) if dec is not None else None
 
 
+def exec_free(ins: Instr) -> bool:
+    """Whether the cores of ``ins`` run for any EXEC (see ``batched``)."""
+    return (ins.base if ins.base in BATCHED else ins.mnemonic) in EXEC_FREE
+
+
 def decode(ins: Instr) -> Callable[["Wave"], None]:
-    """``fn(wave)`` executing ``ins``: its batched core on a full EXEC (the
-    handler otherwise, or where the core leaves it), else its handler with the
-    instruction bound; UnknownInstruction when there is none."""
+    """``fn(wave)`` executing ``ins``: its batched core on a full EXEC, or on any
+    for an ``exec_free`` one (the handler otherwise, or where the core leaves
+    it), else its handler with the instruction bound; UnknownInstruction when
+    there is none."""
     h = handler_for(ins)
     core = decode_batched(ins)
+    if core is not None and exec_free(ins):
+        def free(w: Wave, h: Handler = h, ins: Instr = ins, core: Core = core) -> None:
+            if core(w) is False:
+                h(w, ins)
+        return free
     if core is not None:
         def run(w: Wave, h: Handler = h, ins: Instr = ins, core: Core = core) -> None:
             s = w.s
@@ -215,7 +266,7 @@ def _select(x, sel: str, sext: bool):
 
 
 class Wave:
-    """The state of one wave: ``s`` (uint32 ``[128]``), ``scc`` (0/1), ``v``
+    """The state of one wave: ``s`` (uint32 ``[128]``), ``scc`` (0/1, an int), ``v``
     (uint32 ``[512, 64]``), ``pc`` (instruction index), ``state`` (``"run"``,
     ``"barrier"``, ``"end"``), ``count`` (instructions executed), and the
     ``group`` it belongs to (LDS, memory, the target's facts)."""
@@ -223,22 +274,30 @@ class Wave:
     def __init__(self, group, wave_id: int, regs: tuple[np.ndarray, np.ndarray, int] | None = None):
         self.group = group
         self.wave_id = wave_id
-        # ``regs``: (SGPR files uint32 [N, 128], vector files uint32 [N, 512, 64], k)
+        # ``regs``: (scalar files uint32 [N, 129], vector files uint32 [N, 512, 64], k)
         # of a launch's waves, this wave's being row k; its own files otherwise.
         if regs is None:
-            regs = (np.zeros((1, NUM_SGPRS), np.uint32), np.zeros((1, 2 * AGPR_BASE, LANES), np.uint32), 0)
+            regs = (np.zeros((1, NUM_SGPRS + 1), np.uint32), np.zeros((1, 2 * AGPR_BASE, LANES), np.uint32), 0)
         sfile, vfile, k = regs
         # ``sb``/``vb``: the same registers as a view of one wave (n = 1), the
-        # shape batched cores read (``BatchView``).
+        # shape batched cores read (``BatchView``); ``s`` the SGPRs without SCC.
         self.sb, self.vb = sfile[k:k + 1], vfile[k:k + 1]
-        self.s, self.v = sfile[k], vfile[k]
+        self.s, self.v = sfile[k, :NUM_SGPRS], vfile[k]
         self.k = k
-        self.scc = 0
         self.pc = 0
         self.state = "run"
         self.count = 0
         self._exec_key: tuple[int, int] | None = None
         self._exec_mask = np.zeros(LANES, bool)
+
+    @property
+    def scc(self) -> int:
+        """SCC (0 or 1)."""
+        return int(self.sb[0, SCC])
+
+    @scc.setter
+    def scc(self, value: int) -> None:
+        self.sb[0, SCC] = value
 
     @property
     def waves(self) -> tuple[Wave]:
@@ -409,6 +468,9 @@ class Wave:
                        np.stack([value & np.uint64(0xFFFFFFFF), value >> np.uint64(32)]).astype(np.uint32))
 
 
+_EVERY = slice(None)
+
+
 class Rows:
     """Rows ``rows`` (int ``[n]``, ascending) of a register file ``[N, ...]`` as
     batched cores index it: ``r[:, i]``, ``r[:, i:j]``, ``r[:, i, None]`` and
@@ -422,10 +484,12 @@ class Rows:
         self.shape = (len(rows),) + file.shape[1:]
 
     def _key(self, key: tuple) -> tuple:
-        if not isinstance(key, tuple) or key[:1] != (slice(None),):
+        # Plain loops and type checks: this runs for every register access of a scattered run.
+        if type(key) is not tuple or type(key[0]) is not slice or key[0] != _EVERY:
             raise TypeError(f"batched register access must select every wave first, got {key!r}")
-        if any(isinstance(k, list) for k in key[1:]):
-            return (self._rows[:, None],) + key[1:]
+        for k in key:
+            if type(k) is list:
+                return (self._rows[:, None],) + key[1:]
         return (self._rows,) + key[1:]
 
     def __getitem__(self, key: tuple) -> np.ndarray:
@@ -437,7 +501,7 @@ class Rows:
 
 class BatchView:
     """``waves`` (ascending rows of a launch's register files), for batched
-    cores: ``sb`` uint32 ``[n, 128]`` and ``vb`` uint32 ``[n, 512, 64]`` (views
+    cores: ``sb`` uint32 ``[n, 129]`` (SGPRs and SCC) and ``vb`` uint32 ``[n, 512, 64]`` (views
     where the rows are consecutive, else ``Rows``), and ``group``, the first
     wave's workgroup (the target, options and memory, which every workgroup
     of a launch shares)."""

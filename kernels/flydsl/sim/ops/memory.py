@@ -182,44 +182,96 @@ def _write_loaded(view: BatchView, d: int, data: np.ndarray, size: int, signed: 
     view.vb[:, d:d + vals.shape[2]] = vals.transpose(0, 2, 1)
 
 
-def _buffer_load_decoder(ins: Instr) -> Core | None:
-    """The batched decoder of a MUBUF load: every wave's raw buffer, offsets
-    all in range, in one allocation nobody wrote; anything else is each
-    wave's handler's."""
-    size, n, signed = _BUFFER_LOADS[ins.base]
+def _buffer_offsets(ins: Instr):
+    """``fn(view)`` of a MUBUF instruction's raw buffers: (base addresses int64
+    ``[n]``, each lane's byte offset int64 ``[n, 64]``, ``num_records`` int64
+    ``[n]``), or None where a wave's V# is structured (its handler refuses it);
+    None when the form has no batched core."""
     try:
         vdata, vaddr, srsrc, soff, inst_off = _mubuf_form(ins)
     except SimError:
         return None
-    if vdata.count != n:
-        return None
-    r, comp = srsrc.index, np.arange(n, dtype=np.int64) * size
+    r = srsrc.index
 
-    def core(view) -> bool | None:
+    def offsets(view):
         words = view.sb[:, r:r + 3].astype(np.int64)
         if (words[:, 1] >> 16 & 0x3FFF).any():
-            return False  # a structured buffer: the handler refuses it
+            return None
         base = words[:, 0] | (words[:, 1] & 0xFFFF) << 32
         sof = view.sb[:, soff.index].astype(np.int64) if soff.kind == "s" else np.int64(soff.bits32)
-        offsets = (sof + inst_off)[..., None] if vaddr is None else \
+        lane = (sof + inst_off)[..., None] if vaddr is None else \
             view.vb[:, vaddr.index].astype(np.int64) + (sof + inst_off)[..., None]
-        # Each component's byte offset [n, 64, n]; out of range components read 0.
-        offsets = np.broadcast_to(offsets, (len(view.waves), LANES))[..., None] + comp
-        inr = (offsets >= 0) & (offsets + size <= words[:, 2, None, None])
-        if inr.all():
-            data = view.group.memory.load_unwritten((base[:, None, None] + offsets).astype(np.uint64), size,
-                                                    view.waves[-1].group.rank)
-        elif inr.any():
-            addrs = np.where(inr, base[:, None, None] + offsets, (base[:, None, None] + offsets)[inr][0])
-            data = view.group.memory.load_unwritten(addrs.astype(np.uint64), size, view.waves[-1].group.rank)
-            if data is not None:
-                data = np.where(inr[..., None], data, np.uint8(0))
+        return base, np.broadcast_to(lane, (len(view.waves), LANES)), words[:, 2]
+    return offsets
+
+
+def _buffer_load_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of a MUBUF load: every wave's raw buffer, each
+    lane's access in one allocation (read as each wave's handler would, in
+    arrival order); components out of range read 0 where the allocation is one
+    no workgroup wrote; anything else is each wave's handler's."""
+    size, n, signed = _BUFFER_LOADS[ins.base]
+    form = _buffer_offsets(ins)
+    if form is None or ins.ops[0].count != n:
+        return None
+    d, comp = ins.ops[0].index, np.arange(n, dtype=np.int64) * size
+
+    def core(view) -> bool | None:
+        got = form(view)
+        if got is None:
+            return False
+        base, lane, records = got
+        mem = view.group.memory
+        if ((lane >= 0) & (lane + size * n <= records[:, None])).all():
+            addrs = (base[:, None] + lane).astype(np.uint64)
+            a = mem.span(addrs, size * n)
+            if a is None:
+                return False
+            _issue_all(view, ins)
+            data = mem.load_waves(a, addrs, size * n, view.waves, ins)
         else:
-            data = np.zeros(offsets.shape + (size,), np.uint8)
-        if data is None:
+            # Each component's byte offset [n, 64, n]; out of range components read 0.
+            offsets = lane[..., None] + comp
+            inr = (offsets >= 0) & (offsets + size <= records[:, None, None])
+            if inr.any():
+                addrs = np.where(inr, base[:, None, None] + offsets, (base[:, None, None] + offsets)[inr][0])
+                data = mem.load_unwritten(addrs.astype(np.uint64), size, view.waves[-1].group.rank)
+                if data is None:
+                    return False
+                data = np.where(inr[..., None], data, np.uint8(0))
+            else:
+                data = np.zeros(offsets.shape + (size,), np.uint8)
+            _issue_all(view, ins)
+        _write_loaded(view, d, data.reshape(len(view.waves), LANES, -1), size, signed)
+        return None
+    return core
+
+
+@batched(*_BUFFER_STORES)
+def _buffer_store_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of a MUBUF store: every wave's raw buffer, each
+    lane's access in range and in one allocation (written as each wave's
+    handler would, in arrival order); anything else is each wave's handler's."""
+    size, n = _BUFFER_STORES[ins.base]
+    form = _buffer_offsets(ins)
+    if form is None or ins.ops[0].count != n:
+        return None
+    d = ins.ops[0].index
+
+    def core(view) -> bool | None:
+        got = form(view)
+        if got is None:
+            return False
+        base, lane, records = got
+        if not ((lane >= 0) & (lane + size * n <= records[:, None])).all():
+            return False
+        addrs = (base[:, None] + lane).astype(np.uint64)
+        mem = view.group.memory
+        a = mem.span(addrs, size * n)
+        if a is None:
             return False
         _issue_all(view, ins)
-        _write_loaded(view, vdata.index, data.reshape(len(view.waves), LANES, -1), size, signed)
+        mem.store_waves(a, addrs, _lane_bytes(view, d, n, size), view.waves, ins)
         return None
     return core
 
@@ -287,10 +339,24 @@ def _global_store(w: Wave, ins: Instr) -> None:
     w.group.memory.store(_global_addrs(w, ins, vaddr, saddr), data, w.exec_mask, ins.where(), (w, ins))
 
 
+def _global_addrs_batched(ins: Instr, vaddr: Operand, saddr: Operand):
+    """``fn(view)``: uint64 ``[n, 64]`` addresses of a global access for every
+    wave (as ``_global_addrs``); None for a form its handler refuses."""
+    off = np.uint64(int(ins.mods.get("offset", 0)) & 0xFFFFFFFFFFFFFFFF)
+    if saddr.kind == "off" and vaddr.kind == "v" and vaddr.count == 2:
+        i = vaddr.index
+        return lambda view: (view.vb[:, i].astype(np.uint64) | view.vb[:, i + 1].astype(np.uint64) << np.uint64(32)) \
+            + off
+    if saddr.kind == "s" and saddr.count == 2 and vaddr.kind == "v" and vaddr.count == 1:
+        s, i = saddr.index, vaddr.index
+        return lambda view: (np.ascontiguousarray(view.sb[:, s:s + 2]).view(np.uint64) + off) + view.vb[:, i]
+    return None
+
+
 def _global_load_decoder(ins: Instr) -> Core | None:
-    """The batched decoder of ``global_load_* vdst, vaddr, saddr`` (an SGPR-pair
-    base): every wave's addresses in one allocation nobody wrote; anything
-    else (``off`` addressing too) is each wave's handler's."""
+    """The batched decoder of ``global_load_*``: every wave's addresses in one
+    allocation (read as each wave's handler would, in arrival order);
+    anything else is each wave's handler's."""
     size, n, signed = _GLOBAL_LOADS[ins.base]
     try:
         _check_mods(ins, _GLOBAL_MODS)
@@ -298,20 +364,45 @@ def _global_load_decoder(ins: Instr) -> Core | None:
     except SimError:
         return None
     vdst, vaddr, saddr = ins.ops
-    if vdst.kind != "v" or vdst.count != n or saddr.kind != "s" or saddr.count != 2 \
-            or vaddr.kind != "v" or vaddr.count != 1:
+    addresses = _global_addrs_batched(ins, vaddr, saddr)
+    if vdst.kind != "v" or vdst.count != n or addresses is None:
         return None
-    off, s = int(ins.mods.get("offset", 0)), saddr.index
 
     def core(view) -> bool | None:
-        sb = view.sb.astype(np.uint64)
-        base = (sb[:, s] | sb[:, s + 1] << np.uint64(32)) + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
-        data = view.group.memory.load_unwritten(base[:, None] + view.vb[:, vaddr.index], size * n,
-                                                view.waves[-1].group.rank)
-        if data is None:
+        addrs = addresses(view)
+        mem = view.group.memory
+        a = mem.span(addrs, size * n)
+        if a is None:
             return False
         _issue_all(view, ins)
-        _write_loaded(view, vdst.index, data, size, signed)
+        _write_loaded(view, vdst.index, mem.load_waves(a, addrs, size * n, view.waves, ins), size, signed)
+        return None
+    return core
+
+
+@batched(*_GLOBAL_STORES)
+def _global_store_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``global_store_*``: every wave's addresses in one
+    allocation (written as each wave's handler would, in arrival order)."""
+    size, n = _GLOBAL_STORES[ins.base]
+    try:
+        _check_mods(ins, _GLOBAL_MODS)
+        _check_ops(ins, 3)
+    except SimError:
+        return None
+    vaddr, vdata, saddr = ins.ops
+    addresses = _global_addrs_batched(ins, vaddr, saddr)
+    if vdata.kind != "v" or vdata.count != n or addresses is None:
+        return None
+
+    def core(view) -> bool | None:
+        addrs = addresses(view)
+        mem = view.group.memory
+        a = mem.span(addrs, size * n)
+        if a is None:
+            return False
+        _issue_all(view, ins)
+        mem.store_waves(a, addrs, _lane_bytes(view, vdata.index, n, size), view.waves, ins)
         return None
     return core
 

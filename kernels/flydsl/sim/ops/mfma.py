@@ -16,7 +16,7 @@ and results kept, overflow to infinity). Products of bf16 are exact in
 float64, and the float64 sum has a known error bound: where the bound's
 interval rounds to one fp32 value (the usual case) that is the answer; an
 element whose interval could round to two fp32 values is summed again
-exactly (in rational arithmetic, unless its float64 sum is provably exact). Hardware adds in its own order and
+exactly (``math.fsum``, unless its float64 sum is provably exact). Hardware adds in its own order and
 precision, so it may differ from this by fp32 rounding noise (an ulp or so
 where the sum cancels or lies near a rounding midpoint). An exactly zero
 sum is -0 only when every term is -0 (hardware's sign of zero may differ).
@@ -34,7 +34,7 @@ with every lane enabled.
 
 from __future__ import annotations
 
-from fractions import Fraction
+import math
 
 import numpy as np
 
@@ -44,8 +44,6 @@ from ..wave import LANES, Core, SimError, Wave, batched, op
 _ALL_LANES = (1 << LANES) - 1
 _QNAN = np.uint32(0x7FC00000)
 _U = 2.0 ** -53
-_F32_MAX_EXP = 128
-_F32_MIN_EXP = -126
 
 
 def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
@@ -53,20 +51,26 @@ def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
 
-def round_fraction_to_f32(q: Fraction) -> np.float32:
-    """A rational ``q`` rounded once to fp32 (nearest, ties to even, subnormals
-    kept, overflow to infinity); an exact 0 gives +0."""
-    if q == 0:
+def round_sum_to_f32(terms: list[float]) -> np.float32:
+    """The exact sum of finite float64 ``terms`` rounded once to fp32 (nearest,
+    ties to even, subnormals kept, overflow to infinity); an exact 0 gives +0.
+
+    ``math.fsum`` gives the exact sum rounded once to float64. Every fp32
+    rounding boundary (a midpoint between neighbouring fp32 values, 2**128 -
+    2**103 for overflow) is a float64, and rounding is monotone, so that sum
+    lies on the same side of every boundary as the exact one, and rounds to
+    the same fp32 value, unless it is a boundary itself: then the sign of the
+    exact remainder (``fsum`` again, whose rounding keeps a sign) decides."""
+    s = math.fsum(terms)
+    if s == 0:
         return np.float32(0.0)
-    a = abs(q)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    quantum = Fraction(2) ** (max(e, _F32_MIN_EXP) - 23)
-    n = round(a / quantum)
-    mag = n * quantum
-    val = np.float32(np.inf) if mag >= Fraction(2) ** _F32_MAX_EXP else np.float32(float(mag))
-    return -val if q < 0 else val
+    f = np.float32(s)
+    if np.float32(np.nextafter(s, -np.inf)) == np.float32(np.nextafter(s, np.inf)):
+        return f  # not a boundary: both sides round to f
+    rest = math.fsum(terms + [-s])
+    if rest == 0:
+        return f  # a tie: np.float32 rounds it to even
+    return np.float32(np.nextafter(s, np.inf if rest > 0 else -np.inf))
 
 
 def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
@@ -95,7 +99,7 @@ def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     The float64 sum (any order) is within ``2 (K + 1) u sum|terms|`` of the exact
     sum; where that interval rounds to one fp32 value (almost always) that value
     is the answer. An element whose interval holds an fp32 rounding boundary
-    is summed again exactly (rational arithmetic, unless ``float64_sum_is_exact``
+    is summed again exactly (``round_sum_to_f32``, unless ``float64_sum_is_exact``
     shows the float64 sum already is). So the result does not depend on the
     order numpy's matrix product adds in."""
     lead = a.shape[:-2]
@@ -108,19 +112,23 @@ def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         bound = 2.0 * (a.shape[2] + 1) * _U * abs_sum
         lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
         hi = np.nextafter(s + bound, np.inf).astype(np.float32)
-        doubt = np.isfinite(abs_sum) & (lo.view(np.uint32) != hi.view(np.uint32))
         zero = abs_sum == 0
-        if doubt.any() or zero.any():
-            # The terms of the elements in doubt or exactly zero only (a few of
-            # the 256 as a rule): each proven exact in float64 or summed exactly.
-            nn, ii, jj = np.nonzero(doubt | zero)
+        doubt = np.isfinite(abs_sum) & (lo.view(np.uint32) != hi.view(np.uint32)) & ~zero
+        # An exactly zero sum is -0 only when every term is: C's element -0 and every product too.
+        out[zero] = np.float32(0.0)
+        neg = zero & np.signbit(c)
+        if neg.any():
+            nn, ii, jj = np.nonzero(neg)
+            out[nn, ii, jj] = np.where(np.signbit(a[nn, ii] * b[nn, :, jj]).all(axis=1), np.float32(-0.0),
+                                       np.float32(0.0))
+        if doubt.any():
+            # The terms of the elements in doubt only (a few of the 256 as a
+            # rule): each proven exact in float64 or summed exactly.
+            nn, ii, jj = np.nonzero(doubt)
             terms = np.concatenate([a[nn, ii] * b[nn, :, jj], c[nn, ii, jj][:, None]], axis=1)
-            z = zero[nn, ii, jj]
-            out[nn[z], ii[z], jj[z]] = np.where(np.signbit(terms[z]).all(axis=1), np.float32(-0.0),
-                                                np.float32(0.0))
-            d = doubt[nn, ii, jj] & ~float64_sum_is_exact(terms[:, None, :], abs_sum[nn, ii, jj][:, None])[:, 0]
-            for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d]):
-                out[m, i, j] = round_fraction_to_f32(sum((Fraction(float(x)) for x in t), Fraction(0)))
+            d = ~float64_sum_is_exact(terms[:, None, :], abs_sum[nn, ii, jj][:, None])[:, 0]
+            for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d].tolist()):
+                out[m, i, j] = round_sum_to_f32(t)
     return out.reshape(lead + (16, 16))
 
 

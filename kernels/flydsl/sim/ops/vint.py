@@ -38,7 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, op, plain_source, sdwa_source
+from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, core_op, op, plain_source, sdwa_source
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _LANE = np.arange(LANES, dtype=np.uint64)
@@ -408,22 +408,55 @@ def _bitmods(x: np.ndarray, o) -> np.ndarray:
 
 # ---- lane access ---------------------------------------------------------------------
 
-@_vop("v_readfirstlane_b32", nops=2)
-def readfirstlane_b32(w: Wave, ins: Instr) -> None:
+def _lane_pick(ins: Instr, o: Operand) -> Callable[[Any, Any], np.ndarray]:
+    """``fn(view, lanes)``: source ``o`` of each wave at its lane ``lanes`` (intp
+    ``[n]``): a VGPR's lane, an SGPR, or a constant (uint32 ``[n]`` or a scalar)."""
+    i = o.index
+    if o.kind == "v":
+        return lambda w, lanes: np.take_along_axis(w.vb[:, i], lanes[:, None], axis=1)[:, 0]
+    if o.kind == "s":
+        return lambda w, lanes: w.sb[:, i]
+    if o.kind == "const":
+        c = np.uint32(o.bits32)
+        return lambda w, lanes: c
+    raise SimError(f"{o.text} is not a source operand at {ins.where()}")
+
+
+def _sgpr_dest(ins: Instr) -> int:
+    """The SGPR a lane read writes; SimError for any other destination."""
+    d = ins.ops[0]
+    if d.kind != "s":
+        raise SimError(f"{d.text} is not a scalar destination at {ins.where()}")
+    return d.index
+
+
+@core_op("v_readfirstlane_b32")
+def _readfirstlane_b32(ins: Instr) -> Core:
     """``v_readfirstlane_b32 sdst, vsrc``: the lowest active lane (lane 0 if EXEC is 0)."""
-    active = w.exec_mask
-    lane = int(np.argmax(active)) if active.any() else 0
-    src = w.raw(ins.ops[1])
-    w.sset(ins.ops[0], int(src[lane] if isinstance(src, np.ndarray) else src))
+    _validate(ins, 2, frozenset(), False, False)
+    d, pick = _sgpr_dest(ins), _lane_pick(ins, ins.ops[1])
+
+    def core(w) -> None:
+        exe = np.ascontiguousarray(w.sb[:, 126:128]).view(np.uint64)[:, 0]
+        lowest = np.bitwise_count((exe & (~exe + np.uint64(1))) - np.uint64(1))  # 64 where EXEC is 0
+        w.sb[:, d] = pick(w, np.where(exe == 0, 0, lowest).astype(np.intp))
+    return core
 
 
-@_vop("v_readlane_b32", nops=3)
-def readlane_b32(w: Wave, ins: Instr) -> None:
+@core_op("v_readlane_b32")
+def _readlane_b32(ins: Instr) -> Core:
     """``v_readlane_b32 sdst, vsrc, lane``: lane (modulo 64) of vsrc, EXEC ignored."""
-    src = ins.ops[1]
+    _validate(ins, 3, frozenset(), False, False)
+    src, sel = ins.ops[1], ins.ops[2]
     if src.kind != "v":
         raise SimError(f"v_readlane_b32: source {src.text} is not a VGPR at {ins.where()}")
-    w.sset(ins.ops[0], int(w.v[src.index, w.sget(ins.ops[2]) & 63]))
+    if sel.kind not in ("s", "const"):
+        raise SimError(f"{sel.text} is not a scalar source at {ins.where()}")
+    d, pick, lane = _sgpr_dest(ins), _lane_pick(ins, src), _lane_pick(ins, sel)
+
+    def core(w) -> None:
+        w.sb[:, d] = pick(w, (np.broadcast_to(lane(w, None), (w.sb.shape[0],)) & np.uint32(63)).astype(np.intp))
+    return core
 
 
 @_vop("v_writelane_b32", nops=3)
