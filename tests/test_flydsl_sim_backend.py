@@ -27,10 +27,7 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.paged_cache import page_bytes
-from nvfp4_suite.vectors.catalog import HERE as VECTORS
-from nvfp4_suite.vectors.catalog import load_manifest
 from nvfp4_suite.vectors.harness import run_case
-from nvfp4_suite.vectors.io import load_case
 
 
 @pytest.fixture(scope="module")
@@ -91,24 +88,6 @@ CONFIGS = [  # (seed, splits, xcds, problem keywords): small, one trait each
 @pytest.mark.parametrize("seed, splits, xcds, kw", CONFIGS)
 def test_the_simulated_kernel_matches_the_emulation_on_generated_problems(toolchain, arch, seed, splits, xcds, kw):
     _check(SB.FlydslSimBackend(arch), random_problem(seed, **kw), splits, xcds)
-
-
-# Golden cases cheap enough for CI (one or two rows): the classes that break
-# real kernels first.
-GOLDEN_SUBSET = ("first-slots-invalid", "v-scale-swizzle", "split-rescale")
-GOLDEN_SPLITS = (1, 2)
-
-
-@pytest.mark.parametrize("arch", ARCHS)
-def test_golden_subset_conforms(toolchain, arch):
-    b = SB.FlydslSimBackend(arch)
-    cases = [c for c in load_manifest()["cases"] if c["name"] in GOLDEN_SUBSET]
-    assert len(cases) == len(GOLDEN_SUBSET)
-    for c in cases:
-        problem, _, _ = load_case(VECTORS / c["file"])
-        for splits in sorted({x["splits"] for x in c["launches"]} & set(GOLDEN_SPLITS)):
-            _, rep = run_case(b, problem, Launch(splits))
-            assert rep.passed, f"case {c['id']} {c['name']} splits {splits}:\n{rep.details()}"
 
 
 def test_selected_pages_beyond_4_gib_of_pool_are_read(toolchain):
