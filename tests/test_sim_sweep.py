@@ -101,6 +101,11 @@ def test_on_a_terminal_passing_tasks_move_the_bar_and_failing_ones_are_still_pri
 SHARDS = 12
 
 
+def _shard(tasks: list, k: int) -> list:
+    """Shard ``k`` of a target's task list."""
+    return tasks[k::SHARDS]
+
+
 @pytest.mark.parametrize("shard", range(SHARDS))
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_the_whole_golden_catalog_and_generated_problems_conform_on_the_simulator(arch, shard):
@@ -111,14 +116,14 @@ def test_the_whole_golden_catalog_and_generated_problems_conform_on_the_simulato
         pytest.skip(why)
     tasks = sim_sweep.tasks_for(arch, True, examples=50)
     lines: list[str] = []
-    failed, instructions, _ = sim_sweep.run_tasks(tasks[shard::SHARDS], jobs=1, out=lines.append)
+    failed, instructions, _ = sim_sweep.run_tasks(_shard(tasks, shard), jobs=1, out=lines.append)
     assert failed == [] and instructions > 0, "\n".join(lines)
 
 
 def test_the_shards_take_every_task_of_both_targets_once():
     for arch in ("gfx942", "gfx950"):
         tasks = sim_sweep.tasks_for(arch, True, examples=50)
-        names = [t[0] for k in range(SHARDS) for t in tasks[k::SHARDS]]
+        names = [t[0] for k in range(SHARDS) for t in _shard(tasks, k)]
         assert sorted(names) == sorted(t[0] for t in tasks) and len(set(names)) == len(tasks)
         assert sum(t[1] is sim_sweep.generated_task for t in tasks) == 5
         assert {t[2][1] for t in tasks if t[1] is sim_sweep.golden_task} == {

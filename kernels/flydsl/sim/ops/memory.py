@@ -353,20 +353,32 @@ def _global_addrs_batched(ins: Instr, vaddr: Operand, saddr: Operand):
     return None
 
 
-def _global_load_decoder(ins: Instr) -> Core | None:
-    """The batched decoder of ``global_load_*``: every wave's addresses in one
-    allocation (read as each wave's handler would, in arrival order);
-    anything else is each wave's handler's."""
-    size, n, signed = _GLOBAL_LOADS[ins.base]
+def _global_form(ins: Instr, reg_at: int, n: int):
+    """For a ``global_load_*`` (``reg_at`` 0: ``vdst, vaddr, saddr``) or
+    ``global_store_*`` (1: ``vaddr, vdata, saddr``) of ``n`` registers: its
+    register operand and ``_global_addrs_batched``'s address function; None for
+    a form its handler refuses or that has no batched core."""
     try:
         _check_mods(ins, _GLOBAL_MODS)
         _check_ops(ins, 3)
     except SimError:
         return None
-    vdst, vaddr, saddr = ins.ops
+    reg, vaddr, saddr = ins.ops[reg_at], ins.ops[1 - reg_at], ins.ops[2]
     addresses = _global_addrs_batched(ins, vaddr, saddr)
-    if vdst.kind != "v" or vdst.count != n or addresses is None:
+    if reg.kind != "v" or reg.count != n or addresses is None:
         return None
+    return reg, addresses
+
+
+def _global_load_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``global_load_*``: every wave's addresses in one
+    allocation (read as each wave's handler would, in arrival order);
+    anything else is each wave's handler's."""
+    size, n, signed = _GLOBAL_LOADS[ins.base]
+    form = _global_form(ins, 0, n)
+    if form is None:
+        return None
+    vdst, addresses = form
 
     def core(view) -> bool | None:
         addrs = addresses(view)
@@ -385,15 +397,10 @@ def _global_store_decoder(ins: Instr) -> Core | None:
     """The batched decoder of ``global_store_*``: every wave's addresses in one
     allocation (written as each wave's handler would, in arrival order)."""
     size, n = _GLOBAL_STORES[ins.base]
-    try:
-        _check_mods(ins, _GLOBAL_MODS)
-        _check_ops(ins, 3)
-    except SimError:
+    form = _global_form(ins, 1, n)
+    if form is None:
         return None
-    vaddr, vdata, saddr = ins.ops
-    addresses = _global_addrs_batched(ins, vaddr, saddr)
-    if vdata.kind != "v" or vdata.count != n or addresses is None:
-        return None
+    vdata, addresses = form
 
     def core(view) -> bool | None:
         addrs = addresses(view)
