@@ -13,7 +13,7 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS, Capabilities
 from nvfp4_suite.reference.paged_cache import BLK
-from nvfp4_suite.vectors.strategies import digest, run_generated, weighted
+from nvfp4_suite.vectors.strategies import POISON_WEIGHTS, digest, launch_weights, plan, run_generated, weighted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,6 +64,92 @@ def test_weighted_draws_each_key_in_proportion_to_its_weight():
 
     collect()
     assert set(seen) == {"a", "b"} and seen.count("b") > seen.count("a")
+
+
+@pytest.mark.parametrize("caps", [Capabilities(splits=tuple(range(1, 9))),
+                                  Capabilities(splits=(1, 2, 4, 8), xcds=(0, 8), orders=("forward", "reverse"))])
+def test_the_plan_holds_each_value_its_weight_share_give_or_take_its_weight_in_every_prefix(caps):
+    weights = dict(launch_weights(caps), poison=POISON_WEIGHTS)
+    got = [r for r, _ in zip(plan(caps, 3), range(400))]
+    for k, table in weights.items():
+        total = sum(table.values())
+        for n in range(1, len(got) + 1):
+            for v, w in table.items():
+                seen = sum((r.poison if k == "poison" else getattr(r.launch, k)) == v for r in got[:n])
+                assert abs(seen - n * w / total) <= w, (k, v, n, seen)
+
+
+def test_the_plan_is_the_same_for_a_seed_and_differs_between_seeds():
+    caps = Capabilities(splits=(1, 2, 4, 8), xcds=(0, 8))
+    first = [r for r, _ in zip(plan(caps, 7), range(50))]
+    assert first == [r for r, _ in zip(plan(caps, 7), range(50))]
+    assert first != [r for r, _ in zip(plan(caps, 8), range(50))]
+
+
+def test_generated_launches_follow_the_plan_and_only_the_declared_split_counts():
+    caps = Capabilities(splits=(1, 3, 5), xcds=(0, 8))
+    drawn = _draw(caps, 60, seed=4)
+    assert [launch for _, launch in drawn] == [r.launch for r, _ in zip(plan(caps, 4), range(60))]
+    only = []
+    run_generated(caps, 20, 4, lambda p, launch: only.append(launch.splits), splits=(3,), shrink=False)
+    assert set(only) == {3}
+
+
+def test_a_failure_is_minimised_with_its_launch_held_then_to_the_simplest_launch_and_poison_that_still_fail():
+    # Fails for every problem with Hkv > 1 launched with 3 or more splits,
+    # poisoned or not: the smallest such is Hkv 2 at 3 splits, no placement, unpoisoned.
+    caps = Capabilities(splits=(1, 2, 3, 5, 8), xcds=(0, 8))
+    calls = []
+
+    def fn(p, launch):
+        calls.append((p, launch))
+        if p.num_kv_heads > 1 and launch.splits >= 3:
+            raise AssertionError(f"Hkv {p.num_kv_heads} splits {launch.splits}")
+
+    with pytest.raises(AssertionError, match="Hkv 2 splits 3"):
+        run_generated(caps, 200, 0, fn)
+    p, launch = calls[-1]
+    assert (p.num_kv_heads, launch.splits, launch.xcds) == (2, 3, 0)
+    generated = [c for c in calls if c[1].splits >= 3 and c[0].num_kv_heads > 1]
+    first = generated[0][1]
+    assert first.splits > 3 or first.xcds, "the first failure's launch was already the simplest: nothing shown"
+
+
+def test_a_failure_that_needs_its_launch_keeps_it_when_minimised():
+    caps = Capabilities(splits=(1, 2, 4, 8), xcds=(0, 8))
+
+    def fn(p, launch):
+        if launch.splits == 8 and launch.xcds == 8:
+            raise AssertionError(repr(launch))
+
+    with pytest.raises(AssertionError, match="splits=8, xcds=8"):
+        run_generated(caps, 200, 0, fn)
+
+
+def test_a_poisoned_failure_is_reported_poisoned_and_an_unpoisoned_one_not():
+    from nvfp4_suite.vectors.coverage import problem_conditions
+
+    caps = Capabilities(splits=(1,))
+    last = []
+
+    def needs_poison(p, launch):
+        last[:] = [p]
+        if "unread slabs poisoned" in problem_conditions(p):
+            raise AssertionError("poisoned")
+
+    with pytest.raises(AssertionError, match="poisoned"):
+        run_generated(caps, 200, 0, needs_poison)
+    assert "unread slabs poisoned" in problem_conditions(last[0])
+
+    def any_problem(p, launch):
+        last[:] = [p]
+        raise AssertionError("always")
+
+    assert next(plan(caps, 0)).poison  # the first problem, the one failing, is drawn poisoned
+
+    with pytest.raises(AssertionError, match="always"):
+        run_generated(caps, 200, 0, any_problem)
+    assert "unread slabs poisoned" not in problem_conditions(last[0])
 
 
 # --- the same problems for a seed, whatever the process imported ---------------

@@ -23,12 +23,15 @@ coverage conditions with ``hypothesis.event``. ``problems_for`` and
 anywhere; ``"compacted"``: per KV head and row, with ``n = min(TOPK,
 self_blk + 1)`` (0 for a padding row), the first ``n`` slots hold ``n``
 distinct ids of ``[0, self_blk]`` ascending and the rest are -1).
-``run_generated`` draws the same problems for a seed in any process.
+``run_generated`` draws the same problems for a seed in any process, each
+completed by the next record of a seeded stratified plan (``plan``): its
+launch, and whether its unread slabs are poisoned.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 
@@ -149,10 +152,11 @@ def _seq_len(draw, kind: str, long_ok: bool, q_len: int) -> int:
 
 @st.composite
 def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64, max_q_len: int = 4,
-             layouts=LAYOUTS, splits=(1,), slot_lists: str = "any") -> DecodeProblem:
+             layouts=LAYOUTS, splits=(1,), slot_lists: str = "any", poison: bool | None = None) -> DecodeProblem:
     """A valid ``DecodeProblem`` in one of ``layouts``, slot lists in the
-    ``slot_lists`` domain, "split multiple" counts taken from ``splits``; see
-    the module docstring."""
+    ``slot_lists`` domain, "split multiple" counts taken from ``splits``,
+    unread slabs poisoned (``cases.poison_unread``) as ``poison`` says (None:
+    drawn); see the module docstring."""
     if slot_lists not in SLOT_LISTS:
         raise ValueError(f"slot_lists = {slot_lists!r}, must be one of {SLOT_LISTS}")
     layout = draw(st.sampled_from(layouts))
@@ -173,7 +177,8 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     k_global = draw(st.sampled_from([0.05, 0.5, 2.0]))
     v_global = draw(st.sampled_from([0.01, 1.0]))
     spare = draw(st.integers(0, 3))
-    poison = draw(st.booleans())
+    if poison is None:
+        poison = draw(st.booleans())
     drawn_bytes = draw(st.booleans())
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
@@ -216,28 +221,72 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
     return problem
 
 
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """What ``run_generated`` adds to a drawn problem: its ``launch`` and whether
+    its unread slabs are ``poison``ed (``cases.poison_unread``)."""
+
+    launch: Launch
+    poison: bool
+
+
+def launch_weights(caps: Capabilities, splits=None) -> dict[str, dict]:
+    """The launch choices inside ``caps`` (``splits``: only these split counts),
+    per ``Launch`` field: value -> integer weight, the simplest first. Split
+    count 1 and no placement are the simplest (a minimised failure keeps them
+    when it can) and weigh half as much as the others."""
+    return {"splits": {s: 1 if s == 1 else 2 for s in sorted(splits or caps.splits)},
+            "xcds": {x: 1 if x == 0 else 2 for x in sorted(caps.xcds)},
+            "order": {o: 1 for o in caps.orders} if caps.orders else {None: 1}}
+
+
+# Poisoned or not, evenly; unpoisoned is the simpler.
+POISON_WEIGHTS = {False: 1, True: 1}
+
+
 def launches_for(caps: Capabilities, splits=None):
-    """Launch records inside ``caps`` (``splits``: only these split counts)."""
-    orders = st.sampled_from(caps.orders) if caps.orders else st.none()
-    # Split count 1 and no placement are the simplest choices (a minimised
-    # failure keeps them when it can), drawn at half the weight of the others:
-    # hypothesis leans towards its simplest choices.
-    return st.builds(Launch, splits=weighted({s: 1 if s == 1 else 2 for s in (splits or caps.splits)}),
-                     xcds=weighted({x: 1 if x == 0 else 2 for x in caps.xcds}), order=orders)
+    """A hypothesis strategy of launch records inside ``caps`` (``splits``: only
+    these split counts), weighted as ``launch_weights``; for tests that draw
+    with ``@given``. ``run_generated`` does not draw launches with hypothesis
+    (``plan``)."""
+    return st.builds(Launch, **{k: weighted(v) for k, v in launch_weights(caps, splits).items()})
 
 
-def record_launch(problem: DecodeProblem, launch: Launch) -> None:
-    """Coverage events (``hypothesis.event``) for the launch conditions ``launch`` reaches on ``problem``."""
-    for c in sorted(launch_conditions(problem, launch)):
-        event(c)
+def plan(caps: Capabilities, seed: int, splits=None):
+    """An endless iterator of ``Planned`` records inside ``caps`` (``splits``:
+    only these split counts) for seed ``seed`` (int): each launch field
+    (``launch_weights``) and the poisoning (``POISON_WEIGHTS``) cycles through
+    its table (each value repeated by its weight) in a fresh seeded shuffle
+    per cycle, so the first ``n`` records hold each value ``n`` times its
+    weight share, give or take its weight.
+
+    Why not hypothesis: its draws are made to find bugs, not to spread. It
+    replays and mutates choices of earlier examples, so a choice among 15
+    entries lands on one entry anywhere from 0 to 4 times its share over 200
+    examples, and a boolean is true in 17% of them (measured with hypothesis
+    6.155-6.170, for ``sampled_from`` and for a hashed wide integer alike):
+    a split count the backend declares could go unlaunched."""
+    weights = dict(launch_weights(caps, splits), poison=POISON_WEIGHTS)
+    tables = {k: [v for v, w in t.items() for _ in range(w)] for k, t in weights.items()}
+    rng = np.random.default_rng([seed, 0x4C61756E])  # a stream of its own: hypothesis' seed draws the problems
+    queues: dict[str, list] = {k: [] for k in tables}
+    while True:
+        got = {}
+        for k, t in tables.items():
+            if not queues[k]:
+                queues[k] = [t[i] for i in rng.permutation(len(t))]
+            got[k] = queues[k].pop()
+        poison = got.pop("poison")
+        yield Planned(Launch(**got), poison)
 
 
-def problems_for(caps: Capabilities):
+def problems_for(caps: Capabilities, poison: bool | None = None):
     """The problem strategy inside ``caps``: its layouts, at most its limits,
-    its slot-list domain (``capabilities.slot_lists``, default ``"any"``)."""
+    its slot-list domain (``capabilities.slot_lists``, default ``"any"``);
+    ``poison`` as ``problems``'."""
     lim = caps.limits
     return problems(max_reqs=lim.requests, max_kv_heads=lim.kv_heads, max_topk=lim.topk, max_q_len=lim.q_len,
-                    layouts=caps.layouts, splits=caps.splits, slot_lists=slot_lists_of(caps))
+                    layouts=caps.layouts, splits=caps.splits, slot_lists=slot_lists_of(caps), poison=poison)
 
 
 # --- drawing the same problems for a seed in any process -------------------------
@@ -271,38 +320,87 @@ def without_local_constants():
 
 
 def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None, shrink: bool = True) -> None:
-    """Call ``fn(problem, launch)`` on ``examples`` problems and launches drawn
-    inside ``caps`` (``splits``: only these split counts) from ``seed``; the
-    same ones in every process and route (the CLI's ``check``, the pytest
-    route, tools), whatever was imported. ``fn`` raises ``AssertionError``
-    for a failure: generation stops, the failure is minimised (``shrink``)
-    and ``fn`` is last called with the smallest failing problem, whose
-    ``AssertionError`` propagates. Settings are hypothesis' defaults, not the
-    loaded profile's, apart from those given here: no database (nothing
-    replayed from earlier runs), no deadline, no health checks. When
-    ``NVFP4_DRAWN`` names a file, a digest of each drawn problem and launch
-    (``digest``) is appended to it, one a line."""
+    """Call ``fn(problem, launch)`` on ``examples`` problems drawn inside ``caps``
+    from ``seed`` (int), each completed by the next record of ``plan(caps,
+    seed, splits)`` (``splits``: only these split counts): its launch, and
+    its unread slabs poisoned or not. The same problems and launches in every
+    process and route (the CLI's ``check``, the pytest route, tools),
+    whatever was imported. ``fn`` raises ``AssertionError`` for a failure:
+    generation stops and (``shrink``) the failure is minimised: hypothesis
+    shrinks the problem with the failing record held, then simpler records
+    are tried on the smallest problem, one field at a time (split count,
+    placement, order, poisoning), its simpler values simplest first; the
+    first that still fails is kept. ``fn`` is last called with the smallest
+    failing problem and launch, whose ``AssertionError`` propagates.
+    Settings are hypothesis' defaults, not the loaded profile's, apart from
+    those given here: no database (nothing replayed from earlier runs), no
+    deadline, no health checks. When ``NVFP4_DRAWN`` names a file, a digest
+    of each problem and launch tried (``digest``) is appended to it, one a
+    line."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
     log = os.environ.get("NVFP4_DRAWN")
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    records = plan(caps, seed, splits)
+    # The failing record, held while hypothesis shrinks and replays its problem
+    # (a record that changed between its calls would make the failure flaky),
+    # and the last failing problem (hypothesis' smallest, replayed last).
+    held: list[Planned] = []
+    failed: list[DecodeProblem] = []
 
-    # The launch is drawn first: hypothesis completes early problems with
-    # simplest choices, which would make most launches use one split.
+    def call(problem: DecodeProblem, rec: Planned, events: bool = False) -> None:
+        if rec.poison:
+            problem = poison_unread(problem)
+        if events:  # hypothesis' statistics; the problem's own conditions are recorded as it is drawn
+            for c in sorted(launch_conditions(problem, rec.launch) | (problem_conditions(problem) if rec.poison
+                                                                     else set())):
+                event(c)
+        if log:
+            with open(log, "a") as f:
+                f.write(digest(problem, rec.launch) + "\n")
+        fn(problem, rec.launch)
+
     @hseed(seed)
     @settings(settings.get_profile("default"), max_examples=examples, deadline=None, database=None,
               print_blob=False, suppress_health_check=list(HealthCheck), phases=phases, derandomize=False)
-    @given(launches_for(caps, splits), problems_for(caps))
-    def prop(launch, problem):
-        record_launch(problem, launch)
-        if log:
-            with open(log, "a") as f:
-                f.write(digest(problem, launch) + "\n")
-        fn(problem, launch)
+    @given(problems_for(caps, poison=False))
+    def prop(problem):
+        rec = held[0] if held else next(records)
+        try:
+            call(problem, rec, events=True)
+        except BaseException:
+            if not held:
+                held.append(rec)
+            failed[:] = [problem]
+            raise
 
     with without_local_constants():
-        prop()
+        try:
+            prop()
+        except AssertionError as err:
+            if not (shrink and failed):
+                raise
+            last = err
+        else:
+            return
+    problem, best = failed[0], held[0]
+    passed_last = False
+    for k, table in dict(launch_weights(caps, splits), poison=POISON_WEIGHTS).items():
+        for v in table:
+            if v == (best.poison if k == "poison" else getattr(best.launch, k)):
+                break
+            cand = dataclasses.replace(best, poison=v) if k == "poison" else \
+                dataclasses.replace(best, launch=dataclasses.replace(best.launch, **{k: v}))
+            try:
+                call(problem, cand)
+                passed_last = True
+            except AssertionError as err:
+                best, last, passed_last = cand, err, False
+                break
+    if passed_last:
+        call(problem, best)  # fn's last call is the failure reported
+    raise last
 
 
 def digest(problem: DecodeProblem, launch: Launch) -> str:
