@@ -231,6 +231,29 @@ def sdwa_source(o: Operand, sel: str) -> Reader | None:
     return lambda w: ((w.vb[:, idx] << up).view(np.int32) >> down).view(np.uint32)
 
 
+def mask_reader(o: Operand) -> Reader | None:
+    """A reader ``fn(view)`` of a lane mask held in an SGPR pair: bool ``[n, 64]``,
+    lane i bit i of the pair; None for any other operand."""
+    if o.kind != "s" or o.count != 2 or o.neg or o.abs or o.sext:
+        return None
+    i = o.index
+
+    def read(w) -> np.ndarray:
+        # The pair's 8 bytes, lane 0 the lowest bit of the first (little-endian words).
+        return np.unpackbits(np.ascontiguousarray(w.sb[:, i:i + 2]).view(np.uint8), axis=1,
+                             bitorder="little").view(bool)
+    return read
+
+
+def put_mask(w: "Wave | BatchView", o: Operand, mask: np.ndarray) -> None:
+    """Write bool ``mask`` (``[n, 64]``, or any shape that broadcasts to it) to SGPR
+    pair ``o`` of every wave of ``w``, lane i to bit i (a compare's result
+    under a full EXEC)."""
+    n = w.vb.shape[0]
+    bits = np.packbits(np.broadcast_to(mask, (n, LANES)), axis=1, bitorder="little")
+    w.sb[:, o.index:o.index + 2] = bits.view(np.uint32)
+
+
 def handler_for(ins: Instr) -> Handler:
     """The handler of ``ins``; UnknownInstruction when there is none."""
     h = OPS.get(ins.base) or OPS.get(ins.mnemonic)

@@ -76,10 +76,24 @@ authority on syntax. Decisions, and where hardware might differ:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, op, plain_source, sdwa_source
+from ..wave import (
+    LANES,
+    SDWA_MODS,
+    Core,
+    SimError,
+    Wave,
+    batched,
+    check_form,
+    op,
+    plain_source,
+    put_mask,
+    sdwa_source,
+)
 
 _VCC = Operand("s", *SPECIAL_SGPRS["vcc"], text="vcc")
 _SIGN = np.uint32(0x80000000)
@@ -191,14 +205,28 @@ def _binary(fn):
     return h
 
 
-def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
-    """The batched decoder of an op writing ``compute(*sources)`` (float32) to
-    its destination: sources as float32 (uint32 with ``raw``), readers and
-    destination bound once, for the forms without ``clamp``, ``abs``/``neg``
-    or an SDWA destination select."""
+def _f32_reader(o: Operand):
+    """A reader ``fn(view)`` of a float32 source with its ``abs`` then ``neg``
+    applied (as bit operations, as ``Wave.vget_f32``): ``plain_source``'s
+    shapes; None for an operand it does not read."""
+    if not (o.abs or o.neg):
+        return plain_source(o, as_f32=True)
+    read = plain_source(dataclasses.replace(o, abs=False, neg=False))
+    if read is None:
+        return None
+    keep, flip = np.uint32(0x7FFFFFFF if o.abs else 0xFFFFFFFF), np.uint32(0x80000000 if o.neg else 0)
+    return lambda w: ((read(w) & keep) ^ flip).view(np.float32)
+
+
+def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("clamp",)):
+    """The batched decoder of an op writing ``compute(*sources)`` (float32, or
+    uint32 bits) to its destination: sources as float32 with ``abs``/``neg``
+    applied (uint32 without modifiers with ``raw``), readers and destination
+    bound once, for the forms its handler accepts (``mods``, ``sdwa``)
+    without ``clamp`` or an SDWA destination select."""
     def decode(ins: Instr) -> Core | None:
         try:
-            _validate(ins, nsrc + 1, frozenset({"clamp"}), sdwa)
+            _validate(ins, nsrc + 1, frozenset(mods), sdwa)
         except SimError:
             return None
         if ins.ops[0].kind != "v" or ins.ops[0].count != 1 or ins.mods.get("clamp"):
@@ -213,9 +241,7 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
             if not raw and all(r is not None for r in readers):
                 readers = [lambda w, r=r: r(w).view(np.float32) for r in readers]
         elif ins.enc in ("e32", "e64", "") and not ins.mods:
-            readers = [plain_source(o, as_f32=not raw) for o in srcs]
-            if raw and any(o.kind == "s" for o in srcs):
-                return None
+            readers = [plain_source(o) if raw else _f32_reader(o) for o in srcs]
         else:
             return None
         if any(r is None for r in readers):
@@ -256,6 +282,25 @@ def _fmac(w: Wave, ins: Instr) -> None:
     """D = S0 * S1 + D, one rounding."""
     d = w.v[ins.ops[0].index].view(np.float32)
     w.vset_f32(ins, fma_f32(_f32(w, ins, 1), _f32(w, ins, 2), d))
+
+
+@batched("v_fmac_f32")
+def _fmac_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_fmac_f32`` (e32/e64 without ``clamp``)."""
+    try:
+        _validate(ins, 3, frozenset({"clamp"}), False)
+    except SimError:
+        return None
+    if ins.enc not in ("e32", "e64", "") or ins.mods or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    ra, rb = _f32_reader(ins.ops[1]), _f32_reader(ins.ops[2])
+    if ra is None or rb is None:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = fma_f32(ra(w), rb(w), w.vb[:, d].view(np.float32)).view(np.uint32)
+    return core
 
 
 def _order_key(bits: np.ndarray) -> np.ndarray:
@@ -407,8 +452,30 @@ def _compare(fn):
     return h
 
 
+def _compare_decoder(fn):
+    """The batched decoder of ``v_cmp_*_f32`` (e32/e64, ``abs``/``neg`` allowed):
+    the compare of every wave's lanes to its SGPR-pair destination."""
+    def decode(ins: Instr) -> Core | None:
+        try:
+            _validate(ins, 3, frozenset(), True)
+        except SimError:
+            return None
+        d = ins.ops[0]
+        if ins.enc not in ("e32", "e64", "") or ins.mods or d.kind != "s" or d.count != 2:
+            return None
+        ra, rb = _f32_reader(ins.ops[1]), _f32_reader(ins.ops[2])
+        if ra is None or rb is None:
+            return None
+
+        def core(w) -> None:
+            put_mask(w, d, fn(ra(w), rb(w)))
+        return core
+    return decode
+
+
 for _cond, _fn in _COMPARES.items():
     _vop(f"v_cmp_{_cond}_f32", nops=3, mods=(), sdwa=True)(_compare(_fn))
+    batched(f"v_cmp_{_cond}_f32")(_compare_decoder(_fn))
 
 
 # ---- conversions -------------------------------------------------------------------------
@@ -419,12 +486,21 @@ def _cvt_f32_u32(w: Wave, ins: Instr) -> None:
     w.vset_f32(ins, np.broadcast_to(w.vget(ins, 1), (LANES,)).astype(np.uint32).astype(np.float32))
 
 
+def _f32_to_u32(x: np.ndarray) -> np.ndarray:
+    """uint32 of float32 ``x`` (any shape) truncated, saturating; NaN gives 0."""
+    r = np.clip(np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=2.0 ** 32, neginf=0.0)), 0, 2.0 ** 32 - 1)
+    return r.astype(np.uint32)
+
+
 @_vop("v_cvt_u32_f32", nops=2, sdwa=True)
 def _cvt_u32_f32(w: Wave, ins: Instr) -> None:
     """D = uint32(S0) truncated, saturating; NaN gives 0."""
-    x = _f32(w, ins, 1).astype(np.float64)
-    r = np.clip(np.trunc(np.nan_to_num(x, nan=0.0, posinf=2.0 ** 32, neginf=0.0)), 0, 2.0 ** 32 - 1)
-    w.vset(ins, r.astype(np.uint32))
+    w.vset(ins, _f32_to_u32(_f32(w, ins, 1)))
+
+
+batched("v_cvt_f32_u32")(_decoder(1, lambda x: x.astype(np.float32), True, raw=True))
+batched("v_cvt_u32_f32")(_decoder(1, _f32_to_u32, True))
+batched("v_rcp_f32")(_decoder(1, lambda x: np.float32(1) / x, True))
 
 
 def _f16_source(w: Wave, ins: Instr, i: int) -> np.ndarray:
@@ -464,6 +540,9 @@ batched("v_cvt_f32_f16")(_decoder(
 def _cvt_f16_f32(w: Wave, ins: Instr) -> None:
     """D.f16 = S0 rounded to nearest even (upper half zero, see the module note)."""
     w.vset(ins, _to_f16_bits(_f32(w, ins, 1)))
+
+
+batched("v_cvt_f16_f32")(_decoder(1, _to_f16_bits, True, mods=()))
 
 
 @_vop("v_cvt_pk_f16_f32", nops=3, mods=())
@@ -508,6 +587,25 @@ def _pack_b32_f16(w: Wave, ins: Instr) -> None:
             h = h ^ np.uint32(0x8000)
         halves.append(h)
     w.vset(ins, halves[0] | (halves[1] << np.uint32(16)))
+
+
+@batched("v_pack_b32_f16")
+def _pack_b32_f16_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_pack_b32_f16`` without ``abs``/``neg``."""
+    try:
+        _validate(ins, 3, frozenset({"op_sel"}), False)
+    except SimError:
+        return None
+    sel = tuple(ins.mods.get("op_sel", (0, 0, 0))) + (0, 0, 0)
+    ra, rb = plain_source(ins.ops[1]), plain_source(ins.ops[2])
+    if sel[2] or ra is None or rb is None or ins.ops[0].kind != "v":
+        return None
+    d, lo, hi = ins.ops[0].index, np.uint32(16 * sel[0]), np.uint32(16 * sel[1])
+    half = np.uint32(0xFFFF)
+
+    def core(w) -> None:
+        w.vb[:, d] = ((ra(w) >> lo) & half) | (((rb(w) >> hi) & half) << np.uint32(16))
+    return core
 
 
 # A deliberate independent model of the fp8 bytes (not imported from

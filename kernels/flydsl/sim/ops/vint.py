@@ -38,7 +38,21 @@ from typing import Any, Callable
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, core_op, op, plain_source, sdwa_source
+from ..wave import (
+    LANES,
+    SDWA_MODS,
+    Core,
+    SimError,
+    Wave,
+    batched,
+    check_form,
+    core_op,
+    mask_reader,
+    op,
+    plain_source,
+    put_mask,
+    sdwa_source,
+)
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _LANE = np.arange(LANES, dtype=np.uint64)
@@ -470,30 +484,6 @@ def writelane_b32(w: Wave, ins: Instr) -> None:
 
 # ---- batched forms of the mask and 64-bit ops ----------------------------------------------
 
-_LANE_BIT = np.uint64(1) << _LANE
-
-
-def _mask_reader(o: Operand):
-    """A reader ``fn(view)`` of a lane mask in an SGPR pair: bool ``[n, 64]``; None otherwise."""
-    if o.kind != "s" or o.count != 2 or o.neg or o.abs or o.sext:
-        return None
-    i = o.index
-
-    def read(w) -> np.ndarray:
-        sb = w.sb
-        bits = sb[:, i].astype(np.uint64) | sb[:, i + 1].astype(np.uint64) << np.uint64(32)
-        return (bits[:, None] & _LANE_BIT) != 0
-    return read
-
-
-def _put_mask(w, o: Operand, mask: np.ndarray) -> None:
-    """Write bool ``mask`` (``[n, 64]`` or broadcastable) to SGPR pair ``o`` of every wave (EXEC full)."""
-    n = w.vb.shape[0]
-    bits = np.bitwise_or.reduce(np.where(np.broadcast_to(mask, (n, LANES)), _LANE_BIT, np.uint64(0)), axis=1)
-    w.sb[:, o.index] = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    w.sb[:, o.index + 1] = (bits >> np.uint64(32)).astype(np.uint32)
-
-
 def _source64(o: Operand):
     """A reader ``fn(view)`` of a 64-bit source as uint64 (``[n, 64]``, ``[n, 1]``
     or a constant, inline integers sign-extended); None for modifiers."""
@@ -535,7 +525,7 @@ def _cmp_decoder(rel, signed: bool):
 
         def core(w) -> None:
             a, b = ra(w), rb(w)
-            _put_mask(w, d, rel(_i32(a), _i32(b)) if signed else rel(a, b))
+            put_mask(w, d, rel(_i32(a), _i32(b)) if signed else rel(a, b))
         return core
     return decode
 
@@ -550,13 +540,49 @@ def _cndmask_decoder(ins: Instr) -> Core | None:
     """The batched decoder of ``v_cndmask_b32`` without modifiers, its mask in an SGPR pair."""
     if not _plain_form(ins, 4):
         return None
-    ra, rb, rm = plain_source(ins.ops[1]), plain_source(ins.ops[2]), _mask_reader(ins.ops[3])
+    ra, rb, rm = plain_source(ins.ops[1]), plain_source(ins.ops[2]), mask_reader(ins.ops[3])
     if ra is None or rb is None or rm is None or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
         return None
     d = ins.ops[0].index
 
     def core(w) -> None:
         w.vb[:, d] = np.where(rm(w), rb(w), ra(w))
+    return core
+
+
+def _shift64_decoder(fn):
+    """The batched decoder of a 64-bit shift ``d[2], shift, x[2]`` (``_SHIFT64``)."""
+    def decode(ins: Instr) -> Core | None:
+        if not _plain_form(ins, 3) or ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+            return None
+        rs, rx = plain_source(ins.ops[1]), _source64(ins.ops[2])
+        if rs is None or rx is None:
+            return None
+        d = ins.ops[0].index
+
+        def core(w) -> None:
+            _put64(w, d, fn(_u64(rs(w) & np.uint32(63)), rx(w)))
+        return core
+    return decode
+
+
+for _name, _fn in _SHIFT64.items():
+    batched(_name)(_shift64_decoder(_fn))
+
+
+@batched("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32")
+def _mbcnt_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_mbcnt_lo/hi_u32_b32`` (plain sources, one at least a VGPR)."""
+    if not _plain_form(ins, 3) or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    rm, rb = plain_source(ins.ops[1]), plain_source(ins.ops[2])
+    if rm is None or rb is None:
+        return None
+    below = _BELOW_LO if ins.base == "v_mbcnt_lo_u32_b32" else _BELOW_HI
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = np.bitwise_count(rm(w) & below).astype(np.uint32) + rb(w)
     return core
 
 
@@ -593,6 +619,6 @@ def _mad_u64_u32_decoder(ins: Instr) -> Core | None:
     def core(w) -> None:
         prod = _u64(ra(w)) * _u64(rb(w))
         total = prod + rc(w)
-        _put_mask(w, carry, total < prod)
+        put_mask(w, carry, total < prod)
         _put64(w, d, total)
     return core
