@@ -810,3 +810,12 @@ def test_scalar_value_helpers_are_independent_of_struct_packing():
     """The fp16 test model agrees with CPython's own half packing where that is defined."""
     for v in (1.0, 65504.0, 2.0 ** -24, 3 * 2.0 ** -26, 0.1, -2.5, 65519.0):
         assert f16_encode(v) == struct.unpack("<H", struct.pack("<e", v))[0]
+
+
+@pytest.mark.parametrize("text", ["v_cvt_pk_f16_f32 v1, v2, v3 clamp", "v_cvt_pk_bf16_f32 v1, v2, v3 clamp",
+                                  "v_cvt_f16_f32_e64 v1, v2 clamp"])
+def test_clamp_on_16_bit_results_is_refused_with_every_lane_on(text):
+    """A full EXEC goes through the batched decoder first: it must not pass a
+    form the handler refuses."""
+    with pytest.raises(SimError, match="clamp"):
+        execute(make_test_wave(), text)

@@ -812,9 +812,10 @@ def _exp_decoder(ins: Instr) -> Core | None:
     return run
 
 
-batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False))
+batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False,
+                                     mods=()))
 batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _to_bf16_bits(a) | (_to_bf16_bits(b) << np.uint32(16)),
-                                      False))
+                                      False, mods=()))
 
 
 @batched("v_cvt_pk_f32_fp8")
