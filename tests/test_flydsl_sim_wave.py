@@ -76,6 +76,8 @@ def test_every_batched_alu_form_of_the_compiled_kernels_matches_its_handler():
     "v_mbcnt_lo_u32_b32 v1, s4, 0", "v_mbcnt_hi_u32_b32 v1, v4, v1",
     "ds_swizzle_b32 v1, v2 offset:swizzle(SWAP,16)", "ds_swizzle_b32 v1, v2 offset:swizzle(QUAD_PERM,1,0,3,2)",
     "ds_bpermute_b32 v1, v2, v3", "ds_bpermute_b32 v1, v2, v3 offset:0xfffe",
+    "v_perm_b32 v1, v2, v3, v4", "v_perm_b32 v1, v2, v3, s4", "v_perm_b32 v1, s2, v3, 0x0c0d1080",
+    "v_perm_b32 v1, v2, 0x11223344, 0x07060504",
 ])
 def test_batched_forms_match_their_handlers(text):
     """Forms beyond the compiled kernels' (source modifiers, SGPR and constant

@@ -119,24 +119,34 @@ def _u64(x: np.ndarray) -> np.ndarray:
 
 # ---- 32-bit results: name -> f(src0, ...) on uint32 [64] arrays or scalars -------------------
 
-_BYTE_SHIFTS = np.arange(8, dtype=np.uint64) * np.uint64(8)
-
-
 def _perm(s0, s1, sel) -> np.ndarray:
-    """``v_perm_b32`` on sources of any (broadcastable) shape: each result byte
-    looked up in its lane's 16-entry table (0..7 the bytes of ``{s0, s1}``, s1
+    """``v_perm_b32`` on sources of any (broadcastable) shapes: each result byte
+    looked up in its lane's table of bytes (0..7 the bytes of ``{s0, s1}``, s1
     the low four; 8..11 the sign of bytes 1, 3, 5, 7 replicated; 12 zero; 13..15
-    0xff; selectors above 15 read entry 15)."""
-    s0, s1, sel = np.broadcast_arrays(np.asarray(s0, np.uint32), np.asarray(s1, np.uint32), np.asarray(sel, np.uint32))
-    data = (s0.astype(np.uint64) << np.uint64(32)) | s1.astype(np.uint64)
-    table = np.empty(data.shape + (16,), np.uint8)
-    table[..., :8] = (data[..., None] >> _BYTE_SHIFTS) & np.uint64(0xFF)
-    table[..., 8:12] = (table[..., 1:8:2] >> np.uint8(7)) * np.uint8(0xFF)
-    table[..., 12] = 0
-    table[..., 13:] = 0xFF
-    idx = np.minimum((sel.astype(np.uint64)[..., None] >> _BYTE_SHIFTS[:4]) & np.uint64(0xFF), np.uint64(15))
-    picked = np.take_along_axis(table, idx.astype(np.intp), axis=-1).astype(np.uint32)
-    return np.bitwise_or.reduce(picked << _BYTE_SHIFTS[:4].astype(np.uint32), axis=-1)
+    0xff; selectors above 15 read entry 15), the selector's bytes (a
+    little-endian word's, in order) the indices."""
+    s0, s1, sel = np.asarray(s0, np.uint32), np.asarray(s1, np.uint32), np.asarray(sel, np.uint32)
+    shape = np.broadcast_shapes(s0.shape, s1.shape, sel.shape)
+    data = np.empty(shape + (2,), np.uint32)
+    data[..., 0], data[..., 1] = s1, s0
+    table = data.view(np.uint8)
+    first = int(sel.reshape(-1)[0])
+    picks = [first >> shift & 0xFF for shift in (0, 8, 16, 24)]
+    if max(picks) < 8 and (sel.ndim == 0 or (sel == first).all()):
+        # One selector of data bytes for every lane (an SGPR or a constant, as
+        # the kernel's): one gather of four byte columns.
+        return table.take(picks, axis=-1).view(np.uint32)[..., 0]
+    idx = np.ascontiguousarray(sel[..., None]).view(np.uint8)
+    if not (idx < 8).all():
+        # Selectors beyond the data bytes (rare in the kernel): the whole table.
+        full = np.empty(shape + (16,), np.uint8)
+        full[..., :8] = table
+        full[..., 8:12] = (table[..., 1::2] >> 7) * np.uint8(0xFF)
+        full[..., 12] = 0
+        full[..., 13:] = 0xFF
+        table, idx = full, np.minimum(idx, np.uint8(15))
+    picked = np.take_along_axis(table, np.broadcast_to(idx, shape + (4,)), axis=-1)
+    return picked.view(np.uint32)[..., 0]
 
 
 def _bfe_i32(x: np.ndarray, off: np.ndarray, width: np.ndarray) -> np.ndarray:
