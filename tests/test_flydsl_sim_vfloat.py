@@ -662,6 +662,32 @@ def test_pk_mul_f16_rounds_each_half_once():
                 assert (((part[ACTIVE & nan] >> 10) & 31) == 31).all()
 
 
+def test_pk_mul_f16_batched_every_fp16_pattern():
+    """The core over 512 waves holding every fp16 pattern once, times fp16
+    specials and rounding cases, against the float64 product (exact) rounded
+    to fp16 by numpy's double-to-half conversion; NaNs quiet."""
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave, decode_batched
+
+    n = 512
+    sfile, vfile = np.zeros((n, 129), np.uint32), np.zeros((n, 8, 64), np.uint32)
+    vfile[:, 2] = np.arange(1 << 16, dtype=np.uint16).view(np.uint32).reshape(n, 64)
+    group = make_test_wave("gfx942").group
+    view = BatchView(sfile, vfile, [Wave(group, 0, (sfile, vfile, k)) for k in range(n)])
+    core = decode_batched(parse_instruction("v_pk_mul_f16 v1, v2, v3"))
+    x = vfile[:, 2].view(np.float16).astype(np.float64)
+    for m in (1.0, -1.0, 0.5, 3.0, 1 + 2.0 ** -10, 1 / 3, 2.0 ** -14, 2.0 ** -24, 65504.0, np.inf, -0.0, np.nan):
+        mbits = int(np.float16(m).view(np.uint16))
+        vfile[:, 3] = mbits | mbits << 16
+        with np.errstate(all="ignore"):
+            core(view)
+            want = (x * np.float64(np.float16(m))).astype(np.float16).view(np.uint16)
+        got = vfile[:, 1].view(np.uint16)
+        nan = (want & 0x7C00) == 0x7C00
+        nan &= (want & 0x3FF) != 0
+        assert (got[~nan] == want[~nan]).all(), m
+        assert ((got[nan] & 0x7E00) == 0x7E00).all(), m
+
+
 # ---- bf16 and fp8 ------------------------------------------------------------------------------
 
 def test_cvt_pk_bf16_f32_matches_ml_dtypes():

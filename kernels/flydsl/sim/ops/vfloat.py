@@ -744,7 +744,22 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                 pick = [idx + sel, idx + sel_hi]
                 readers.append(lambda w, pick=pick, neg=neg: (w.sb[:, pick, None] ^ neg).view(np.float32))
         d = dst.index
-        if f16:
+        if f16 and all(p == (0, 1, 0, 0) for p in plan):
+            ia, ib = srcs[0].index, srcs[1].index
+
+            def core(w) -> None:
+                # Each register's halves in order (low first) as fp16 [n, 128]: the
+                # products rounded to fp16 are the result's halves in place. The
+                # product of two fp16 values is exact in float32: one rounding.
+                vb = w.vb
+                prod = vb[:, ia].view(np.float16).astype(np.float32) * vb[:, ib].view(np.float16).astype(np.float32)
+                with np.errstate(over="ignore"):
+                    half = prod.astype(np.float16).view(np.uint16)
+                nan = prod != prod
+                if nan.any():
+                    half[nan] |= np.uint16(0x0200)  # quiet, as _to_f16_bits
+                vb[:, d] = half.view(np.uint32)
+        elif f16:
             ra, rb = readers
 
             def core(w) -> None:
