@@ -150,29 +150,39 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
                                            np.float32(-0.0), np.float32(0.0))
         if not doubt.any():
             return out
-        doubt &= np.isfinite(abs_sum) & ~zero
-        nn, ii, jj = np.nonzero(doubt)
-        cn = nn if c.shape[0] > 1 else 0
+        # The elements in doubt, flat (e = 16 i + j), without the non-finite and zero sums.
+        nn, e = np.nonzero(doubt.reshape(n, 256))
+        sums_e = abs_sum.reshape(n, 256)[nn, e]
+        keep = np.isfinite(sums_e) & (sums_e != 0)
+        if not keep.all():
+            nn, e, sums_e = nn[keep], e[keep], sums_e[keep]
+        c_e = cval.reshape(-1, 256)[nn if c.shape[0] > 1 else 0, e]
         # Exact where every term is a multiple of 2**(top - 53), abs_sum < 2**top:
         # the products' lowest set bits from their factors' (A's row i and B's
-        # column j of each element gathered: [m, 2, k]), C's by fmod.
-        pos = np.concatenate([ii[:, None] * k + _K[k], kk + _K[k] * 16 + jj[:, None]], axis=1)
-        low = _BF16_LSB.take(ab[nn[:, None], pos]).reshape(-1, 2, k).sum(axis=1).min(axis=1)
-        _, top = np.frexp(abs_sum[nn, ii, jj])
+        # column j of each element gathered, [m, 2k]), C's by fmod.
+        lsb = _BF16_LSB.take(ab[nn[:, None], _FACTORS[k][e]])
+        _, top = np.frexp(sums_e)
         unit = top - 53
-        exact = (low >= unit) & (np.fmod(cval[cn, ii, jj], np.ldexp(1.0, unit)) == 0)
+        exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= unit) & (np.fmod(c_e, np.ldexp(1.0, unit)) == 0)
         if exact.all():
             return out
-        nn, ii, jj = nn[~exact], ii[~exact], jj[~exact]
-        cn = nn if c.shape[0] > 1 else 0
-        terms = np.concatenate([amat[0, nn, ii] * bmat[0, nn, :, jj], cval[cn, ii, jj][:, None]], axis=1)
-        d = ~float64_sum_is_exact(terms, abs_sum[nn, ii, jj])
+        nn, ii, jj = nn[~exact], e[~exact] >> 4, e[~exact] & 15
+        terms = np.concatenate([amat[0, nn, ii] * bmat[0, nn, :, jj], c_e[~exact, None]], axis=1)
+        d = ~float64_sum_is_exact(terms, sums_e[~exact])
         for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d].tolist()):
             out[m, i, j] = round_sum_to_f32(t)
     return out
 
 
-_K = {16: np.arange(16), 32: np.arange(32)}
+def _factors(k: int) -> np.ndarray:
+    """intp ``[256, 2k]``: for element ``16 i + j`` of an MFMA of depth ``k``, the
+    positions in ``mfma_f32_bf16``'s ``ab`` of its factors, A's row i then B's
+    column j."""
+    i, j, kk = np.arange(16)[:, None, None], np.arange(16)[None, :, None], np.arange(k)
+    return np.concatenate(np.broadcast_arrays(i * k + kk, 16 * k + kk * 16 + j), axis=2).reshape(256, 2 * k)
+
+
+_FACTORS = {16: _factors(16), 32: _factors(32)}
 
 
 def _checked(ins: Instr, k: int) -> tuple:
