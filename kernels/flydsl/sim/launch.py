@@ -198,8 +198,10 @@ class Kernel:
         waiting: dict[int, list[Wave]] = {id(g): [] for g in groups}
         sched.put(0, waves)
         runs = sched.runs
-        instrs, fns, cores, free, control, writes_exec = self.program.instrs, self.fns, self.cores, \
-            self.exec_free, self.control, self.writes_exec
+        instrs, fns = self.program.instrs, self.fns
+        # Per instruction, what a step asks of it, in one look-up: its core, whether
+        # that runs for any EXEC, whether it writes EXEC, whether it is control flow.
+        steps_of = list(zip(self.cores, self.exec_free, self.writes_exec, self.control))
         n_instrs = len(instrs)
         guard = groups[0].memory.guard if groups else None
         steps = total = 0
@@ -208,6 +210,8 @@ class Kernel:
                 pc = min(runs)
                 run = runs.pop(pc)
                 ws = run.waves
+                n_ws = len(ws)
+                view = None
                 # The run goes on by itself up to the next run's pc (where they
                 # join) or a control instruction: the steps the lowest-pc rule
                 # takes, without a return to the schedule for each.
@@ -216,24 +220,30 @@ class Kernel:
                     if not 0 <= pc < n_instrs:
                         raise SimError(f"wave {ws[0].wave_id} ran off the program (pc {pc})")
                     steps += 1
-                    total += len(ws)
+                    total += n_ws
                     if steps > budget:
                         raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions "
                                        f"(at {instrs[pc].where()})")
-                    core = cores[pc]
-                    if core is None or not (free[pc] or run.exec_full()) or core(run.view()) is False:
+                    core, free, writes_exec, control = steps_of[pc]
+                    if core is not None and (free or run.full or (run.full is None and run.exec_full())):
+                        if view is None:
+                            view = run.view()
+                        done = core(view) is not False
+                    else:
+                        done = False
+                    if not done:
                         fn = fns[pc]
                         for w in ws:
                             w.pc = pc + 1
                             if guard is not None:
                                 guard.rank = w.group.rank
                             fn(w)
-                    if writes_exec[pc]:
+                    if writes_exec:
                         run.full = None
-                    if control[pc] or pc + 1 == nxt:
+                    if control or pc + 1 == nxt:
                         break
                     pc += 1
-                if not control[pc]:
+                if not control:
                     sched.put(pc + 1, ws, run)  # joining the next run
                     continue
                 # Each wave goes on at its own pc, or waits at the barrier, or has ended;
