@@ -78,6 +78,16 @@ def test_every_batched_alu_form_of_the_compiled_kernels_matches_its_handler():
     "ds_bpermute_b32 v1, v2, v3", "ds_bpermute_b32 v1, v2, v3 offset:0xfffe",
     "v_perm_b32 v1, v2, v3, v4", "v_perm_b32 v1, v2, v3, s4", "v_perm_b32 v1, s2, v3, 0x0c0d1080",
     "v_perm_b32 v1, v2, 0x11223344, 0x07060504",
+    "v_cvt_f32_f16_sdwa v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1", "v_cvt_f32_f16_e32 v1, s2",
+    "v_cvt_f32_f16_sdwa v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_1",
+    "v_lshlrev_b32_sdwa v1, v2, sext(v3) dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:WORD_1",
+    "v_lshlrev_b32_sdwa v1, v2, sext(v3) dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_0 src1_sel:BYTE_2",
+    "v_or_b32_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_0 src1_sel:BYTE_3",
+    "v_pk_mul_f32 v[4:5], v[4:5], s[40:41] op_sel_hi:[1,0]", "v_pk_mul_f32 v[4:5], v[6:7], s[40:41] op_sel:[1,1]",
+    "v_pk_add_f32 v[4:5], v[6:7], v[8:9] op_sel:[1,0] op_sel_hi:[0,1] neg_lo:[0,1] neg_hi:[1,0]",
+    "v_pk_fma_f32 v[4:5], v[6:7], v[6:7], v[8:9] op_sel_hi:[0,1,1]", "v_pk_mul_f32 v[4:5], 1.0, v[6:7] op_sel_hi:[0,1]",
+    "v_and_b32_e32 v1, 15, v0", "v_mov_b32_e32 v1, 0x3f800000", "v_mul_f32_e32 v1, 0x3e000000, v2",
+    "v_max_f32_e32 v1, 0x7fc00000, v2", "v_exp_f32_e32 v1, 1.0", "v_cvt_pk_f32_fp8_e32 v[2:3], 0x3c40",
 ])
 def test_batched_forms_match_their_handlers(text):
     """Forms beyond the compiled kernels' (source modifiers, SGPR and constant

@@ -193,8 +193,9 @@ Reader = Callable[["Wave | BatchView"], np.ndarray]
 def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
     """A reader ``fn(view)`` of a 32-bit source without modifiers, for the waves
     of ``view`` (uint32, or float32 with ``as_f32``): a VGPR's lanes (a view,
-    ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a read-only
-    array of 64 lanes; None for any other operand."""
+    ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a numpy scalar
+    (of the same dtype: numpy computes with it as with an array, with less
+    overhead per operation); None for any other operand."""
     if o.neg or o.abs or o.sext:
         return None
     idx = o.index
@@ -207,9 +208,8 @@ def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
             return lambda w: w.sb[:, idx, None].view(np.float32)
         return lambda w: w.sb[:, idx, None]
     if o.kind == "const":
-        c = np.full(LANES, o.bits32, np.uint32)
+        c = np.uint32(o.bits32)
         c = c.view(np.float32) if as_f32 else c
-        c.flags.writeable = False
         return lambda w: c
     return None
 
@@ -224,10 +224,17 @@ def sdwa_source(o: Operand, sel: str) -> Reader | None:
     if o.kind != "v" or o.neg or o.abs:
         return None
     idx = o.index
+    # A field at either end of the word needs one operation, not two.
     if not o.sext:
         sh, mask = np.uint32(shift), np.uint32((1 << width) - 1)
+        if shift == 0:
+            return lambda w: w.vb[:, idx] & mask
+        if shift + width == 32:
+            return lambda w: w.vb[:, idx] >> sh
         return lambda w: (w.vb[:, idx] >> sh) & mask
     up, down = np.uint32(32 - shift - width), np.int32(32 - width)
+    if shift + width == 32:
+        return lambda w: (w.vb[:, idx].view(np.int32) >> down).view(np.uint32)
     return lambda w: ((w.vb[:, idx] << up).view(np.int32) >> down).view(np.uint32)
 
 

@@ -532,8 +532,25 @@ def _cvt_f32_f16(w: Wave, ins: Instr) -> None:
     w.vset_f32(ins, _f16_source(w, ins, 1).view(np.float16).astype(np.float32))
 
 
-batched("v_cvt_f32_f16")(_decoder(
-    1, lambda x: (x & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32), True, raw=True))
+_cvt_f32_f16_any = _decoder(
+    1, lambda x: (x & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32), True, raw=True)
+
+
+@batched("v_cvt_f32_f16")
+def _cvt_f32_f16_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_cvt_f32_f16``: a VGPR's low or (SDWA WORD_1)
+    high half read in place as fp16 (every other half of its lanes), any other
+    form it binds through its sources' readers."""
+    core = _cvt_f32_f16_any(ins)
+    o = ins.ops[1]
+    sel = ins.mods.get("src0_sel", "DWORD") if ins.enc == "sdwa" else "DWORD"
+    if core is None or o.kind != "v" or sel not in ("DWORD", "WORD_0", "WORD_1"):
+        return core
+    src, half, d = o.index, int(sel == "WORD_1"), ins.ops[0].index
+
+    def halves(w) -> None:
+        w.vb[:, d] = w.vb[:, src].view(np.float16)[:, half::2].astype(np.float32).view(np.uint32)
+    return halves
 
 
 @_vop("v_cvt_f16_f32", nops=2, mods=(), sdwa=True)
@@ -703,6 +720,27 @@ def _pk_f32(n: int, fn):
     return h
 
 
+def _pk_f32_reader(o: Operand, sel: int, sel_hi: int, neg_lo: int, neg_hi: int):
+    """A reader ``fn(view)`` of a packed f32 source, a VGPR or SGPR pair: float32
+    rows ``[n, 2, 64]`` (row 0 feeds the low result, row 1 the high), or one
+    row ``[n, 1, 64]``/``[n, 1, 1]`` that feeds both (views where nothing is
+    negated)."""
+    idx = o.index
+    if (sel, sel_hi) == (0, 1):
+        key: tuple = (slice(None), slice(idx, idx + 2))
+    elif sel == sel_hi:
+        key = (slice(None), idx + sel, None)
+    else:
+        key = (slice(None), [idx + sel, idx + sel_hi])
+    if o.kind == "s":
+        key += (None,)
+    regs = "vb" if o.kind == "v" else "sb"
+    if not (neg_lo or neg_hi):
+        return lambda w: getattr(w, regs)[key].view(np.float32)
+    neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
+    return lambda w: (getattr(w, regs)[key] ^ neg).view(np.float32)
+
+
 def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
     """The batched decoder of a packed op (``_pk_f32``, or ``v_pk_mul_f16`` with
     ``f16``): each source's selects and negations bound as rows ``[2, ...]``
@@ -731,18 +769,12 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                     return ((w.vb[:, idx, None] >> sh).astype(np.uint16) ^ neg).view(np.float16).astype(np.float32)
                 readers.append(r)
                 continue
-            neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
             if o.kind == "const":
+                neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
                 c = (np.full((2, LANES), o.bits32, np.uint32) ^ neg).view(np.float32)
                 readers.append(lambda w, c=c: c)
-            elif o.kind == "v":
-                rows = None if (sel, sel_hi) == (0, 1) else [sel, sel_hi]
-                readers.append(lambda w, idx=idx, rows=rows, neg=neg: (
-                    (w.vb[:, idx:idx + 2] if rows is None else w.vb[:, idx:idx + 2][:, rows]) ^ neg
-                ).view(np.float32))
-            else:
-                pick = [idx + sel, idx + sel_hi]
-                readers.append(lambda w, pick=pick, neg=neg: (w.sb[:, pick, None] ^ neg).view(np.float32))
+                continue
+            readers.append(_pk_f32_reader(o, sel, sel_hi, neg_lo, neg_hi))
         d = dst.index
         if f16 and all(p == (0, 1, 0, 0) for p in plan):
             ia, ib = srcs[0].index, srcs[1].index
