@@ -300,3 +300,14 @@ def test_mfma_batched_over_waves_equals_exact(k):
             _same(_d_from_regs(w.v[156:160]), ref)
         else:
             assert not w.v[156:160].any()
+
+
+@pytest.mark.parametrize("text", ["v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], a[6:7], v[8:11]",
+                                  "v_mfma_f32_16x16x16_bf16 a[0:3], v[4:5], v[6:7], 0",
+                                  "v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]"])
+def test_mfma_core_over_more_waves_than_a_chunk_matches_each_wave(text):
+    """A launch's hundreds of waves go through the product in chunks: each wave's
+    result is its own MFMA's (the handler's, one wave at a time)."""
+    from sim_cores import assert_core_matches_handler
+
+    assert_core_matches_handler(text, "gfx950" if "x32" in text else "gfx942", n=70)

@@ -109,16 +109,19 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
     flattened; ``c``: uint32 ``[n or 1, 16, 16]``, C as fp32 bit patterns.
 
     One matrix product gives the float64 sums and the sums of magnitudes
-    (bf16 products are exact in float64). The float64 sum (any order) is
-    within ``bound = 2 (k + 1) u sum|terms|`` of the exact sum; where that
-    interval rounds to one fp32 value (almost always) that value is the
-    answer. The test rounds ``s -/+ 2 bound``: the float64 rounding of those
-    (at most ``u (|s| + 2 bound)``, below ``bound``) keeps them outside the
-    interval, so the test is conservative. An element whose interval may
-    hold an fp32 rounding boundary (a tie, which the kernel's sums often
-    are) is shown exact in float64 by its terms' lowest set bits (a
-    product's is the sum of its factors'; ``float64_sum_is_exact``'s
-    argument), or else summed again exactly
+    (bf16 products are exact in float64). Where every term of an element is
+    a multiple of ``2**(top - 53)``, ``sum|terms| < 2**top``, the float64 sum
+    is exact (``float64_sum_is_exact``'s argument) and rounding it is the
+    answer: shown for the whole matrix at once (the kernel's sums always
+    are) from the lowest set bits of A's rows and B's columns (a product's
+    is the sum of its factors') and, by ``fmod``, C's. Elsewhere the float64
+    sum (any order) is within ``bound = 2 (k + 1) u sum|terms|`` of the
+    exact sum; where that interval rounds to one fp32 value (almost always)
+    that value is the answer. The test rounds ``s -/+ 2 bound``: the float64
+    rounding of those (at most ``u (|s| + 2 bound)``, below ``bound``) keeps
+    them outside the interval, so the test is conservative. An element whose
+    interval may hold an fp32 rounding boundary is shown exact by its own
+    terms' lowest set bits, or else summed again exactly
     (``round_sum_to_f32``, unless ``float64_sum_is_exact`` shows the float64
     sum already is). So the result does not depend on the order numpy's
     matrix product adds in."""
@@ -137,8 +140,6 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
         s += cval
         abs_sum += np.abs(cval)
         out = s.astype(np.float32)
-        wide = abs_sum * (4.0 * (k + 1) * _U)
-        doubt = (s - wide).astype(np.float32).view(np.uint32) != (s + wide).astype(np.float32).view(np.uint32)
         # An exactly zero sum is -0 only when every term is: C's element -0 and every product too.
         zero = abs_sum == 0
         if zero.any():
@@ -148,6 +149,15 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
                 nn, ii, jj = np.nonzero(neg)
                 out[nn, ii, jj] = np.where(np.signbit(amat[0, nn, ii] * bmat[0, nn, :, jj]).all(axis=1),
                                            np.float32(-0.0), np.float32(0.0))
+        lsb = _BF16_LSB.take(ab)
+        low = lsb[:, :kk].reshape(n, 16, k).min(axis=2)[:, :, None] + lsb[:, kk:].reshape(n, k, 16).min(axis=1)[:, None]
+        _, top = np.frexp(abs_sum)
+        exact = (low >= top - 53) & _multiple(cval, top)
+        if exact.all():
+            return out
+        wide = abs_sum * (4.0 * (k + 1) * _U)
+        doubt = (s - wide).astype(np.float32).view(np.uint32) != (s + wide).astype(np.float32).view(np.uint32)
+        doubt &= ~exact
         if not doubt.any():
             return out
         # The elements in doubt, flat (e = 16 i + j), without the non-finite and zero sums.
@@ -157,13 +167,11 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
         if not keep.all():
             nn, e, sums_e = nn[keep], e[keep], sums_e[keep]
         c_e = cval.reshape(-1, 256)[nn if c.shape[0] > 1 else 0, e]
-        # Exact where every term is a multiple of 2**(top - 53), abs_sum < 2**top:
-        # the products' lowest set bits from their factors' (A's row i and B's
-        # column j of each element gathered, [m, 2k]), C's by fmod.
+        # As above, each product's own lowest set bit (A's row i and B's column j
+        # of each element gathered, [m, 2k]).
         lsb = _BF16_LSB.take(ab[nn[:, None], _FACTORS[k][e]])
         _, top = np.frexp(sums_e)
-        unit = top - 53
-        exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= unit) & (np.fmod(c_e, np.ldexp(1.0, unit)) == 0)
+        exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= top - 53) & _multiple(c_e, top)
         if exact.all():
             return out
         nn, ii, jj = nn[~exact], e[~exact] >> 4, e[~exact] & 15
@@ -172,6 +180,16 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
         for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d].tolist()):
             out[m, i, j] = round_sum_to_f32(t)
     return out
+
+
+def _multiple(c: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """bool: whether fp32 values ``c`` (float64) are multiples of ``2**(top - 53)``
+    (int, broadcast with ``c``; ``top`` at most 263, as a sum of bf16 products
+    and an fp32 bounds it): ``c * 2**(53 - top)`` is exact (a nonzero fp32 is
+    at least ``2**-149``, so no result falls below float64's normal range) and
+    an integer exactly then. False for NaN."""
+    scaled = np.ldexp(c, 53 - top)
+    return np.trunc(scaled) == scaled
 
 
 def _factors(k: int) -> np.ndarray:
@@ -220,6 +238,10 @@ def _layout(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 _LAYOUT = {16: _layout(16), 32: _layout(32)}
+# Waves per mfma_f32_bf16 call: its float64 temporaries (about 16 KiB a wave)
+# stay small enough to be reused from the allocator and the caches; a launch's
+# few hundred waves at once took several times longer (page faults).
+_CHUNK = 64
 
 
 def _core(ins: Instr, k: int) -> Core:
@@ -248,7 +270,13 @@ def _core(ins: Instr, k: int) -> Core:
             bits = np.concatenate([vb[:, a.index:a.index + a.count], vb[:, b.index:b.index + b.count]], axis=1) \
                 .view(np.uint16).reshape(n, -1).take(ab_blocks, axis=1)
         cbits = cconst if cconst is not None else vb[:, c.index:c.index + 4].reshape(n, -1).take(cd, axis=1)
-        res = mfma_f32_bf16(bits, k, cbits)
+        if n <= _CHUNK:
+            res = mfma_f32_bf16(bits, k, cbits)
+        else:
+            res = np.empty((n, 16, 16), np.float32)
+            for lo in range(0, n, _CHUNK):
+                res[lo:lo + _CHUNK] = mfma_f32_bf16(bits[lo:lo + _CHUNK], k, cbits[lo:lo + _CHUNK] if cconst is None
+                                                    else cbits)
         out = res.view(np.uint32)
         nan = res != res
         if nan.any():
