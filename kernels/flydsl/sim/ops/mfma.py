@@ -105,8 +105,9 @@ def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
 def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
     """float32 ``[n, 16, 16]``: ``A @ B + C`` of ``n`` independent MFMAs (one per
     wave) of depth ``k``, each element rounded once. ``ab``: uint16 ``[n, 32 k]``,
-    each wave's A (``[16, k]``) then B (``[k, 16]``) as bf16 bit patterns,
-    flattened; ``c``: uint32 ``[n or 1, 16, 16]``, C as fp32 bit patterns.
+    each wave's A (``[16, k]``) then B transposed (``[16, k]``, column j of B
+    as row j) as bf16 bit patterns, flattened; ``c``: uint32 ``[n or 1, 16,
+    16]``, C as fp32 bit patterns.
 
     One matrix product gives the float64 sums and the sums of magnitudes
     (bf16 products are exact in float64). Where every term of an element is
@@ -114,7 +115,7 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
     is exact (``float64_sum_is_exact``'s argument) and rounding it is the
     answer: shown for the whole matrix at once (the kernel's sums always
     are) from the lowest set bits of A's rows and B's columns (a product's
-    is the sum of its factors') and, by ``fmod``, C's. Elsewhere the float64
+    is the sum of its factors') and C's size (``_c_fits``). Elsewhere the float64
     sum (any order) is within ``bound = 2 (k + 1) u sum|terms|`` of the
     exact sum; where that interval rounds to one fp32 value (almost always)
     that value is the answer. The test rounds ``s -/+ 2 bound``: the float64
@@ -127,18 +128,19 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
     matrix product adds in."""
     n, kk = ab.shape[0], 16 * k
     # Values (row 0) and magnitudes (row 1) of A and B as float32 bit patterns,
-    # then float64: [2, n, 16, k] and [2, n, k, 16].
+    # then float64: [2, n, 16, k] and [2, n, k, 16] (a view of B transposed).
     bits = np.empty((2, n, 32 * k), np.uint32)
     np.left_shift(ab, 16, out=bits[0], dtype=np.uint32)
     np.bitwise_and(bits[0], 0x7FFFFFFF, out=bits[1])
     with np.errstate(invalid="ignore", over="ignore"):
         vals = bits.view(np.float32).astype(np.float64)
-        amat, bmat = vals[:, :, :kk].reshape(2, n, 16, k), vals[:, :, kk:].reshape(2, n, k, 16)
+        amat, bmat = vals[:, :, :kk].reshape(2, n, 16, k), vals[:, :, kk:].reshape(2, n, 16, k).swapaxes(2, 3)
         cval = c.view(np.float32).astype(np.float64)
         sums = amat @ bmat
         s, abs_sum = sums
         s += cval
-        abs_sum += np.abs(cval)
+        cabs = np.abs(cval)
+        abs_sum += cabs
         out = s.astype(np.float32)
         # An exactly zero sum is -0 only when every term is: C's element -0 and every product too.
         zero = abs_sum == 0
@@ -149,10 +151,9 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
                 nn, ii, jj = np.nonzero(neg)
                 out[nn, ii, jj] = np.where(np.signbit(amat[0, nn, ii] * bmat[0, nn, :, jj]).all(axis=1),
                                            np.float32(-0.0), np.float32(0.0))
-        lsb = _BF16_LSB.take(ab)
-        low = lsb[:, :kk].reshape(n, 16, k).min(axis=2)[:, :, None] + lsb[:, kk:].reshape(n, k, 16).min(axis=1)[:, None]
+        lows = _BF16_LSB.take(ab).reshape(n, 32, k).min(axis=2)  # A's rows, then B's columns
         _, top = np.frexp(abs_sum)
-        exact = (low >= top - 53) & _multiple(cval, top)
+        exact = (lows[:, :16, None] + lows[:, None, 16:] >= top - 53) & _c_fits(cabs, abs_sum)
         if exact.all():
             return out
         wide = abs_sum * (4.0 * (k + 1) * _U)
@@ -167,11 +168,12 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
         if not keep.all():
             nn, e, sums_e = nn[keep], e[keep], sums_e[keep]
         c_e = cval.reshape(-1, 256)[nn if c.shape[0] > 1 else 0, e]
+        c_e_abs = np.abs(c_e)
         # As above, each product's own lowest set bit (A's row i and B's column j
         # of each element gathered, [m, 2k]).
         lsb = _BF16_LSB.take(ab[nn[:, None], _FACTORS[k][e]])
         _, top = np.frexp(sums_e)
-        exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= top - 53) & _multiple(c_e, top)
+        exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= top - 53) & _c_fits(c_e_abs, sums_e)
         if exact.all():
             return out
         nn, ii, jj = nn[~exact], e[~exact] >> 4, e[~exact] & 15
@@ -182,14 +184,14 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
     return out
 
 
-def _multiple(c: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """bool: whether fp32 values ``c`` (float64) are multiples of ``2**(top - 53)``
-    (int, broadcast with ``c``; ``top`` at most 263, as a sum of bf16 products
-    and an fp32 bounds it): ``c * 2**(53 - top)`` is exact (a nonzero fp32 is
-    at least ``2**-149``, so no result falls below float64's normal range) and
-    an integer exactly then. False for NaN."""
-    scaled = np.ldexp(c, 53 - top)
-    return np.trunc(scaled) == scaled
+def _c_fits(cabs: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
+    """bool: whether fp32 values of magnitude ``cabs`` (float64) are shown to
+    be multiples of ``2**(top - 53)``, ``2**(top - 1) <= abs_sum < 2**top``
+    (a sufficient condition): zero, or at least ``abs_sum * 2**-29``, so at
+    least ``2**(top - 30)``. A normal fp32 is a multiple of its leading
+    bit's ``2**-23``, so of ``2**(top - 53)``; a subnormal one of
+    ``2**-149``, and it is below ``2**-126``, so ``top - 53 < -149``."""
+    return (cabs == 0) | (cabs >= abs_sum * 2.0 ** -29)
 
 
 def _factors(k: int) -> np.ndarray:
@@ -197,7 +199,7 @@ def _factors(k: int) -> np.ndarray:
     positions in ``mfma_f32_bf16``'s ``ab`` of its factors, A's row i then B's
     column j."""
     i, j, kk = np.arange(16)[:, None, None], np.arange(16)[None, :, None], np.arange(k)
-    return np.concatenate(np.broadcast_arrays(i * k + kk, 16 * k + kk * 16 + j), axis=2).reshape(256, 2 * k)
+    return np.concatenate(np.broadcast_arrays(i * k + kk, 16 * k + j * k + kk), axis=2).reshape(256, 2 * k)
 
 
 _FACTORS = {16: _factors(16), 32: _factors(32)}
@@ -255,8 +257,8 @@ def _core(ins: Instr, k: int) -> Core:
     ab, cd, dc = _LAYOUT[k]
     # A's and B's halves in one gather from a wave's whole register file (uint16
     # [512 regs * 128]) where the view has it as an array; from each block otherwise.
-    ab_blocks = np.concatenate([ab.reshape(-1), a.count * 2 * LANES + ab.T.reshape(-1)])
-    ab_file = np.concatenate([a.index * 2 * LANES + ab.reshape(-1), b.index * 2 * LANES + ab.T.reshape(-1)])
+    ab_blocks = np.concatenate([ab.reshape(-1), a.count * 2 * LANES + ab.reshape(-1)])
+    ab_file = np.concatenate([a.index * 2 * LANES + ab.reshape(-1), b.index * 2 * LANES + ab.reshape(-1)])
     cconst = None if c.kind != "const" else np.full((1, 16, 16), c.bits32, np.uint32)
 
     def core(w) -> None:
