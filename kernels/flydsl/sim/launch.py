@@ -125,10 +125,13 @@ class Kernel:
     def init_wave(self, group: Group, wave_id: int, kernarg_addr: int, block: int,
                   regs: tuple[np.ndarray, np.ndarray, int] | None = None) -> Wave:
         """A wave at the kernel's entry with the descriptor's initial registers
-        (in row ``k`` of a launch's register files ``regs``, see ``Wave``)."""
+        (in row ``k`` of a launch's register files ``regs``, see ``Wave``,
+        which the caller has filled with 0xFFFFFFFF; its own files, filled
+        here, without ``regs``)."""
         w = Wave(group, wave_id, regs)
-        w.s[:] = 0xFFFFFFFF
-        w.v[:] = 0xFFFFFFFF
+        if regs is None:
+            w.s[:] = 0xFFFFFFFF
+            w.v[:] = 0xFFFFFFFF
         w.s[0], w.s[1] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
         nxt = self.user_sgprs
         for axis, on in enumerate(self.wg_id_enabled):
@@ -186,8 +189,8 @@ class Kernel:
         step, so one that exceeds ``budget`` is always caught."""
         n_waves = -(-block // LANES)
         n = len(groups) * n_waves
-        sfile = np.empty((n, NUM_SGPRS + 1), np.uint32)
-        vfile = np.empty((n, 2 * AGPR_BASE, LANES), np.uint32)
+        sfile = np.full((n, NUM_SGPRS + 1), 0xFFFFFFFF, np.uint32)
+        vfile = np.full((n, 2 * AGPR_BASE, LANES), 0xFFFFFFFF, np.uint32)
         waves: list[Wave] = []
         for g in groups:
             for i in (range(n_waves)[::-1] if reverse else range(n_waves)):
