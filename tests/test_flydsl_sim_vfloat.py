@@ -276,6 +276,44 @@ def test_max_of_plus_and_minus_zero_is_plus_zero_in_both_orders():
     assert (run(w, "v_min_f32_e32 v1, v2, v3", 1)[ACTIVE] == 0x80000000).all()
 
 
+@pytest.mark.parametrize("name", ["v_max_f32_e32", "v_min_f32_e32", "v_max3_f32", "v_min3_f32"])
+@pytest.mark.parametrize("full", [False, True])
+def test_max_min_without_nans_order_by_value_and_zeros_by_sign(name, full):
+    """No NaN among the operands (the common path): the larger (smaller) value;
+    of two zeros +0 (-0) when either is; with part of EXEC off (the handler)
+    and every lane on (the batched core)."""
+    rng = np.random.default_rng(8)
+    pool = np.array([0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 2.0 ** -149, -(2.0 ** -149), 3.4028235e38, 0.5],
+                    np.float32)
+    want_max = "max" in name
+    for _trial in range(6):
+        x, y, z = (rng.choice(pool, 64) for _ in range(3))
+        w = wave()
+        if full:
+            w.s[126] = w.s[127] = 0xFFFFFFFF
+        put(w, 2, x)
+        put(w, 3, y)
+        put(w, 4, z)
+        three = name in ("v_max3_f32", "v_min3_f32")
+        text = f"{name} v1, v2, v3" + (", v4" if three else "")
+        if full:
+            execute(w, text)
+            got = w.v[1].copy()
+        else:
+            got = run(w, text, 1)
+        for i in range(64):
+            ops = [x[i], y[i]] + ([z[i]] if three else [])
+            best = ops[0]
+            for v in ops[1:]:
+                if (v > best) if want_max else (v < best):
+                    best = v
+                elif v == best == 0:
+                    best = np.float32(0.0) if (want_max and not (np.signbit(v) and np.signbit(best))) or \
+                        (not want_max and not (np.signbit(v) or np.signbit(best))) else np.float32(-0.0)
+            if full or ACTIVE[i]:
+                assert int(got[i]) == int(np.float32(best).view(np.uint32)), (name, ops, got[i])
+
+
 # ---- exp / rcp -----------------------------------------------------------------------------
 
 def exp2_model(x: np.ndarray) -> np.ndarray:

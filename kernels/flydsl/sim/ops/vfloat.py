@@ -313,15 +313,23 @@ def _max2(a: np.ndarray, b: np.ndarray, want_max: bool) -> np.ndarray:
     """v_max_f32 / v_min_f32 in IEEE mode, per the CDNA4 pseudo-code: a
     signalling NaN operand (S0 first) returns it quieted, a quiet NaN operand
     is ignored, +0 is above -0."""
+    nan_a, nan_b = a != a, b != b
+    if not (nan_a.any() or nan_b.any()):
+        # numpy's maximum/minimum order numbers as IEEE does; of two zeros of either
+        # sign it returns the first, where the ISA wants +0 for max and -0 for min.
+        r = np.maximum(a, b) if want_max else np.minimum(a, b)
+        both_zero = (r == 0) & (a == b)
+        if both_zero.any():
+            ba, bb = _bits(a), _bits(b)
+            r = np.where(both_zero, (ba & bb if want_max else ba | bb).view(np.float32), r)
+        return r
     ba, bb = _bits(a), _bits(b)
     ka, kb = _order_key(ba), _order_key(bb)
     r = np.where(ka >= kb if want_max else ka < kb, ba, bb)
-    nan_a, nan_b = a != a, b != b
-    if nan_a.any() or nan_b.any():
-        r = np.where(nan_b, ba, r)
-        r = np.where(nan_a, bb, r)
-        r = np.where(nan_b & ((bb & _QNAN_BIT) == 0), bb | _QNAN_BIT, r)
-        r = np.where(nan_a & ((ba & _QNAN_BIT) == 0), ba | _QNAN_BIT, r)
+    r = np.where(nan_b, ba, r)
+    r = np.where(nan_a, bb, r)
+    r = np.where(nan_b & ((bb & _QNAN_BIT) == 0), bb | _QNAN_BIT, r)
+    r = np.where(nan_a & ((ba & _QNAN_BIT) == 0), ba | _QNAN_BIT, r)
     return r.view(np.float32)
 
 
