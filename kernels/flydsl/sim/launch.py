@@ -6,7 +6,8 @@ that a kernel whose workgroups communicate through memory (the split
 ticket) is seen under every arrival order the check asks for.
 
 Batched execution (the default): all waves of all workgroups share register
-files (``[waves, 129]`` SGPRs and SCC, ``[waves, 512, 64]`` VGPRs), ordered
+files (``[waves, 129]`` SGPRs and SCC, ``[waves, R, 64]`` VGPRs and AGPRs, the
+first R of the 512 that the program names), ordered
 by their workgroup's arrival, and each wave has its own pc. Each step
 executes the instruction at the lowest pc any runnable wave holds, for every
 wave at that pc (so waves that diverged in a loop meet again after it): one
@@ -55,7 +56,7 @@ from ..targets import Target
 from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
-from .program import AGPR_BASE, NUM_SGPRS, Program, parse_instruction
+from .program import NUM_SGPRS, Program, parse_instruction
 from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, exec_free, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
@@ -104,6 +105,10 @@ class Kernel:
         # Each instruction decoded once into a closure over its operands, and
         # into a core over a run of waves where it has one.
         self.fns = [decode(ins) for ins in program.instrs]
+        # A launch's vector files hold the registers the program names (v0, the
+        # work-item id, at least): every operand is the whole range of registers
+        # its instruction touches. (The kernel names about 220 of the 512.)
+        self.vgprs = max([1] + [o.index + o.count for ins in program.instrs for o in ins.ops if o.kind == "v"])
         self.cores: list[Core | None] = [decode_batched(ins) for ins in program.instrs]
         self.exec_free = [exec_free(ins) for ins in program.instrs]
         # Control flow (the next pc is the wave's own, or it stops) and EXEC writes.
@@ -190,7 +195,7 @@ class Kernel:
         n_waves = -(-block // LANES)
         n = len(groups) * n_waves
         sfile = np.full((n, NUM_SGPRS + 1), 0xFFFFFFFF, np.uint32)
-        vfile = np.full((n, 2 * AGPR_BASE, LANES), 0xFFFFFFFF, np.uint32)
+        vfile = np.full((n, self.vgprs, LANES), 0xFFFFFFFF, np.uint32)
         waves: list[Wave] = []
         for g in groups:
             for i in (range(n_waves)[::-1] if reverse else range(n_waves)):

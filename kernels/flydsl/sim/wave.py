@@ -90,7 +90,7 @@ def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) 
 
 # Batched decoders: for a mnemonic, ``fn(ins)`` returns a closure ``core(view)``
 # that executes ``ins`` for every wave of ``view`` at once, all with a full EXEC
-# (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 129]``, SGPRs and
+# (``view.vb`` uint32 ``[n, R, 64]``, ``view.sb`` uint32 ``[n, 129]``, SGPRs and
 # SCC: a ``Wave``'s own registers as n = 1, or a run of waves of a launch), or
 # None for a form it does not bind. Lane-wise operations without scalar results
 # (no SCC or VCC) have one, so that n waves at once mean the same as each wave
@@ -297,14 +297,15 @@ def _select(x, sel: str, sext: bool):
 
 class Wave:
     """The state of one wave: ``s`` (uint32 ``[128]``), ``scc`` (0/1, an int), ``v``
-    (uint32 ``[512, 64]``), ``pc`` (instruction index), ``state`` (``"run"``,
+    (uint32 ``[R, 64]``: all 512 in its own files, a launch's the first R, those its
+    program names), ``pc`` (instruction index), ``state`` (``"run"``,
     ``"barrier"``, ``"end"``), ``count`` (instructions executed), and the
     ``group`` it belongs to (LDS, memory, the target's facts)."""
 
     def __init__(self, group, wave_id: int, regs: tuple[np.ndarray, np.ndarray, int] | None = None):
         self.group = group
         self.wave_id = wave_id
-        # ``regs``: (scalar files uint32 [N, 129], vector files uint32 [N, 512, 64], k)
+        # ``regs``: (scalar files uint32 [N, 129], vector files uint32 [N, R, 64], k)
         # of a launch's waves, this wave's being row k; its own files otherwise.
         if regs is None:
             regs = (np.zeros((1, NUM_SGPRS + 1), np.uint32), np.zeros((1, 2 * AGPR_BASE, LANES), np.uint32), 0)
@@ -531,8 +532,9 @@ class Rows:
 
 class BatchView:
     """``waves`` (ascending rows of a launch's register files), for batched
-    cores: ``sb`` uint32 ``[n, 129]`` (SGPRs and SCC) and ``vb`` uint32 ``[n, 512, 64]`` (views
-    where the rows are consecutive, else ``Rows``), and ``group``, the first
+    cores: ``sb`` uint32 ``[n, 129]`` (SGPRs and SCC) and ``vb`` uint32 ``[n, R, 64]``
+    (R: see ``Wave.v``; views where the rows are consecutive, else ``Rows``),
+    and ``group``, the first
     wave's workgroup (the target, options and memory, which every workgroup
     of a launch shares)."""
 
