@@ -88,6 +88,9 @@ def test_every_batched_alu_form_of_the_compiled_kernels_matches_its_handler():
     "v_pk_fma_f32 v[4:5], v[6:7], v[6:7], v[8:9] op_sel_hi:[0,1,1]", "v_pk_mul_f32 v[4:5], 1.0, v[6:7] op_sel_hi:[0,1]",
     "v_and_b32_e32 v1, 15, v0", "v_mov_b32_e32 v1, 0x3f800000", "v_mul_f32_e32 v1, 0x3e000000, v2",
     "v_max_f32_e32 v1, 0x7fc00000, v2", "v_exp_f32_e32 v1, 1.0", "v_cvt_pk_f32_fp8_e32 v[2:3], 0x3c40",
+    "v_div_scale_f32 v1, vcc, v2, v2, v3", "v_div_scale_f32 v1, s[4:5], s2, v3, s2",
+    "v_div_fmas_f32 v1, v2, v3, v4", "v_div_fmas_f32 v1, -v2, s3, 1.0", "v_div_fixup_f32 v1, v2, v3, v4",
+    "v_div_fixup_f32 v1, v2, s3, -v4",
 ])
 def test_batched_forms_match_their_handlers(text):
     """Forms beyond the compiled kernels' (source modifiers, SGPR and constant

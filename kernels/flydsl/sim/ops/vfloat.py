@@ -89,6 +89,7 @@ from ..wave import (
     Wave,
     batched,
     check_form,
+    mask_reader,
     op,
     plain_source,
     put_mask,
@@ -380,11 +381,9 @@ def _rcp(w: Wave, ins: Instr) -> None:
 
 # ---- the division macro ------------------------------------------------------------------
 
-@_vop("v_div_scale_f32", nops=5)
-def _div_scale(w: Wave, ins: Instr) -> None:
-    """D = S0 scaled by 2**±64 where the Newton-Raphson division of S2 by S1
-    would meet denormals; the SGPR-pair destination gets the post-scale flag."""
-    s0, s1, s2 = _f32(w, ins, 2), _f32(w, ins, 3), _f32(w, ins, 4)
+def _div_scale_value(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``v_div_scale_f32`` on float32 sources of any (broadcastable) shapes: D
+    (float32) and the post-scale flag (bool)."""
     e1, e2 = _exponent(s1), _exponent(s2)
     with np.errstate(all="ignore"):
         quot = s2 / s1
@@ -401,25 +400,34 @@ def _div_scale(w: Wave, ins: Instr) -> None:
     with np.errstate(over="ignore"):
         scaled = (s0.astype(np.float64) * _TWO64).astype(np.float32)
     d = np.where(up, scaled, s0)
-    d = np.where(zero, np.float32(np.nan), d)
+    return np.where(zero, np.float32(np.nan), d), big | qden
+
+
+@_vop("v_div_scale_f32", nops=5)
+def _div_scale(w: Wave, ins: Instr) -> None:
+    """D = S0 scaled by 2**±64 where the Newton-Raphson division of S2 by S1
+    would meet denormals; the SGPR-pair destination gets the post-scale flag."""
+    d, flag = _div_scale_value(_f32(w, ins, 2), _f32(w, ins, 3), _f32(w, ins, 4))
     w.vset_f32(ins, d)
-    w.mask_set(ins.ops[1], big | qden)
+    w.mask_set(ins.ops[1], flag)
+
+
+def _div_fmas_value(vcc: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """``v_div_fmas_f32`` on float32 sources and the VCC lanes (bool) of any
+    (broadcastable) shapes: float32."""
+    scale = np.where(vcc, np.where(np.abs(s2) >= 1, _TWO64, 1 / _TWO64), 1.0)
+    return fma_f32(s0, s1, s2, scale)
 
 
 @_vop("v_div_fmas_f32", nops=4)
 def _div_fmas(w: Wave, ins: Instr) -> None:
     """D = S0 * S1 + S2 with one rounding, post-scaled by 2**±64 in lanes where
     VCC is set (direction: see the module note)."""
-    s0, s1, s2 = _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)
-    vcc = w.mask_get(_VCC)
-    scale = np.where(vcc, np.where(np.abs(s2) >= 1, _TWO64, 1 / _TWO64), 1.0)
-    w.vset_f32(ins, fma_f32(s0, s1, s2, scale))
+    w.vset_f32(ins, _div_fmas_value(w.mask_get(_VCC), _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)))
 
 
-@_vop("v_div_fixup_f32", nops=4)
-def _div_fixup(w: Wave, ins: Instr) -> None:
-    """D = the quotient S0 of S2 / S1 with the special cases of division applied."""
-    q, den, num = _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)
+def _div_fixup_value(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
+    """``v_div_fixup_f32`` on float32 sources of any (broadcastable) shapes: float32."""
     neg = np.signbit(den) ^ np.signbit(num)
     sign = np.where(neg, _SIGN, np.uint32(0))
     inf_d, inf_n = np.isinf(den), np.isinf(num)
@@ -435,7 +443,59 @@ def _div_fixup(w: Wave, ins: Instr) -> None:
     out = np.where((zero_d & zero_n) | (inf_d & inf_n), np.uint32(0xFFC00000), out)
     out = np.where(np.isnan(den), _bits(den) | _QNAN_BIT, out)
     out = np.where(np.isnan(num), _bits(num) | _QNAN_BIT, out)
-    w.vset_f32(ins, out.view(np.float32))
+    return out.view(np.float32)
+
+
+@_vop("v_div_fixup_f32", nops=4)
+def _div_fixup(w: Wave, ins: Instr) -> None:
+    """D = the quotient S0 of S2 / S1 with the special cases of division applied."""
+    w.vset_f32(ins, _div_fixup_value(_f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)))
+
+
+batched("v_div_fixup_f32")(_decoder(3, _div_fixup_value, False))
+
+
+def _vop3_readers(ins: Instr, nops: int, first: int) -> list | None:
+    """float32 readers (``_f32_reader``) of ``ins.ops[first:]`` for the plain
+    VOP3 form (no ``clamp``) with ``nops`` operands of a float op whose
+    destination is one VGPR; None otherwise."""
+    try:
+        _validate(ins, nops, frozenset({"clamp"}), False)
+    except SimError:
+        return None
+    if ins.enc not in ("e32", "e64", "") or ins.mods or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    readers = [_f32_reader(o) for o in ins.ops[first:]]
+    return None if any(r is None for r in readers) else readers
+
+
+@batched("v_div_fmas_f32")
+def _div_fmas_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_div_fmas_f32`` (VCC read per wave)."""
+    readers = _vop3_readers(ins, 4, 1)
+    if readers is None:
+        return None
+    vcc, d = mask_reader(_VCC), ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = _div_fmas_value(vcc(w), *[r(w) for r in readers]).view(np.uint32)
+    return core
+
+
+@batched("v_div_scale_f32")
+def _div_scale_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_div_scale_f32``: the flag to each wave's SGPR pair."""
+    readers = _vop3_readers(ins, 5, 2)
+    flag = ins.ops[1]
+    if readers is None or flag.kind != "s" or flag.count != 2:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        value, up = _div_scale_value(*[r(w) for r in readers])
+        w.vb[:, d] = value.view(np.uint32)
+        put_mask(w, flag, up)
+    return core
 
 
 # ---- compares ----------------------------------------------------------------------------
