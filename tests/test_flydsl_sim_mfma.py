@@ -237,3 +237,77 @@ def test_float64_sums_called_exact_are_exact():
         if spread == 120:
             assert not exact.all()
     assert claimed > 256
+
+
+def _hard_cases(k: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(A, B, C) of MFMAs that take every path of the rounding: wide exponent
+    spreads, sums that tie exactly (bf16 products plus fp32 C with a full
+    significand, as the kernel's accumulation makes them), sums a hair off a
+    midpoint, IEEE specials, signed zeros, denormals."""
+    rng = np.random.default_rng(k)
+    cases = []
+    spread = lambda shape, e: np.exp2(rng.integers(-e, e + 1, shape))  # noqa: E731
+    a = (rng.standard_normal((16, k)) * spread((16, k), 30)).astype(BF16)
+    b = (rng.standard_normal((k, 16)) * spread((k, 16), 30)).astype(BF16)
+    cases.append((a, b, (rng.standard_normal((16, 16)) * spread((16, 16), 30)).astype(np.float32)))
+    a = rng.integers(-8, 9, (16, k)).astype(BF16)
+    b = (rng.integers(-8, 9, (k, 16)) / 4).astype(BF16)
+    cases.append((a, b, rng.uniform(-64, 64, (16, 16)).astype(np.float32)))  # many exact ties
+    a, b, c = np.zeros((16, k), BF16), np.zeros((k, 16), BF16), np.ones((16, 16), np.float32)
+    a[:, 0], b[0, :] = 2.0 ** -12, 2.0 ** -12  # 1 + 2**-24: a midpoint
+    a[:8, 1], b[1, :] = 2.0 ** -40, rng.choice([-1.0, 1.0], 16) * 2.0 ** -40  # a hair above or below it
+    cases.append((a, b, c))
+    pool = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.3895e38, -3.3895e38, 9.2e-41, -9.2e-41, 1.0, -2.5],
+                    np.float32)
+    a, b = rng.choice(pool, (16, k)).astype(BF16), rng.choice(pool, (k, 16)).astype(BF16)
+    a[:6], b[:, :6] = 1.0, rng.standard_normal((k, 6)).astype(BF16)
+    cases.append((a, b, rng.choice(pool, (16, 16))))
+    a, b = np.full((16, k), -0.0, BF16), rng.choice([0.0, 1.0, -1.0], (k, 16)).astype(BF16)
+    a[8:, 0] = 1.0
+    cases.append((a, b, rng.choice(np.array([0.0, -0.0], np.float32), (16, 16))))
+    a = (rng.standard_normal((16, k)) * 2.0 ** -70).astype(BF16)  # fp32 denormal results
+    cases.append((a, (rng.standard_normal((k, 16)) * 2.0 ** -60).astype(BF16), np.zeros((16, 16), np.float32)))
+    return cases
+
+
+@pytest.mark.parametrize("k", [16, 32])
+def test_mfma_batched_over_waves_equals_exact(k):
+    """One core call over several waves (consecutive rows, and rows with gaps as
+    a launch gathers them) gives each wave the exact product rounded once."""
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave, decode_batched
+
+    arch, name = SHAPES[k]
+    cases = _hard_cases(k)
+    group = make_test_wave(arch).group
+    n = len(cases)
+    sfile, vfile = np.zeros((n, 129), np.uint32), np.zeros((n, 512, 64), np.uint32)
+    waves = [Wave(group, i, (sfile, vfile, i)) for i in range(n)]
+    regs = k // 8
+    for w, (a, b, c) in zip(waves, cases):
+        w.v[44:44 + regs], w.v[300:300 + regs], w.v[160:164] = _pack(a, k, False), _pack(b, k, True), _c_regs(c)
+    core = decode_batched(parse_instruction(f"{name} v[156:159], v[44:{43 + regs}], a[44:{43 + regs}], v[160:163]"))
+    want = [_reference(a, b, c) for a, b, c in cases]
+    with np.errstate(all="ignore"):
+        core(BatchView(sfile, vfile, waves))
+    for w, ref in zip(waves, want):
+        _same(_d_from_regs(w.v[156:160]), ref)
+    vfile[:, 156:160] = 0
+    with np.errstate(all="ignore"):
+        core(BatchView(sfile, vfile, waves[::2]))  # rows 0, 2, 4: gathered and scattered
+    for i, (w, ref) in enumerate(zip(waves, want)):
+        if i % 2 == 0:
+            _same(_d_from_regs(w.v[156:160]), ref)
+        else:
+            assert not w.v[156:160].any()
+
+
+@pytest.mark.parametrize("text", ["v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], a[6:7], v[8:11]",
+                                  "v_mfma_f32_16x16x16_bf16 a[0:3], v[4:5], v[6:7], 0",
+                                  "v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]"])
+def test_mfma_core_over_more_waves_than_a_chunk_matches_each_wave(text):
+    """A launch's hundreds of waves go through the product in chunks: each wave's
+    result is its own MFMA's (the handler's, one wave at a time)."""
+    from sim_cores import assert_core_matches_handler
+
+    assert_core_matches_handler(text, "gfx950" if "x32" in text else "gfx942", n=70)

@@ -276,6 +276,44 @@ def test_max_of_plus_and_minus_zero_is_plus_zero_in_both_orders():
     assert (run(w, "v_min_f32_e32 v1, v2, v3", 1)[ACTIVE] == 0x80000000).all()
 
 
+@pytest.mark.parametrize("name", ["v_max_f32_e32", "v_min_f32_e32", "v_max3_f32", "v_min3_f32"])
+@pytest.mark.parametrize("full", [False, True])
+def test_max_min_without_nans_order_by_value_and_zeros_by_sign(name, full):
+    """No NaN among the operands (the common path): the larger (smaller) value;
+    of two zeros +0 (-0) when either is; with part of EXEC off (the handler)
+    and every lane on (the batched core)."""
+    rng = np.random.default_rng(8)
+    pool = np.array([0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 2.0 ** -149, -(2.0 ** -149), 3.4028235e38, 0.5],
+                    np.float32)
+    want_max = "max" in name
+    for _trial in range(6):
+        x, y, z = (rng.choice(pool, 64) for _ in range(3))
+        w = wave()
+        if full:
+            w.s[126] = w.s[127] = 0xFFFFFFFF
+        put(w, 2, x)
+        put(w, 3, y)
+        put(w, 4, z)
+        three = name in ("v_max3_f32", "v_min3_f32")
+        text = f"{name} v1, v2, v3" + (", v4" if three else "")
+        if full:
+            execute(w, text)
+            got = w.v[1].copy()
+        else:
+            got = run(w, text, 1)
+        for i in range(64):
+            ops = [x[i], y[i]] + ([z[i]] if three else [])
+            best = ops[0]
+            for v in ops[1:]:
+                if (v > best) if want_max else (v < best):
+                    best = v
+                elif v == best == 0:
+                    best = np.float32(0.0) if (want_max and not (np.signbit(v) and np.signbit(best))) or \
+                        (not want_max and not (np.signbit(v) or np.signbit(best))) else np.float32(-0.0)
+            if full or ACTIVE[i]:
+                assert int(got[i]) == int(np.float32(best).view(np.uint32)), (name, ops, got[i])
+
+
 # ---- exp / rcp -----------------------------------------------------------------------------
 
 def exp2_model(x: np.ndarray) -> np.ndarray:
@@ -662,6 +700,32 @@ def test_pk_mul_f16_rounds_each_half_once():
                 assert (((part[ACTIVE & nan] >> 10) & 31) == 31).all()
 
 
+def test_pk_mul_f16_batched_every_fp16_pattern():
+    """The core over 512 waves holding every fp16 pattern once, times fp16
+    specials and rounding cases, against the float64 product (exact) rounded
+    to fp16 by numpy's double-to-half conversion; NaNs quiet."""
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave, decode_batched
+
+    n = 512
+    sfile, vfile = np.zeros((n, 129), np.uint32), np.zeros((n, 8, 64), np.uint32)
+    vfile[:, 2] = np.arange(1 << 16, dtype=np.uint16).view(np.uint32).reshape(n, 64)
+    group = make_test_wave("gfx942").group
+    view = BatchView(sfile, vfile, [Wave(group, 0, (sfile, vfile, k)) for k in range(n)])
+    core = decode_batched(parse_instruction("v_pk_mul_f16 v1, v2, v3"))
+    x = vfile[:, 2].view(np.float16).astype(np.float64)
+    for m in (1.0, -1.0, 0.5, 3.0, 1 + 2.0 ** -10, 1 / 3, 2.0 ** -14, 2.0 ** -24, 65504.0, np.inf, -0.0, np.nan):
+        mbits = int(np.float16(m).view(np.uint16))
+        vfile[:, 3] = mbits | mbits << 16
+        with np.errstate(all="ignore"):
+            core(view)
+            want = (x * np.float64(np.float16(m))).astype(np.float16).view(np.uint16)
+        got = vfile[:, 1].view(np.uint16)
+        nan = (want & 0x7C00) == 0x7C00
+        nan &= (want & 0x3FF) != 0
+        assert (got[~nan] == want[~nan]).all(), m
+        assert ((got[nan] & 0x7E00) == 0x7E00).all(), m
+
+
 # ---- bf16 and fp8 ------------------------------------------------------------------------------
 
 def test_cvt_pk_bf16_f32_matches_ml_dtypes():
@@ -810,3 +874,12 @@ def test_scalar_value_helpers_are_independent_of_struct_packing():
     """The fp16 test model agrees with CPython's own half packing where that is defined."""
     for v in (1.0, 65504.0, 2.0 ** -24, 3 * 2.0 ** -26, 0.1, -2.5, 65519.0):
         assert f16_encode(v) == struct.unpack("<H", struct.pack("<e", v))[0]
+
+
+@pytest.mark.parametrize("text", ["v_cvt_pk_f16_f32 v1, v2, v3 clamp", "v_cvt_pk_bf16_f32 v1, v2, v3 clamp",
+                                  "v_cvt_f16_f32_e64 v1, v2 clamp"])
+def test_clamp_on_16_bit_results_is_refused_with_every_lane_on(text):
+    """A full EXEC goes through the batched decoder first: it must not pass a
+    form the handler refuses."""
+    with pytest.raises(SimError, match="clamp"):
+        execute(make_test_wave(), text)

@@ -218,10 +218,12 @@ def test_bfe_edge_widths_and_offsets():
 
 # ---- v_perm_b32 ----------------------------------------------------------------------
 
-def test_perm_every_selector_byte_in_every_position():
-    """All 256 selector values in each of the 4 result bytes against the ISA's BYTE_PERMUTE."""
+@pytest.mark.parametrize("exec_bits", [None, M64])
+def test_perm_every_selector_byte_in_every_position(exec_bits):
+    """All 256 selector values in each of the 4 result bytes against the ISA's
+    BYTE_PERMUTE (a partial EXEC: the handler; a full one: the batched core)."""
     rng = np.random.default_rng(5)
-    w = make_wave(rng)
+    w = make_wave(rng, exec_bits)
     act = active(w)
     for pos in range(4):
         for base in range(0, 256, 64):
@@ -725,3 +727,21 @@ def test_every_vector_integer_instruction_form_in_the_kernels_executes():
     w.v[:] = rng.integers(0, 1 << 32, w.v.shape, dtype=np.uint64).astype(np.uint32)
     for text in sorted(lines):
         execute(w, text)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_perm_batched_with_a_scalar_selector_per_wave(same):
+    """v_perm_b32's core over waves whose SGPR selectors pick data bytes only:
+    one selector for all (one gather of byte columns) or one per wave."""
+    rng = np.random.default_rng(6)
+    n = 5
+    sfile = np.zeros((n, NUM_SGPRS + 1), np.uint32)
+    vfile = rng.integers(0, 2**32, (n, 8, 64), dtype=np.uint64).astype(np.uint32)
+    sels = rng.integers(0, 8, (n, 4)) if not same else np.repeat(rng.integers(0, 8, (1, 4)), n, axis=0)
+    sfile[:, 4] = (sels << np.array([0, 8, 16, 24])).sum(axis=1)
+    group = make_test_wave().group
+    waves = [Wave(group, 0, (sfile, vfile, k)) for k in range(n)]
+    decode_batched(parse_instruction("v_perm_b32 v1, v2, v3, s4"))(BatchView(sfile, vfile, waves))
+    for k in range(n):
+        assert [int(x) for x in vfile[k, 1]] == [perm(int(a), int(b), int(sfile[k, 4]))
+                                                 for a, b in zip(vfile[k, 2], vfile[k, 3])]

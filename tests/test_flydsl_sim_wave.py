@@ -26,3 +26,79 @@ def test_rows_gather_and_scatter_only_the_chosen_waves_registers():
     assert list(sfile[:, 3]) == [7, 9, 7, 7, 27]
     with pytest.raises(TypeError, match="select every wave first"):
         v[1]
+
+
+def _alu_forms() -> dict[str, str]:
+    """Each distinct vector ALU and cross-lane instruction form (registers kept,
+    one text per mnemonic and modifier set) of the compiled kernels that has a
+    batched core, both targets."""
+    from sim_kernels import compiled_kernels
+
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import decode_batched
+
+    forms: dict[tuple, tuple[str, str]] = {}
+    for path in compiled_kernels():
+        arch = "gfx942" if "gfx942" in path else "gfx950"
+        for ln in open(path):
+            text = ln.strip()
+            if not text.startswith(("v_", "ds_swizzle", "ds_bpermute")):
+                continue
+            ins = parse_instruction(text)
+            key = (arch, ins.mnemonic, tuple(sorted(ins.mods.items())), tuple((o.kind, o.neg, o.abs) for o in ins.ops))
+            if key not in forms and decode_batched(ins) is not None:
+                forms[key] = (arch, text)
+    return {f"{arch}:{text}": arch for arch, text in forms.values()}
+
+
+def test_every_batched_alu_form_of_the_compiled_kernels_matches_its_handler():
+    """Each form's core over several waves (consecutive and gathered rows) leaves
+    every register as its handler on each wave alone does, on registers full
+    of hard bit patterns (NaNs, infinities, denormals, -0, fp16 specials)."""
+    from sim_cores import assert_core_matches_handler
+
+    forms = _alu_forms()
+    assert len(forms) > 50
+    for i, (key, arch) in enumerate(sorted(forms.items())):
+        assert_core_matches_handler(key.split(":", 1)[1], arch, seed=i)
+
+
+@pytest.mark.parametrize("text", [
+    "v_cmp_lt_f32_e64 s[4:5], -v1, |v2|", "v_cmp_u_f32_e32 vcc, s3, v2", "v_cmp_neq_f32_e64 s[6:7], s3, v2",
+    "v_cmp_tru_f32_e64 s[4:5], v1, v2", "v_cmp_o_f32_e64 exec, v1, 0.5",
+    "v_cvt_f16_f32_e32 v1, v2", "v_cvt_f16_f32_sdwa v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1",
+    "v_cvt_u32_f32_e32 v1, v2", "v_cvt_f32_u32_e32 v1, s3", "v_cvt_f32_u32_sdwa v1, v2 dst_sel:DWORD "
+    "dst_unused:UNUSED_PAD src0_sel:BYTE_2", "v_rcp_f32_e32 v1, v2", "v_rcp_f32_e64 v1, -|v2|",
+    "v_pack_b32_f16 v1, v2, v3", "v_pack_b32_f16 v1, v2, s3 op_sel:[1,1,0]", "v_fmac_f32_e32 v1, v2, v3",
+    "v_fmac_f32_e64 v1, -v2, s3", "v_fma_f32 v1, -v2, v3, 1.0", "v_mul_f32_e64 v1, |v2|, -s3",
+    "v_cndmask_b32_e64 v1, v2, v3, s[4:5]", "v_cmp_gt_u32_e64 s[8:9], v1, 63",
+    "v_lshlrev_b64 v[2:3], v1, -1", "v_lshrrev_b64 v[2:3], s3, v[4:5]", "v_ashrrev_i64 v[2:3], v1, s[4:5]",
+    "v_mbcnt_lo_u32_b32 v1, s4, 0", "v_mbcnt_hi_u32_b32 v1, v4, v1",
+    "ds_swizzle_b32 v1, v2 offset:swizzle(SWAP,16)", "ds_swizzle_b32 v1, v2 offset:swizzle(QUAD_PERM,1,0,3,2)",
+    "ds_bpermute_b32 v1, v2, v3", "ds_bpermute_b32 v1, v2, v3 offset:0xfffe",
+    "v_perm_b32 v1, v2, v3, v4", "v_perm_b32 v1, v2, v3, s4", "v_perm_b32 v1, s2, v3, 0x0c0d1080",
+    "v_perm_b32 v1, v2, 0x11223344, 0x07060504",
+    "v_cvt_f32_f16_sdwa v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1", "v_cvt_f32_f16_e32 v1, s2",
+    "v_cvt_f32_f16_sdwa v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_1",
+    "v_lshlrev_b32_sdwa v1, v2, sext(v3) dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:WORD_1",
+    "v_lshlrev_b32_sdwa v1, v2, sext(v3) dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_0 src1_sel:BYTE_2",
+    "v_or_b32_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_0 src1_sel:BYTE_3",
+    "v_pk_mul_f32 v[4:5], v[4:5], s[40:41] op_sel_hi:[1,0]", "v_pk_mul_f32 v[4:5], v[6:7], s[40:41] op_sel:[1,1]",
+    "v_pk_add_f32 v[4:5], v[6:7], v[8:9] op_sel:[1,0] op_sel_hi:[0,1] neg_lo:[0,1] neg_hi:[1,0]",
+    "v_pk_fma_f32 v[4:5], v[6:7], v[6:7], v[8:9] op_sel_hi:[0,1,1]", "v_pk_mul_f32 v[4:5], 1.0, v[6:7] op_sel_hi:[0,1]",
+    "v_and_b32_e32 v1, 15, v0", "v_mov_b32_e32 v1, 0x3f800000", "v_mul_f32_e32 v1, 0x3e000000, v2",
+    "v_max_f32_e32 v1, 0x7fc00000, v2", "v_exp_f32_e32 v1, 1.0", "v_cvt_pk_f32_fp8_e32 v[2:3], 0x3c40",
+    "v_div_scale_f32 v1, vcc, v2, v2, v3", "v_div_scale_f32 v1, s[4:5], s2, v3, s2",
+    "v_div_fmas_f32 v1, v2, v3, v4", "v_div_fmas_f32 v1, -v2, s3, 1.0", "v_div_fixup_f32 v1, v2, v3, v4",
+    "v_div_fixup_f32 v1, v2, s3, -v4",
+])
+def test_batched_forms_match_their_handlers(text):
+    """Forms beyond the compiled kernels' (source modifiers, SGPR and constant
+    sources, SDWA selects, EXEC as a compare's destination)."""
+    from sim_cores import assert_core_matches_handler
+
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import decode_batched
+
+    assert decode_batched(parse_instruction(text)) is not None
+    assert_core_matches_handler(text)

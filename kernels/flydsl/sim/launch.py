@@ -6,7 +6,8 @@ that a kernel whose workgroups communicate through memory (the split
 ticket) is seen under every arrival order the check asks for.
 
 Batched execution (the default): all waves of all workgroups share register
-files (``[waves, 129]`` SGPRs and SCC, ``[waves, 512, 64]`` VGPRs), ordered
+files (``[waves, 129]`` SGPRs and SCC, ``[waves, R, 64]`` VGPRs and AGPRs, the
+first R of the 512 that the program names), ordered
 by their workgroup's arrival, and each wave has its own pc. Each step
 executes the instruction at the lowest pc any runnable wave holds, for every
 wave at that pc (so waves that diverged in a loop meet again after it): one
@@ -55,7 +56,7 @@ from ..targets import Target
 from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
-from .program import AGPR_BASE, NUM_SGPRS, Program, parse_instruction
+from .program import NUM_SGPRS, Program, parse_instruction
 from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, exec_free, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
@@ -104,6 +105,10 @@ class Kernel:
         # Each instruction decoded once into a closure over its operands, and
         # into a core over a run of waves where it has one.
         self.fns = [decode(ins) for ins in program.instrs]
+        # A launch's vector files hold the registers the program names (v0, the
+        # work-item id, at least): every operand is the whole range of registers
+        # its instruction touches. (The kernel names about 220 of the 512.)
+        self.vgprs = max([1] + [o.index + o.count for ins in program.instrs for o in ins.ops if o.kind == "v"])
         self.cores: list[Core | None] = [decode_batched(ins) for ins in program.instrs]
         self.exec_free = [exec_free(ins) for ins in program.instrs]
         # Control flow (the next pc is the wave's own, or it stops) and EXEC writes.
@@ -125,10 +130,13 @@ class Kernel:
     def init_wave(self, group: Group, wave_id: int, kernarg_addr: int, block: int,
                   regs: tuple[np.ndarray, np.ndarray, int] | None = None) -> Wave:
         """A wave at the kernel's entry with the descriptor's initial registers
-        (in row ``k`` of a launch's register files ``regs``, see ``Wave``)."""
+        (in row ``k`` of a launch's register files ``regs``, see ``Wave``,
+        which the caller has filled with 0xFFFFFFFF; its own files, filled
+        here, without ``regs``)."""
         w = Wave(group, wave_id, regs)
-        w.s[:] = 0xFFFFFFFF
-        w.v[:] = 0xFFFFFFFF
+        if regs is None:
+            w.s[:] = 0xFFFFFFFF
+            w.v[:] = 0xFFFFFFFF
         w.s[0], w.s[1] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
         nxt = self.user_sgprs
         for axis, on in enumerate(self.wg_id_enabled):
@@ -186,8 +194,8 @@ class Kernel:
         step, so one that exceeds ``budget`` is always caught."""
         n_waves = -(-block // LANES)
         n = len(groups) * n_waves
-        sfile = np.empty((n, NUM_SGPRS + 1), np.uint32)
-        vfile = np.empty((n, 2 * AGPR_BASE, LANES), np.uint32)
+        sfile = np.full((n, NUM_SGPRS + 1), 0xFFFFFFFF, np.uint32)
+        vfile = np.full((n, self.vgprs, LANES), 0xFFFFFFFF, np.uint32)
         waves: list[Wave] = []
         for g in groups:
             for i in (range(n_waves)[::-1] if reverse else range(n_waves)):
@@ -198,8 +206,10 @@ class Kernel:
         waiting: dict[int, list[Wave]] = {id(g): [] for g in groups}
         sched.put(0, waves)
         runs = sched.runs
-        instrs, fns, cores, free, control, writes_exec = self.program.instrs, self.fns, self.cores, \
-            self.exec_free, self.control, self.writes_exec
+        instrs, fns = self.program.instrs, self.fns
+        # Per instruction, what a step asks of it, in one look-up: its core, whether
+        # that runs for any EXEC, whether it writes EXEC, whether it is control flow.
+        steps_of = list(zip(self.cores, self.exec_free, self.writes_exec, self.control))
         n_instrs = len(instrs)
         guard = groups[0].memory.guard if groups else None
         steps = total = 0
@@ -208,6 +218,8 @@ class Kernel:
                 pc = min(runs)
                 run = runs.pop(pc)
                 ws = run.waves
+                n_ws = len(ws)
+                view = None
                 # The run goes on by itself up to the next run's pc (where they
                 # join) or a control instruction: the steps the lowest-pc rule
                 # takes, without a return to the schedule for each.
@@ -216,24 +228,30 @@ class Kernel:
                     if not 0 <= pc < n_instrs:
                         raise SimError(f"wave {ws[0].wave_id} ran off the program (pc {pc})")
                     steps += 1
-                    total += len(ws)
+                    total += n_ws
                     if steps > budget:
                         raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions "
                                        f"(at {instrs[pc].where()})")
-                    core = cores[pc]
-                    if core is None or not (free[pc] or run.exec_full()) or core(run.view()) is False:
+                    core, free, writes_exec, control = steps_of[pc]
+                    if core is not None and (free or run.full or (run.full is None and run.exec_full())):
+                        if view is None:
+                            view = run.view()
+                        done = core(view) is not False
+                    else:
+                        done = False
+                    if not done:
                         fn = fns[pc]
                         for w in ws:
                             w.pc = pc + 1
                             if guard is not None:
                                 guard.rank = w.group.rank
                             fn(w)
-                    if writes_exec[pc]:
+                    if writes_exec:
                         run.full = None
-                    if control[pc] or pc + 1 == nxt:
+                    if control or pc + 1 == nxt:
                         break
                     pc += 1
-                if not control[pc]:
+                if not control:
                     sched.put(pc + 1, ws, run)  # joining the next run
                     continue
                 # Each wave goes on at its own pc, or waits at the barrier, or has ended;

@@ -90,7 +90,7 @@ def check_form(ins: Instr, nops: int, mods: frozenset, sdwa: bool, family: str) 
 
 # Batched decoders: for a mnemonic, ``fn(ins)`` returns a closure ``core(view)``
 # that executes ``ins`` for every wave of ``view`` at once, all with a full EXEC
-# (``view.vb`` uint32 ``[n, 512, 64]``, ``view.sb`` uint32 ``[n, 129]``, SGPRs and
+# (``view.vb`` uint32 ``[n, R, 64]``, ``view.sb`` uint32 ``[n, 129]``, SGPRs and
 # SCC: a ``Wave``'s own registers as n = 1, or a run of waves of a launch), or
 # None for a form it does not bind. Lane-wise operations without scalar results
 # (no SCC or VCC) have one, so that n waves at once mean the same as each wave
@@ -193,8 +193,9 @@ Reader = Callable[["Wave | BatchView"], np.ndarray]
 def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
     """A reader ``fn(view)`` of a 32-bit source without modifiers, for the waves
     of ``view`` (uint32, or float32 with ``as_f32``): a VGPR's lanes (a view,
-    ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a read-only
-    array of 64 lanes; None for any other operand."""
+    ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a numpy scalar
+    (of the same dtype: numpy computes with it as with an array, with less
+    overhead per operation); None for any other operand."""
     if o.neg or o.abs or o.sext:
         return None
     idx = o.index
@@ -207,9 +208,8 @@ def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
             return lambda w: w.sb[:, idx, None].view(np.float32)
         return lambda w: w.sb[:, idx, None]
     if o.kind == "const":
-        c = np.full(LANES, o.bits32, np.uint32)
+        c = np.uint32(o.bits32)
         c = c.view(np.float32) if as_f32 else c
-        c.flags.writeable = False
         return lambda w: c
     return None
 
@@ -224,11 +224,41 @@ def sdwa_source(o: Operand, sel: str) -> Reader | None:
     if o.kind != "v" or o.neg or o.abs:
         return None
     idx = o.index
+    # A field at either end of the word needs one operation, not two.
     if not o.sext:
         sh, mask = np.uint32(shift), np.uint32((1 << width) - 1)
+        if shift == 0:
+            return lambda w: w.vb[:, idx] & mask
+        if shift + width == 32:
+            return lambda w: w.vb[:, idx] >> sh
         return lambda w: (w.vb[:, idx] >> sh) & mask
     up, down = np.uint32(32 - shift - width), np.int32(32 - width)
+    if shift + width == 32:
+        return lambda w: (w.vb[:, idx].view(np.int32) >> down).view(np.uint32)
     return lambda w: ((w.vb[:, idx] << up).view(np.int32) >> down).view(np.uint32)
+
+
+def mask_reader(o: Operand) -> Reader | None:
+    """A reader ``fn(view)`` of a lane mask held in an SGPR pair: bool ``[n, 64]``,
+    lane i bit i of the pair; None for any other operand."""
+    if o.kind != "s" or o.count != 2 or o.neg or o.abs or o.sext:
+        return None
+    i = o.index
+
+    def read(w) -> np.ndarray:
+        # The pair's 8 bytes, lane 0 the lowest bit of the first (little-endian words).
+        return np.unpackbits(np.ascontiguousarray(w.sb[:, i:i + 2]).view(np.uint8), axis=1,
+                             bitorder="little").view(bool)
+    return read
+
+
+def put_mask(w: "Wave | BatchView", o: Operand, mask: np.ndarray) -> None:
+    """Write bool ``mask`` (``[n, 64]``, or any shape that broadcasts to it) to SGPR
+    pair ``o`` of every wave of ``w``, lane i to bit i (a compare's result
+    under a full EXEC)."""
+    n = w.vb.shape[0]
+    bits = np.packbits(np.broadcast_to(mask, (n, LANES)), axis=1, bitorder="little")
+    w.sb[:, o.index:o.index + 2] = bits.view(np.uint32)
 
 
 def handler_for(ins: Instr) -> Handler:
@@ -267,14 +297,15 @@ def _select(x, sel: str, sext: bool):
 
 class Wave:
     """The state of one wave: ``s`` (uint32 ``[128]``), ``scc`` (0/1, an int), ``v``
-    (uint32 ``[512, 64]``), ``pc`` (instruction index), ``state`` (``"run"``,
+    (uint32 ``[R, 64]``: all 512 in its own files, a launch's the first R, those its
+    program names), ``pc`` (instruction index), ``state`` (``"run"``,
     ``"barrier"``, ``"end"``), ``count`` (instructions executed), and the
     ``group`` it belongs to (LDS, memory, the target's facts)."""
 
     def __init__(self, group, wave_id: int, regs: tuple[np.ndarray, np.ndarray, int] | None = None):
         self.group = group
         self.wave_id = wave_id
-        # ``regs``: (scalar files uint32 [N, 129], vector files uint32 [N, 512, 64], k)
+        # ``regs``: (scalar files uint32 [N, 129], vector files uint32 [N, R, 64], k)
         # of a launch's waves, this wave's being row k; its own files otherwise.
         if regs is None:
             regs = (np.zeros((1, NUM_SGPRS + 1), np.uint32), np.zeros((1, 2 * AGPR_BASE, LANES), np.uint32), 0)
@@ -501,8 +532,9 @@ class Rows:
 
 class BatchView:
     """``waves`` (ascending rows of a launch's register files), for batched
-    cores: ``sb`` uint32 ``[n, 129]`` (SGPRs and SCC) and ``vb`` uint32 ``[n, 512, 64]`` (views
-    where the rows are consecutive, else ``Rows``), and ``group``, the first
+    cores: ``sb`` uint32 ``[n, 129]`` (SGPRs and SCC) and ``vb`` uint32 ``[n, R, 64]``
+    (R: see ``Wave.v``; views where the rows are consecutive, else ``Rows``),
+    and ``group``, the first
     wave's workgroup (the target, options and memory, which every workgroup
     of a launch shares)."""
 

@@ -46,9 +46,19 @@ _QNAN = np.uint32(0x7FC00000)
 _U = 2.0 ** -53
 
 
-def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
-    """float64 values of bf16 bit patterns (uint, any shape): exact."""
-    return (np.asarray(bits, np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+def _bf16_lsb_table() -> np.ndarray:
+    """int16 ``[65536]``: per bf16 bit pattern, the exponent of its lowest set
+    bit (the value is an odd multiple of ``2**that``), ``_NO_LSB`` for zeros,
+    infinities and NaNs."""
+    bits = np.arange(1 << 16, dtype=np.int64)
+    exp, man = (bits >> 7) & 0xFF, bits & 0x7F
+    sig = np.where(exp > 0, man | 0x80, man)  # value = sig * 2**(max(exp, 1) - 134)
+    ctz = np.log2(np.maximum(sig & -sig, 1)).astype(np.int64)  # exact: a power of two
+    return np.where((sig == 0) | (exp == 0xFF), _NO_LSB, np.maximum(exp, 1) - 134 + ctz).astype(np.int16)
+
+
+_NO_LSB = 10000  # above any lowest-bit exponent; the sum of two still fits int16
+_BF16_LSB = _bf16_lsb_table()
 
 
 def round_sum_to_f32(terms: list[float]) -> np.float32:
@@ -75,61 +85,124 @@ def round_sum_to_f32(terms: list[float]) -> np.float32:
 
 def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
     """bool ``terms.shape[:-1]`` (``terms``: float64, the terms of each element on
-    the last axis; ``abs_sum`` the sums of their magnitudes, shaped as the
-    result): float64 sums the element's (finite) terms exactly, in
-    any order. With ``2**q`` the lowest set bit among the terms, every partial
-    sum is a multiple of ``2**q``, so it is exact while the magnitudes add up
-    to less than ``2**(q + 53)`` (the float64 ``abs_sum`` passes that bound
-    exactly when the true one does: the bound is a float64 and rounding is
-    monotone)."""
-    finite = np.where(np.isfinite(terms), terms, 0.0)
-    mant, exp = np.frexp(finite)
-    ints = np.abs(mant * 2.0 ** 53).astype(np.int64)
-    _, low = np.frexp((ints & -ints).astype(np.float64))
-    lsb = np.where(finite != 0, exp - 54 + low, 1 << 20).min(axis=-1)
+    the last axis; ``abs_sum`` float64, the sums of their magnitudes computed in
+    float64 in any order, shaped as the result): float64 sums the element's
+    terms exactly, in any order (False for an element with a non-finite term).
+
+    With ``abs_sum < 2**top``: where every term is a multiple of ``2**(top -
+    53)`` (``fmod``, which is exact, says so), the true sum of magnitudes is
+    below ``2**top`` too (a float64 sum of non-negative multiples of
+    ``2**(top - 53)`` is exact until it reaches ``2**top``, a float64, and
+    rounding is monotone beyond), so every partial sum of the terms is a
+    multiple of ``2**(top - 53)`` below ``2**top`` in magnitude: a float64,
+    exact."""
     _, top = np.frexp(abs_sum)
-    return top <= lsb + 53
+    unit = np.ldexp(1.0, top - 53)
+    with np.errstate(invalid="ignore"):
+        return (np.fmod(terms, unit[..., None]) == 0).all(axis=-1)
 
 
-def mfma_f32_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """float32 ``[..., 16, 16]``: ``a @ b + c`` for float64 ``a [..., 16, K]``,
-    ``b [..., K, 16]`` (bf16 values) and ``c [..., 16, 16]`` (fp32 values), each
-    element rounded once (leading axes: independent MFMAs, one per wave).
+def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
+    """float32 ``[n, 16, 16]``: ``A @ B + C`` of ``n`` independent MFMAs (one per
+    wave) of depth ``k``, each element rounded once. ``ab``: uint16 ``[n, 32 k]``,
+    each wave's A (``[16, k]``) then B transposed (``[16, k]``, column j of B
+    as row j) as bf16 bit patterns, flattened; ``c``: uint32 ``[n or 1, 16,
+    16]``, C as fp32 bit patterns.
 
-    The float64 sum (any order) is within ``2 (K + 1) u sum|terms|`` of the exact
-    sum; where that interval rounds to one fp32 value (almost always) that value
-    is the answer. An element whose interval holds an fp32 rounding boundary
-    is summed again exactly (``round_sum_to_f32``, unless ``float64_sum_is_exact``
-    shows the float64 sum already is). So the result does not depend on the
-    order numpy's matrix product adds in."""
-    lead = a.shape[:-2]
-    a, b = a.reshape(-1, 16, a.shape[-1]), b.reshape(-1, b.shape[-2], 16)
-    c = np.broadcast_to(c, lead + (16, 16)).reshape(-1, 16, 16)
+    One matrix product gives the float64 sums and the sums of magnitudes
+    (bf16 products are exact in float64). Where every term of an element is
+    a multiple of ``2**(top - 53)``, ``sum|terms| < 2**top``, the float64 sum
+    is exact (``float64_sum_is_exact``'s argument) and rounding it is the
+    answer: shown for the whole matrix at once (the kernel's sums always
+    are) from the lowest set bits of A's rows and B's columns (a product's
+    is the sum of its factors') and C's size (``_c_fits``). Elsewhere the float64
+    sum (any order) is within ``bound = 2 (k + 1) u sum|terms|`` of the
+    exact sum; where that interval rounds to one fp32 value (almost always)
+    that value is the answer. The test rounds ``s -/+ 2 bound``: the float64
+    rounding of those (at most ``u (|s| + 2 bound)``, below ``bound``) keeps
+    them outside the interval, so the test is conservative. An element whose
+    interval may hold an fp32 rounding boundary is shown exact by its own
+    terms' lowest set bits, or else summed again exactly
+    (``round_sum_to_f32``, unless ``float64_sum_is_exact`` shows the float64
+    sum already is). So the result does not depend on the order numpy's
+    matrix product adds in."""
+    n, kk = ab.shape[0], 16 * k
+    # Values (row 0) and magnitudes (row 1) of A and B as float32 bit patterns,
+    # then float64: [2, n, 16, k] and [2, n, k, 16] (a view of B transposed).
+    bits = np.empty((2, n, 32 * k), np.uint32)
+    np.left_shift(ab, 16, out=bits[0], dtype=np.uint32)
+    np.bitwise_and(bits[0], 0x7FFFFFFF, out=bits[1])
     with np.errstate(invalid="ignore", over="ignore"):
-        s = a @ b + c
-        abs_sum = np.abs(a) @ np.abs(b) + np.abs(c)
+        vals = bits.view(np.float32).astype(np.float64)
+        amat, bmat = vals[:, :, :kk].reshape(2, n, 16, k), vals[:, :, kk:].reshape(2, n, 16, k).swapaxes(2, 3)
+        cval = c.view(np.float32).astype(np.float64)
+        sums = amat @ bmat
+        s, abs_sum = sums
+        s += cval
+        cabs = np.abs(cval)
+        abs_sum += cabs
         out = s.astype(np.float32)
-        bound = 2.0 * (a.shape[2] + 1) * _U * abs_sum
-        lo = np.nextafter(s - bound, -np.inf).astype(np.float32)
-        hi = np.nextafter(s + bound, np.inf).astype(np.float32)
-        zero = abs_sum == 0
-        doubt = np.isfinite(abs_sum) & (lo.view(np.uint32) != hi.view(np.uint32)) & ~zero
         # An exactly zero sum is -0 only when every term is: C's element -0 and every product too.
-        out[zero] = np.float32(0.0)
-        neg = zero & np.signbit(c)
-        if neg.any():
-            nn, ii, jj = np.nonzero(neg)
-            out[nn, ii, jj] = np.where(np.signbit(a[nn, ii] * b[nn, :, jj]).all(axis=1), np.float32(-0.0),
-                                       np.float32(0.0))
-        if doubt.any():
-            # The terms of the elements in doubt only (a few of the 256 as a
-            # rule): each proven exact in float64 or summed exactly.
-            nn, ii, jj = np.nonzero(doubt)
-            terms = np.concatenate([a[nn, ii] * b[nn, :, jj], c[nn, ii, jj][:, None]], axis=1)
-            d = ~float64_sum_is_exact(terms[:, None, :], abs_sum[nn, ii, jj][:, None])[:, 0]
-            for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d].tolist()):
-                out[m, i, j] = round_sum_to_f32(t)
-    return out.reshape(lead + (16, 16))
+        zero = abs_sum == 0
+        if zero.any():
+            out[zero] = np.float32(0.0)
+            neg = zero & np.signbit(cval)
+            if neg.any():
+                nn, ii, jj = np.nonzero(neg)
+                out[nn, ii, jj] = np.where(np.signbit(amat[0, nn, ii] * bmat[0, nn, :, jj]).all(axis=1),
+                                           np.float32(-0.0), np.float32(0.0))
+        lows = _BF16_LSB.take(ab).reshape(n, 32, k).min(axis=2)  # A's rows, then B's columns
+        _, top = np.frexp(abs_sum)
+        exact = (lows[:, :16, None] + lows[:, None, 16:] >= top - 53) & _c_fits(cabs, abs_sum)
+        if exact.all():
+            return out
+        wide = abs_sum * (4.0 * (k + 1) * _U)
+        doubt = (s - wide).astype(np.float32).view(np.uint32) != (s + wide).astype(np.float32).view(np.uint32)
+        doubt &= ~exact
+        if not doubt.any():
+            return out
+        # The elements in doubt, flat (e = 16 i + j), without the non-finite and zero sums.
+        nn, e = np.nonzero(doubt.reshape(n, 256))
+        sums_e = abs_sum.reshape(n, 256)[nn, e]
+        keep = np.isfinite(sums_e) & (sums_e != 0)
+        if not keep.all():
+            nn, e, sums_e = nn[keep], e[keep], sums_e[keep]
+        c_e = cval.reshape(-1, 256)[nn if c.shape[0] > 1 else 0, e]
+        c_e_abs = np.abs(c_e)
+        # As above, each product's own lowest set bit (A's row i and B's column j
+        # of each element gathered, [m, 2k]).
+        lsb = _BF16_LSB.take(ab[nn[:, None], _FACTORS[k][e]])
+        _, top = np.frexp(sums_e)
+        exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= top - 53) & _c_fits(c_e_abs, sums_e)
+        if exact.all():
+            return out
+        nn, ii, jj = nn[~exact], e[~exact] >> 4, e[~exact] & 15
+        terms = np.concatenate([amat[0, nn, ii] * bmat[0, nn, :, jj], c_e[~exact, None]], axis=1)
+        d = ~float64_sum_is_exact(terms, sums_e[~exact])
+        for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d].tolist()):
+            out[m, i, j] = round_sum_to_f32(t)
+    return out
+
+
+def _c_fits(cabs: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
+    """bool: whether fp32 values of magnitude ``cabs`` (float64) are shown to
+    be multiples of ``2**(top - 53)``, ``2**(top - 1) <= abs_sum < 2**top``
+    (a sufficient condition): zero, or at least ``abs_sum * 2**-29``, so at
+    least ``2**(top - 30)``. A normal fp32 is a multiple of its leading
+    bit's ``2**-23``, so of ``2**(top - 53)``; a subnormal one of
+    ``2**-149``, and it is below ``2**-126``, so ``top - 53 < -149``."""
+    return (cabs == 0) | (cabs >= abs_sum * 2.0 ** -29)
+
+
+def _factors(k: int) -> np.ndarray:
+    """intp ``[256, 2k]``: for element ``16 i + j`` of an MFMA of depth ``k``, the
+    positions in ``mfma_f32_bf16``'s ``ab`` of its factors, A's row i then B's
+    column j."""
+    i, j, kk = np.arange(16)[:, None, None], np.arange(16)[None, :, None], np.arange(k)
+    return np.concatenate(np.broadcast_arrays(i * k + kk, 16 * k + j * k + kk), axis=2).reshape(256, 2 * k)
+
+
+_FACTORS = {16: _factors(16), 32: _factors(32)}
 
 
 def _checked(ins: Instr, k: int) -> tuple:
@@ -151,75 +224,86 @@ def _checked(ins: Instr, k: int) -> tuple:
     return dec
 
 
-def _mfma(w: Wave, ins: Instr, k: int) -> None:
-    """``v_mfma_f32_16x16xK_bf16 D, A, B, C`` on the whole wave."""
-    d, a, b, c = _checked(ins, k)
-    if w.exec_bits != _ALL_LANES:
-        raise SimError(f"{ins.mnemonic} with a partial EXEC ({w.exec_bits:#018x}) is not modelled at {ins.where()}")
-    kl = k // 4
-
-    def elements(o) -> np.ndarray:
-        """float64 ``[64, KL]``: each lane's bf16 values of A or B, low halves first
-        (a little-endian word's two 16-bit halves, read in memory order)."""
-        halves = np.ascontiguousarray(w.v[o.index:o.index + o.count].T).view(np.uint16)
-        return bf16_to_f64(halves.reshape(LANES, kl))
-
-    amat = elements(a).reshape(4, 16, kl).transpose(1, 0, 2).reshape(16, k)
-    bmat = elements(b).reshape(4, 16, kl).transpose(0, 2, 1).reshape(k, 16)
-    if c.kind == "const":
-        cmat = np.full((16, 16), np.uint32(c.bits32).view(np.float32), np.float64)
-    else:
-        cmat = w.v[c.index:c.index + 4].view(np.float32).reshape(4, 4, 16).transpose(1, 0, 2) \
-            .reshape(16, 16).astype(np.float64)
-    res = mfma_f32_bf16(amat, bmat, cmat).view(np.uint32)
-    res = np.where(np.isnan(res.view(np.float32)), _QNAN, res)
-    w.v[d.index:d.index + 4] = res.reshape(4, 4, 16).transpose(1, 0, 2).reshape(4, LANES)
-
-
-def _layout(k: int) -> tuple[np.ndarray, np.ndarray]:
+def _layout(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gather indices of the operand layout (module docstring): ``ab [16, K]``
     into an A or B register block read as uint16 halves (``[K/8 regs, 128]``,
     flattened), A's ``[i, k]`` and B's ``[k, i]``; ``cd [16, 16]`` into a C or D
-    block of four registers (``[4, 64]``, flattened)."""
+    block of four registers (``[4, 64]``, flattened), and ``dc [256]``, its
+    inverse (D's registers from the result matrix, flattened)."""
     kl = k // 4
     i, kk = np.meshgrid(np.arange(16), np.arange(k), indexing="ij")
     lane, e = 16 * (kk // kl) + i, kk % kl
     ab = (e // 2) * 2 * LANES + 2 * lane + e % 2
     r, j = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
     cd = (r % 4) * LANES + 16 * (r // 4) + j
-    return ab, cd
+    return ab, cd, np.argsort(cd.reshape(-1))
 
 
 _LAYOUT = {16: _layout(16), 32: _layout(32)}
+# Waves per mfma_f32_bf16 call: its float64 temporaries (about 16 KiB a wave)
+# stay small enough to be reused from the allocator and the caches; a launch's
+# few hundred waves at once took several times longer (page faults).
+_CHUNK = 64
+
+
+def _core(ins: Instr, k: int) -> Core:
+    """The core of ``v_mfma_f32_16x16xK_bf16`` (made once per instruction; SimError
+    for a form ``_checked`` refuses): the operand layout bound as gather
+    indices, one MFMA per wave of the view, each wave's EXEC full."""
+    core = ins.__dict__.get("_mfma_core")
+    if core is not None:
+        return core
+    d, a, b, c = _checked(ins, k)
+    ab, cd, dc = _LAYOUT[k]
+    # A's and B's halves in one gather from a wave's whole register file (uint16
+    # [512 regs * 128]) where the view has it as an array; from each block otherwise.
+    ab_blocks = np.concatenate([ab.reshape(-1), a.count * 2 * LANES + ab.reshape(-1)])
+    ab_file = np.concatenate([a.index * 2 * LANES + ab.reshape(-1), b.index * 2 * LANES + ab.reshape(-1)])
+    cconst = None if c.kind != "const" else np.full((1, 16, 16), c.bits32, np.uint32)
+
+    def core(w) -> None:
+        if k == 32:
+            _need_k32(w, ins)
+        vb = w.vb
+        n = vb.shape[0]
+        if type(vb) is np.ndarray:
+            bits = vb.reshape(n, -1).view(np.uint16).take(ab_file, axis=1)
+        else:
+            bits = np.concatenate([vb[:, a.index:a.index + a.count], vb[:, b.index:b.index + b.count]], axis=1) \
+                .view(np.uint16).reshape(n, -1).take(ab_blocks, axis=1)
+        cbits = cconst if cconst is not None else vb[:, c.index:c.index + 4].reshape(n, -1).take(cd, axis=1)
+        if n <= _CHUNK:
+            res = mfma_f32_bf16(bits, k, cbits)
+        else:
+            res = np.empty((n, 16, 16), np.float32)
+            for lo in range(0, n, _CHUNK):
+                res[lo:lo + _CHUNK] = mfma_f32_bf16(bits[lo:lo + _CHUNK], k, cbits[lo:lo + _CHUNK] if cconst is None
+                                                    else cbits)
+        out = res.view(np.uint32)
+        nan = res != res
+        if nan.any():
+            out[nan] = _QNAN
+        vb[:, d.index:d.index + 4] = out.reshape(n, -1).take(dc, axis=1).reshape(n, 4, LANES)
+    ins.__dict__["_mfma_core"] = core
+    return core
+
+
+def _mfma(w: Wave, ins: Instr, k: int) -> None:
+    """``v_mfma_f32_16x16xK_bf16 D, A, B, C`` on the whole wave (its core over the wave)."""
+    core = _core(ins, k)
+    if w.exec_bits != _ALL_LANES:
+        raise SimError(f"{ins.mnemonic} with a partial EXEC ({w.exec_bits:#018x}) is not modelled at {ins.where()}")
+    core(w)
 
 
 def _decoder(k: int):
-    """The batched decoder of ``v_mfma_f32_16x16xK_bf16``: the operand layout
-    bound as gather indices, one MFMA per wave of the view (the handler's
-    checks first; a form it refuses is left to it)."""
+    """The batched decoder of ``v_mfma_f32_16x16xK_bf16`` (``_core``; a form the
+    handler refuses is left to it)."""
     def decode(ins: Instr) -> Core | None:
         try:
-            d, a, b, c = _checked(ins, k)
+            return _core(ins, k)
         except SimError:
             return None
-        ab, cd = _LAYOUT[k]
-        cconst = None if c.kind != "const" else np.full((16, 16), np.uint32(c.bits32).view(np.float32), np.float64)
-
-        def core(w) -> None:
-            if k == 32:
-                _need_k32(w, ins)
-            vb = w.vb
-            n = vb.shape[0]
-            amat = bf16_to_f64(vb[:, a.index:a.index + a.count].view(np.uint16).reshape(n, -1).take(ab, axis=1))
-            bmat = bf16_to_f64(vb[:, b.index:b.index + b.count].view(np.uint16).reshape(n, -1).take(ab, axis=1))
-            cmat = cconst if cconst is not None else \
-                vb[:, c.index:c.index + 4].view(np.float32).reshape(n, -1).take(cd, axis=1).astype(np.float64)
-            res = mfma_f32_bf16(amat, bmat.transpose(0, 2, 1), cmat).view(np.uint32)
-            res = np.where(res.view(np.float32) != res.view(np.float32), _QNAN, res)
-            out = np.empty((n, 4 * LANES), np.uint32)
-            out[:, cd] = res
-            vb[:, d.index:d.index + 4] = out.reshape(n, 4, LANES)
-        return core
     return decode
 
 

@@ -76,10 +76,25 @@ authority on syntax. Decisions, and where hardware might differ:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, op, plain_source, sdwa_source
+from ..wave import (
+    LANES,
+    SDWA_MODS,
+    Core,
+    SimError,
+    Wave,
+    batched,
+    check_form,
+    mask_reader,
+    op,
+    plain_source,
+    put_mask,
+    sdwa_source,
+)
 
 _VCC = Operand("s", *SPECIAL_SGPRS["vcc"], text="vcc")
 _SIGN = np.uint32(0x80000000)
@@ -191,14 +206,28 @@ def _binary(fn):
     return h
 
 
-def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
-    """The batched decoder of an op writing ``compute(*sources)`` (float32) to
-    its destination: sources as float32 (uint32 with ``raw``), readers and
-    destination bound once, for the forms without ``clamp``, ``abs``/``neg``
-    or an SDWA destination select."""
+def _f32_reader(o: Operand):
+    """A reader ``fn(view)`` of a float32 source with its ``abs`` then ``neg``
+    applied (as bit operations, as ``Wave.vget_f32``): ``plain_source``'s
+    shapes; None for an operand it does not read."""
+    if not (o.abs or o.neg):
+        return plain_source(o, as_f32=True)
+    read = plain_source(dataclasses.replace(o, abs=False, neg=False))
+    if read is None:
+        return None
+    keep, flip = np.uint32(0x7FFFFFFF if o.abs else 0xFFFFFFFF), np.uint32(0x80000000 if o.neg else 0)
+    return lambda w: ((read(w) & keep) ^ flip).view(np.float32)
+
+
+def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("clamp",)):
+    """The batched decoder of an op writing ``compute(*sources)`` (float32, or
+    uint32 bits) to its destination: sources as float32 with ``abs``/``neg``
+    applied (uint32 without modifiers with ``raw``), readers and destination
+    bound once, for the forms its handler accepts (``mods``, ``sdwa``)
+    without ``clamp`` or an SDWA destination select."""
     def decode(ins: Instr) -> Core | None:
         try:
-            _validate(ins, nsrc + 1, frozenset({"clamp"}), sdwa)
+            _validate(ins, nsrc + 1, frozenset(mods), sdwa)
         except SimError:
             return None
         if ins.ops[0].kind != "v" or ins.ops[0].count != 1 or ins.mods.get("clamp"):
@@ -213,9 +242,7 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False):
             if not raw and all(r is not None for r in readers):
                 readers = [lambda w, r=r: r(w).view(np.float32) for r in readers]
         elif ins.enc in ("e32", "e64", "") and not ins.mods:
-            readers = [plain_source(o, as_f32=not raw) for o in srcs]
-            if raw and any(o.kind == "s" for o in srcs):
-                return None
+            readers = [plain_source(o) if raw else _f32_reader(o) for o in srcs]
         else:
             return None
         if any(r is None for r in readers):
@@ -258,6 +285,25 @@ def _fmac(w: Wave, ins: Instr) -> None:
     w.vset_f32(ins, fma_f32(_f32(w, ins, 1), _f32(w, ins, 2), d))
 
 
+@batched("v_fmac_f32")
+def _fmac_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_fmac_f32`` (e32/e64 without ``clamp``)."""
+    try:
+        _validate(ins, 3, frozenset({"clamp"}), False)
+    except SimError:
+        return None
+    if ins.enc not in ("e32", "e64", "") or ins.mods or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    ra, rb = _f32_reader(ins.ops[1]), _f32_reader(ins.ops[2])
+    if ra is None or rb is None:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = fma_f32(ra(w), rb(w), w.vb[:, d].view(np.float32)).view(np.uint32)
+    return core
+
+
 def _order_key(bits: np.ndarray) -> np.ndarray:
     """int32 keys ordered as the non-NaN floats of ``bits`` are, with -0 < +0."""
     i = bits.view(np.int32)
@@ -268,15 +314,23 @@ def _max2(a: np.ndarray, b: np.ndarray, want_max: bool) -> np.ndarray:
     """v_max_f32 / v_min_f32 in IEEE mode, per the CDNA4 pseudo-code: a
     signalling NaN operand (S0 first) returns it quieted, a quiet NaN operand
     is ignored, +0 is above -0."""
+    nan_a, nan_b = a != a, b != b
+    if not (nan_a.any() or nan_b.any()):
+        # numpy's maximum/minimum order numbers as IEEE does; of two zeros of either
+        # sign it returns the first, where the ISA wants +0 for max and -0 for min.
+        r = np.maximum(a, b) if want_max else np.minimum(a, b)
+        both_zero = (r == 0) & (a == b)
+        if both_zero.any():
+            ba, bb = _bits(a), _bits(b)
+            r = np.where(both_zero, (ba & bb if want_max else ba | bb).view(np.float32), r)
+        return r
     ba, bb = _bits(a), _bits(b)
     ka, kb = _order_key(ba), _order_key(bb)
     r = np.where(ka >= kb if want_max else ka < kb, ba, bb)
-    nan_a, nan_b = a != a, b != b
-    if nan_a.any() or nan_b.any():
-        r = np.where(nan_b, ba, r)
-        r = np.where(nan_a, bb, r)
-        r = np.where(nan_b & ((bb & _QNAN_BIT) == 0), bb | _QNAN_BIT, r)
-        r = np.where(nan_a & ((ba & _QNAN_BIT) == 0), ba | _QNAN_BIT, r)
+    r = np.where(nan_b, ba, r)
+    r = np.where(nan_a, bb, r)
+    r = np.where(nan_b & ((bb & _QNAN_BIT) == 0), bb | _QNAN_BIT, r)
+    r = np.where(nan_a & ((ba & _QNAN_BIT) == 0), ba | _QNAN_BIT, r)
     return r.view(np.float32)
 
 
@@ -327,11 +381,9 @@ def _rcp(w: Wave, ins: Instr) -> None:
 
 # ---- the division macro ------------------------------------------------------------------
 
-@_vop("v_div_scale_f32", nops=5)
-def _div_scale(w: Wave, ins: Instr) -> None:
-    """D = S0 scaled by 2**±64 where the Newton-Raphson division of S2 by S1
-    would meet denormals; the SGPR-pair destination gets the post-scale flag."""
-    s0, s1, s2 = _f32(w, ins, 2), _f32(w, ins, 3), _f32(w, ins, 4)
+def _div_scale_value(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``v_div_scale_f32`` on float32 sources of any (broadcastable) shapes: D
+    (float32) and the post-scale flag (bool)."""
     e1, e2 = _exponent(s1), _exponent(s2)
     with np.errstate(all="ignore"):
         quot = s2 / s1
@@ -348,25 +400,34 @@ def _div_scale(w: Wave, ins: Instr) -> None:
     with np.errstate(over="ignore"):
         scaled = (s0.astype(np.float64) * _TWO64).astype(np.float32)
     d = np.where(up, scaled, s0)
-    d = np.where(zero, np.float32(np.nan), d)
+    return np.where(zero, np.float32(np.nan), d), big | qden
+
+
+@_vop("v_div_scale_f32", nops=5)
+def _div_scale(w: Wave, ins: Instr) -> None:
+    """D = S0 scaled by 2**±64 where the Newton-Raphson division of S2 by S1
+    would meet denormals; the SGPR-pair destination gets the post-scale flag."""
+    d, flag = _div_scale_value(_f32(w, ins, 2), _f32(w, ins, 3), _f32(w, ins, 4))
     w.vset_f32(ins, d)
-    w.mask_set(ins.ops[1], big | qden)
+    w.mask_set(ins.ops[1], flag)
+
+
+def _div_fmas_value(vcc: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """``v_div_fmas_f32`` on float32 sources and the VCC lanes (bool) of any
+    (broadcastable) shapes: float32."""
+    scale = np.where(vcc, np.where(np.abs(s2) >= 1, _TWO64, 1 / _TWO64), 1.0)
+    return fma_f32(s0, s1, s2, scale)
 
 
 @_vop("v_div_fmas_f32", nops=4)
 def _div_fmas(w: Wave, ins: Instr) -> None:
     """D = S0 * S1 + S2 with one rounding, post-scaled by 2**±64 in lanes where
     VCC is set (direction: see the module note)."""
-    s0, s1, s2 = _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)
-    vcc = w.mask_get(_VCC)
-    scale = np.where(vcc, np.where(np.abs(s2) >= 1, _TWO64, 1 / _TWO64), 1.0)
-    w.vset_f32(ins, fma_f32(s0, s1, s2, scale))
+    w.vset_f32(ins, _div_fmas_value(w.mask_get(_VCC), _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)))
 
 
-@_vop("v_div_fixup_f32", nops=4)
-def _div_fixup(w: Wave, ins: Instr) -> None:
-    """D = the quotient S0 of S2 / S1 with the special cases of division applied."""
-    q, den, num = _f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)
+def _div_fixup_value(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
+    """``v_div_fixup_f32`` on float32 sources of any (broadcastable) shapes: float32."""
     neg = np.signbit(den) ^ np.signbit(num)
     sign = np.where(neg, _SIGN, np.uint32(0))
     inf_d, inf_n = np.isinf(den), np.isinf(num)
@@ -382,7 +443,59 @@ def _div_fixup(w: Wave, ins: Instr) -> None:
     out = np.where((zero_d & zero_n) | (inf_d & inf_n), np.uint32(0xFFC00000), out)
     out = np.where(np.isnan(den), _bits(den) | _QNAN_BIT, out)
     out = np.where(np.isnan(num), _bits(num) | _QNAN_BIT, out)
-    w.vset_f32(ins, out.view(np.float32))
+    return out.view(np.float32)
+
+
+@_vop("v_div_fixup_f32", nops=4)
+def _div_fixup(w: Wave, ins: Instr) -> None:
+    """D = the quotient S0 of S2 / S1 with the special cases of division applied."""
+    w.vset_f32(ins, _div_fixup_value(_f32(w, ins, 1), _f32(w, ins, 2), _f32(w, ins, 3)))
+
+
+batched("v_div_fixup_f32")(_decoder(3, _div_fixup_value, False))
+
+
+def _vop3_readers(ins: Instr, nops: int, first: int) -> list | None:
+    """float32 readers (``_f32_reader``) of ``ins.ops[first:]`` for the plain
+    VOP3 form (no ``clamp``) with ``nops`` operands of a float op whose
+    destination is one VGPR; None otherwise."""
+    try:
+        _validate(ins, nops, frozenset({"clamp"}), False)
+    except SimError:
+        return None
+    if ins.enc not in ("e32", "e64", "") or ins.mods or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    readers = [_f32_reader(o) for o in ins.ops[first:]]
+    return None if any(r is None for r in readers) else readers
+
+
+@batched("v_div_fmas_f32")
+def _div_fmas_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_div_fmas_f32`` (VCC read per wave)."""
+    readers = _vop3_readers(ins, 4, 1)
+    if readers is None:
+        return None
+    vcc, d = mask_reader(_VCC), ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = _div_fmas_value(vcc(w), *[r(w) for r in readers]).view(np.uint32)
+    return core
+
+
+@batched("v_div_scale_f32")
+def _div_scale_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_div_scale_f32``: the flag to each wave's SGPR pair."""
+    readers = _vop3_readers(ins, 5, 2)
+    flag = ins.ops[1]
+    if readers is None or flag.kind != "s" or flag.count != 2:
+        return None
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        value, up = _div_scale_value(*[r(w) for r in readers])
+        w.vb[:, d] = value.view(np.uint32)
+        put_mask(w, flag, up)
+    return core
 
 
 # ---- compares ----------------------------------------------------------------------------
@@ -407,8 +520,30 @@ def _compare(fn):
     return h
 
 
+def _compare_decoder(fn):
+    """The batched decoder of ``v_cmp_*_f32`` (e32/e64, ``abs``/``neg`` allowed):
+    the compare of every wave's lanes to its SGPR-pair destination."""
+    def decode(ins: Instr) -> Core | None:
+        try:
+            _validate(ins, 3, frozenset(), True)
+        except SimError:
+            return None
+        d = ins.ops[0]
+        if ins.enc not in ("e32", "e64", "") or ins.mods or d.kind != "s" or d.count != 2:
+            return None
+        ra, rb = _f32_reader(ins.ops[1]), _f32_reader(ins.ops[2])
+        if ra is None or rb is None:
+            return None
+
+        def core(w) -> None:
+            put_mask(w, d, fn(ra(w), rb(w)))
+        return core
+    return decode
+
+
 for _cond, _fn in _COMPARES.items():
     _vop(f"v_cmp_{_cond}_f32", nops=3, mods=(), sdwa=True)(_compare(_fn))
+    batched(f"v_cmp_{_cond}_f32")(_compare_decoder(_fn))
 
 
 # ---- conversions -------------------------------------------------------------------------
@@ -419,12 +554,21 @@ def _cvt_f32_u32(w: Wave, ins: Instr) -> None:
     w.vset_f32(ins, np.broadcast_to(w.vget(ins, 1), (LANES,)).astype(np.uint32).astype(np.float32))
 
 
+def _f32_to_u32(x: np.ndarray) -> np.ndarray:
+    """uint32 of float32 ``x`` (any shape) truncated, saturating; NaN gives 0."""
+    r = np.clip(np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=2.0 ** 32, neginf=0.0)), 0, 2.0 ** 32 - 1)
+    return r.astype(np.uint32)
+
+
 @_vop("v_cvt_u32_f32", nops=2, sdwa=True)
 def _cvt_u32_f32(w: Wave, ins: Instr) -> None:
     """D = uint32(S0) truncated, saturating; NaN gives 0."""
-    x = _f32(w, ins, 1).astype(np.float64)
-    r = np.clip(np.trunc(np.nan_to_num(x, nan=0.0, posinf=2.0 ** 32, neginf=0.0)), 0, 2.0 ** 32 - 1)
-    w.vset(ins, r.astype(np.uint32))
+    w.vset(ins, _f32_to_u32(_f32(w, ins, 1)))
+
+
+batched("v_cvt_f32_u32")(_decoder(1, lambda x: x.astype(np.float32), True, raw=True))
+batched("v_cvt_u32_f32")(_decoder(1, _f32_to_u32, True))
+batched("v_rcp_f32")(_decoder(1, lambda x: np.float32(1) / x, True))
 
 
 def _f16_source(w: Wave, ins: Instr, i: int) -> np.ndarray:
@@ -456,14 +600,34 @@ def _cvt_f32_f16(w: Wave, ins: Instr) -> None:
     w.vset_f32(ins, _f16_source(w, ins, 1).view(np.float16).astype(np.float32))
 
 
-batched("v_cvt_f32_f16")(_decoder(
-    1, lambda x: (x & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32), True, raw=True))
+_cvt_f32_f16_any = _decoder(
+    1, lambda x: (x & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32), True, raw=True)
+
+
+@batched("v_cvt_f32_f16")
+def _cvt_f32_f16_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_cvt_f32_f16``: a VGPR's low or (SDWA WORD_1)
+    high half read in place as fp16 (every other half of its lanes), any other
+    form it binds through its sources' readers."""
+    core = _cvt_f32_f16_any(ins)
+    o = ins.ops[1]
+    sel = ins.mods.get("src0_sel", "DWORD") if ins.enc == "sdwa" else "DWORD"
+    if core is None or o.kind != "v" or sel not in ("DWORD", "WORD_0", "WORD_1"):
+        return core
+    src, half, d = o.index, int(sel == "WORD_1"), ins.ops[0].index
+
+    def halves(w) -> None:
+        w.vb[:, d] = w.vb[:, src].view(np.float16)[:, half::2].astype(np.float32).view(np.uint32)
+    return halves
 
 
 @_vop("v_cvt_f16_f32", nops=2, mods=(), sdwa=True)
 def _cvt_f16_f32(w: Wave, ins: Instr) -> None:
     """D.f16 = S0 rounded to nearest even (upper half zero, see the module note)."""
     w.vset(ins, _to_f16_bits(_f32(w, ins, 1)))
+
+
+batched("v_cvt_f16_f32")(_decoder(1, _to_f16_bits, True, mods=()))
 
 
 @_vop("v_cvt_pk_f16_f32", nops=3, mods=())
@@ -508,6 +672,25 @@ def _pack_b32_f16(w: Wave, ins: Instr) -> None:
             h = h ^ np.uint32(0x8000)
         halves.append(h)
     w.vset(ins, halves[0] | (halves[1] << np.uint32(16)))
+
+
+@batched("v_pack_b32_f16")
+def _pack_b32_f16_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_pack_b32_f16`` without ``abs``/``neg``."""
+    try:
+        _validate(ins, 3, frozenset({"op_sel"}), False)
+    except SimError:
+        return None
+    sel = tuple(ins.mods.get("op_sel", (0, 0, 0))) + (0, 0, 0)
+    ra, rb = plain_source(ins.ops[1]), plain_source(ins.ops[2])
+    if sel[2] or ra is None or rb is None or ins.ops[0].kind != "v":
+        return None
+    d, lo, hi = ins.ops[0].index, np.uint32(16 * sel[0]), np.uint32(16 * sel[1])
+    half = np.uint32(0xFFFF)
+
+    def core(w) -> None:
+        w.vb[:, d] = ((ra(w) >> lo) & half) | (((rb(w) >> hi) & half) << np.uint32(16))
+    return core
 
 
 # A deliberate independent model of the fp8 bytes (not imported from
@@ -605,6 +788,27 @@ def _pk_f32(n: int, fn):
     return h
 
 
+def _pk_f32_reader(o: Operand, sel: int, sel_hi: int, neg_lo: int, neg_hi: int):
+    """A reader ``fn(view)`` of a packed f32 source, a VGPR or SGPR pair: float32
+    rows ``[n, 2, 64]`` (row 0 feeds the low result, row 1 the high), or one
+    row ``[n, 1, 64]``/``[n, 1, 1]`` that feeds both (views where nothing is
+    negated)."""
+    idx = o.index
+    if (sel, sel_hi) == (0, 1):
+        key: tuple = (slice(None), slice(idx, idx + 2))
+    elif sel == sel_hi:
+        key = (slice(None), idx + sel, None)
+    else:
+        key = (slice(None), [idx + sel, idx + sel_hi])
+    if o.kind == "s":
+        key += (None,)
+    regs = "vb" if o.kind == "v" else "sb"
+    if not (neg_lo or neg_hi):
+        return lambda w: getattr(w, regs)[key].view(np.float32)
+    neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
+    return lambda w: (getattr(w, regs)[key] ^ neg).view(np.float32)
+
+
 def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
     """The batched decoder of a packed op (``_pk_f32``, or ``v_pk_mul_f16`` with
     ``f16``): each source's selects and negations bound as rows ``[2, ...]``
@@ -633,20 +837,29 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                     return ((w.vb[:, idx, None] >> sh).astype(np.uint16) ^ neg).view(np.float16).astype(np.float32)
                 readers.append(r)
                 continue
-            neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
             if o.kind == "const":
+                neg = np.array([[neg_lo << 31], [neg_hi << 31]], np.uint32)
                 c = (np.full((2, LANES), o.bits32, np.uint32) ^ neg).view(np.float32)
                 readers.append(lambda w, c=c: c)
-            elif o.kind == "v":
-                rows = None if (sel, sel_hi) == (0, 1) else [sel, sel_hi]
-                readers.append(lambda w, idx=idx, rows=rows, neg=neg: (
-                    (w.vb[:, idx:idx + 2] if rows is None else w.vb[:, idx:idx + 2][:, rows]) ^ neg
-                ).view(np.float32))
-            else:
-                pick = [idx + sel, idx + sel_hi]
-                readers.append(lambda w, pick=pick, neg=neg: (w.sb[:, pick, None] ^ neg).view(np.float32))
+                continue
+            readers.append(_pk_f32_reader(o, sel, sel_hi, neg_lo, neg_hi))
         d = dst.index
-        if f16:
+        if f16 and all(p == (0, 1, 0, 0) for p in plan):
+            ia, ib = srcs[0].index, srcs[1].index
+
+            def core(w) -> None:
+                # Each register's halves in order (low first) as fp16 [n, 128]: the
+                # products rounded to fp16 are the result's halves in place. The
+                # product of two fp16 values is exact in float32: one rounding.
+                vb = w.vb
+                prod = vb[:, ia].view(np.float16).astype(np.float32) * vb[:, ib].view(np.float16).astype(np.float32)
+                with np.errstate(over="ignore"):
+                    half = prod.astype(np.float16).view(np.uint16)
+                nan = prod != prod
+                if nan.any():
+                    half[nan] |= np.uint16(0x0200)  # quiet, as _to_f16_bits
+                vb[:, d] = half.view(np.uint32)
+        elif f16:
             ra, rb = readers
 
             def core(w) -> None:
@@ -714,9 +927,10 @@ def _exp_decoder(ins: Instr) -> Core | None:
     return run
 
 
-batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False))
+batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False,
+                                     mods=()))
 batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _to_bf16_bits(a) | (_to_bf16_bits(b) << np.uint32(16)),
-                                      False))
+                                      False, mods=()))
 
 
 @batched("v_cvt_pk_f32_fp8")

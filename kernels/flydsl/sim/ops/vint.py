@@ -38,7 +38,21 @@ from typing import Any, Callable
 import numpy as np
 
 from ..program import SPECIAL_SGPRS, Instr, Operand
-from ..wave import LANES, SDWA_MODS, Core, SimError, Wave, batched, check_form, core_op, op, plain_source, sdwa_source
+from ..wave import (
+    LANES,
+    SDWA_MODS,
+    Core,
+    SimError,
+    Wave,
+    batched,
+    check_form,
+    core_op,
+    mask_reader,
+    op,
+    plain_source,
+    put_mask,
+    sdwa_source,
+)
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
 _LANE = np.arange(LANES, dtype=np.uint64)
@@ -105,24 +119,34 @@ def _u64(x: np.ndarray) -> np.ndarray:
 
 # ---- 32-bit results: name -> f(src0, ...) on uint32 [64] arrays or scalars -------------------
 
-_BYTE_SHIFTS = np.arange(8, dtype=np.uint64) * np.uint64(8)
-
-
 def _perm(s0, s1, sel) -> np.ndarray:
-    """``v_perm_b32`` on sources of any (broadcastable) shape: each result byte
-    looked up in its lane's 16-entry table (0..7 the bytes of ``{s0, s1}``, s1
+    """``v_perm_b32`` on sources of any (broadcastable) shapes: each result byte
+    looked up in its lane's table of bytes (0..7 the bytes of ``{s0, s1}``, s1
     the low four; 8..11 the sign of bytes 1, 3, 5, 7 replicated; 12 zero; 13..15
-    0xff; selectors above 15 read entry 15)."""
-    s0, s1, sel = np.broadcast_arrays(np.asarray(s0, np.uint32), np.asarray(s1, np.uint32), np.asarray(sel, np.uint32))
-    data = (s0.astype(np.uint64) << np.uint64(32)) | s1.astype(np.uint64)
-    table = np.empty(data.shape + (16,), np.uint8)
-    table[..., :8] = (data[..., None] >> _BYTE_SHIFTS) & np.uint64(0xFF)
-    table[..., 8:12] = (table[..., 1:8:2] >> np.uint8(7)) * np.uint8(0xFF)
-    table[..., 12] = 0
-    table[..., 13:] = 0xFF
-    idx = np.minimum((sel.astype(np.uint64)[..., None] >> _BYTE_SHIFTS[:4]) & np.uint64(0xFF), np.uint64(15))
-    picked = np.take_along_axis(table, idx.astype(np.intp), axis=-1).astype(np.uint32)
-    return np.bitwise_or.reduce(picked << _BYTE_SHIFTS[:4].astype(np.uint32), axis=-1)
+    0xff; selectors above 15 read entry 15), the selector's bytes (a
+    little-endian word's, in order) the indices."""
+    s0, s1, sel = np.asarray(s0, np.uint32), np.asarray(s1, np.uint32), np.asarray(sel, np.uint32)
+    shape = np.broadcast_shapes(s0.shape, s1.shape, sel.shape)
+    data = np.empty(shape + (2,), np.uint32)
+    data[..., 0], data[..., 1] = s1, s0
+    table = data.view(np.uint8)
+    first = int(sel.reshape(-1)[0])
+    picks = [first >> shift & 0xFF for shift in (0, 8, 16, 24)]
+    if max(picks) < 8 and (sel.ndim == 0 or (sel == first).all()):
+        # One selector of data bytes for every lane (an SGPR or a constant, as
+        # the kernel's): one gather of four byte columns.
+        return table.take(picks, axis=-1).view(np.uint32)[..., 0]
+    idx = np.ascontiguousarray(sel[..., None]).view(np.uint8)
+    if not (idx < 8).all():
+        # Selectors beyond the data bytes (rare in the kernel): the whole table.
+        full = np.empty(shape + (16,), np.uint8)
+        full[..., :8] = table
+        full[..., 8:12] = (table[..., 1::2] >> 7) * np.uint8(0xFF)
+        full[..., 12] = 0
+        full[..., 13:] = 0xFF
+        table, idx = full, np.minimum(idx, np.uint8(15))
+    picked = np.take_along_axis(table, np.broadcast_to(idx, shape + (4,)), axis=-1)
+    return picked.view(np.uint32)[..., 0]
 
 
 def _bfe_i32(x: np.ndarray, off: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -470,30 +494,6 @@ def writelane_b32(w: Wave, ins: Instr) -> None:
 
 # ---- batched forms of the mask and 64-bit ops ----------------------------------------------
 
-_LANE_BIT = np.uint64(1) << _LANE
-
-
-def _mask_reader(o: Operand):
-    """A reader ``fn(view)`` of a lane mask in an SGPR pair: bool ``[n, 64]``; None otherwise."""
-    if o.kind != "s" or o.count != 2 or o.neg or o.abs or o.sext:
-        return None
-    i = o.index
-
-    def read(w) -> np.ndarray:
-        sb = w.sb
-        bits = sb[:, i].astype(np.uint64) | sb[:, i + 1].astype(np.uint64) << np.uint64(32)
-        return (bits[:, None] & _LANE_BIT) != 0
-    return read
-
-
-def _put_mask(w, o: Operand, mask: np.ndarray) -> None:
-    """Write bool ``mask`` (``[n, 64]`` or broadcastable) to SGPR pair ``o`` of every wave (EXEC full)."""
-    n = w.vb.shape[0]
-    bits = np.bitwise_or.reduce(np.where(np.broadcast_to(mask, (n, LANES)), _LANE_BIT, np.uint64(0)), axis=1)
-    w.sb[:, o.index] = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    w.sb[:, o.index + 1] = (bits >> np.uint64(32)).astype(np.uint32)
-
-
 def _source64(o: Operand):
     """A reader ``fn(view)`` of a 64-bit source as uint64 (``[n, 64]``, ``[n, 1]``
     or a constant, inline integers sign-extended); None for modifiers."""
@@ -535,7 +535,7 @@ def _cmp_decoder(rel, signed: bool):
 
         def core(w) -> None:
             a, b = ra(w), rb(w)
-            _put_mask(w, d, rel(_i32(a), _i32(b)) if signed else rel(a, b))
+            put_mask(w, d, rel(_i32(a), _i32(b)) if signed else rel(a, b))
         return core
     return decode
 
@@ -550,13 +550,49 @@ def _cndmask_decoder(ins: Instr) -> Core | None:
     """The batched decoder of ``v_cndmask_b32`` without modifiers, its mask in an SGPR pair."""
     if not _plain_form(ins, 4):
         return None
-    ra, rb, rm = plain_source(ins.ops[1]), plain_source(ins.ops[2]), _mask_reader(ins.ops[3])
+    ra, rb, rm = plain_source(ins.ops[1]), plain_source(ins.ops[2]), mask_reader(ins.ops[3])
     if ra is None or rb is None or rm is None or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
         return None
     d = ins.ops[0].index
 
     def core(w) -> None:
         w.vb[:, d] = np.where(rm(w), rb(w), ra(w))
+    return core
+
+
+def _shift64_decoder(fn):
+    """The batched decoder of a 64-bit shift ``d[2], shift, x[2]`` (``_SHIFT64``)."""
+    def decode(ins: Instr) -> Core | None:
+        if not _plain_form(ins, 3) or ins.ops[0].kind != "v" or ins.ops[0].count != 2:
+            return None
+        rs, rx = plain_source(ins.ops[1]), _source64(ins.ops[2])
+        if rs is None or rx is None:
+            return None
+        d = ins.ops[0].index
+
+        def core(w) -> None:
+            _put64(w, d, fn(_u64(rs(w) & np.uint32(63)), rx(w)))
+        return core
+    return decode
+
+
+for _name, _fn in _SHIFT64.items():
+    batched(_name)(_shift64_decoder(_fn))
+
+
+@batched("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32")
+def _mbcnt_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_mbcnt_lo/hi_u32_b32`` (plain sources, one at least a VGPR)."""
+    if not _plain_form(ins, 3) or ins.ops[0].kind != "v" or ins.ops[0].count != 1:
+        return None
+    rm, rb = plain_source(ins.ops[1]), plain_source(ins.ops[2])
+    if rm is None or rb is None:
+        return None
+    below = _BELOW_LO if ins.base == "v_mbcnt_lo_u32_b32" else _BELOW_HI
+    d = ins.ops[0].index
+
+    def core(w) -> None:
+        w.vb[:, d] = np.bitwise_count(rm(w) & below).astype(np.uint32) + rb(w)
     return core
 
 
@@ -593,6 +629,6 @@ def _mad_u64_u32_decoder(ins: Instr) -> Core | None:
     def core(w) -> None:
         prod = _u64(ra(w)) * _u64(rb(w))
         total = prod + rc(w)
-        _put_mask(w, carry, total < prod)
+        put_mask(w, carry, total < prod)
         _put64(w, d, total)
     return core

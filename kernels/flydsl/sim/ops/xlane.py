@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..program import Instr
-from ..wave import LANES, SimError, Wave, op
+from ..wave import LANES, Core, SimError, Wave, batched, op
 
 _LANE = np.arange(LANES)
 _ALL_LANES = (1 << LANES) - 1
@@ -102,24 +102,63 @@ def _check(ins: Instr, n_ops: int, mods: frozenset) -> None:
         raise SimError(f"{ins.mnemonic}: modifier {', '.join(bad)} not supported at {ins.where()}")
 
 
-@op("ds_swizzle_b32")
-def _ds_swizzle(w: Wave, ins: Instr) -> None:
-    """``ds_swizzle_b32 vdst, vaddr offset:pattern`` (data from vaddr)."""
+def _swizzle_src(ins: Instr) -> np.ndarray:
+    """The source lane of each lane (``swizzle_sources``) of a ds_swizzle, found once."""
     src = ins.__dict__.get("_swizzle_src")
     if src is None:
         _check(ins, 2, frozenset({"offset"}))
         src = ins.__dict__["_swizzle_src"] = swizzle_sources(swizzle_pattern(ins.mods.get("offset", 0)))
-    w.vset(ins, _gather(w, w.v[ins.ops[1].index], src))
+    return src
+
+
+@op("ds_swizzle_b32")
+def _ds_swizzle(w: Wave, ins: Instr) -> None:
+    """``ds_swizzle_b32 vdst, vaddr offset:pattern`` (data from vaddr)."""
+    w.vset(ins, _gather(w, w.v[ins.ops[1].index], _swizzle_src(ins)))
+
+
+@batched("ds_swizzle_b32")
+def _ds_swizzle_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_swizzle_b32``: with every lane enabled, each
+    lane reads its source lane."""
+    try:
+        src = _swizzle_src(ins)
+    except SimError:
+        return None
+    d, a = ins.ops[0].index, ins.ops[1].index
+
+    def core(w) -> None:
+        w.vb[:, d] = w.vb[:, a].take(src, axis=1)
+    return core
+
+
+def _bpermute_lanes(ins: Instr, addr: np.ndarray) -> np.ndarray:
+    """intp, ``addr``'s shape: the lane each lane of a ds_bpermute reads (its
+    byte address ``addr`` (uint32) plus the offset, over 4, modulo 64)."""
+    off = np.uint32(int(ins.mods.get("offset", 0)) & 0xFFFFFFFF)
+    return (((addr + off) >> np.uint32(2)) & np.uint32(LANES - 1)).astype(np.intp)
 
 
 @op("ds_bpermute_b32")
 def _ds_bpermute(w: Wave, ins: Instr) -> None:
     """``ds_bpermute_b32 vdst, vaddr, vdata offset:N``: backward permute by byte address."""
     _check(ins, 3, frozenset({"offset"}))
-    addr = (w.v[ins.ops[1].index].astype(np.uint64) + np.uint64(int(ins.mods.get("offset", 0)))) \
-        & np.uint64(0xFFFFFFFF)
-    src = ((addr >> np.uint64(2)) & np.uint64(LANES - 1)).astype(np.int64)
-    w.vset(ins, _gather(w, w.v[ins.ops[2].index], src))
+    w.vset(ins, _gather(w, w.v[ins.ops[2].index], _bpermute_lanes(ins, w.v[ins.ops[1].index])))
+
+
+@batched("ds_bpermute_b32")
+def _ds_bpermute_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``ds_bpermute_b32``: with every lane enabled, each
+    lane of each wave reads its own source lane."""
+    try:
+        _check(ins, 3, frozenset({"offset"}))
+    except SimError:
+        return None
+    d, a, data = ins.ops[0].index, ins.ops[1].index, ins.ops[2].index
+
+    def core(w) -> None:
+        w.vb[:, d] = np.take_along_axis(w.vb[:, data], _bpermute_lanes(ins, w.vb[:, a]), axis=1)
+    return core
 
 
 def _permlane_swap(w: Wave, ins: Instr, row_mask: np.ndarray, dist: int) -> None:
