@@ -168,8 +168,7 @@ def _issue_all(view: BatchView, ins: Instr) -> None:
     """``_issue`` for every wave of ``view``, in arrival order."""
     order = view.group.memory.order
     if order is not None:
-        for w in view.waves:
-            order.issue(w, ins)
+        order.issue_waves(view.waves, ins)
 
 
 def _write_loaded(view: BatchView, d: int, data: np.ndarray, size: int, signed: bool) -> None:
