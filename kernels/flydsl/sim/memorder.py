@@ -82,7 +82,6 @@ import numpy as np
 from .memory import ByteRows
 
 LINE = 128  # bytes in an L2/L1 cache line on gfx942/gfx950
-_NO_LINES: frozenset = frozenset()
 
 
 class _WaveState:
@@ -449,7 +448,7 @@ class MemOrder:
             elif cross and not (ins.mods.get("sc1") or a.inv_l2):
                 why.append(f"sc1 on the load or buffer_inv sc1 after the acquiring atomic #{a.pc} "
                            f"(workgroups {s.wg} and {st.wg} may be on different XCDs)")
-            elif not bypass_l1 and not a.inv_l1 and not a.filled.get(alloc.name, _NO_LINES).isdisjoint(
+            elif not bypass_l1 and not a.inv_l1 and a.filled.get(alloc.name) and not a.filled[alloc.name].isdisjoint(
                     (idx() // LINE).tolist()):
                 why.append(f"buffer_inv (or sc0/sc1 on the load) after the acquiring atomic #{a.pc}: the line "
                            f"was loaded into L1 before it")
