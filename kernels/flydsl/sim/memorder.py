@@ -276,12 +276,9 @@ class MemOrder:
         for st in self._states(waves):
             if st.seq - n > st.done:
                 st.done = st.seq - n
-                if st.wbl2 and st.wbl2[0][0] <= st.done:
-                    for seq, stores in st.wbl2:
-                        if seq <= st.done:
-                            for s in stores:
-                                s.written_back = True
-                    st.wbl2 = [x for x in st.wbl2 if x[0] > st.done]
+                while st.wbl2 and st.wbl2[0][0] <= st.done:
+                    for s in st.wbl2.pop(0)[1]:
+                        s.written_back = True
 
     def wbl2(self, w, ins) -> None:
         """``buffer_wbl2``: with ``sc1`` it writes the wave's earlier stores back to memory once complete."""
@@ -301,8 +298,9 @@ class MemOrder:
 
     def store_waves(self, waves, ins, alloc, acc: ByteRows, data: np.ndarray) -> None:
         """Each of ``waves`` in turn stores ``data[k]`` (uint8 ``acc.offs.shape +
-        (nbytes,)``) at its bytes of ``alloc`` (``acc``: rows k of ``acc.offs``):
-        recorded (each byte's writer, and the byte it overwrote), then written."""
+        (nbytes,)``) at the bytes of ``alloc`` that ``acc`` names for it (row k
+        of ``acc.offs``): recorded (each byte's writer, and the byte it
+        overwrote), then written."""
         sts = self._states(waves)
         m = ins.mods
         text, sc0, sc1, nt = ins.text.strip(), bool(m.get("sc0")), bool(m.get("sc1")), bool(m.get("nt"))
@@ -369,7 +367,7 @@ class MemOrder:
 
     def load_waves(self, waves, ins, alloc, acc: ByteRows, data: np.ndarray) -> np.ndarray:
         """After each of ``waves`` read ``data[k]`` (uint8 ``acc.offs.shape +
-        (nbytes,)``) at its bytes of ``alloc`` (``acc``: rows k of ``acc.offs``):
+        (nbytes,)``) at the bytes of ``alloc`` that ``acc`` names for it (row k):
         check every byte another workgroup wrote, wave by wave; returns the data
         the loads deliver (a copy with stale bytes substituted where ``stale``
         and unordered)."""
@@ -394,16 +392,16 @@ class MemOrder:
         ks = np.flatnonzero(foreign.any(axis=1))
         if ks.size == 0:
             return data
-        idx = acc.index().reshape(n, -1)
         bad = None
         bits = None
         for k in ks.tolist():
-            st, wk, ik = sts[k], wr[k], idx[k]
+            # Wave k's byte offsets, in the order of wr[k] (asked for only by the L1 rule and a complaint).
+            st, wk, ik = sts[k], wr[k], lambda k=k: (acc.offs[k].reshape(-1, 1) + np.arange(acc.nbytes)).reshape(-1)
             f = wk[foreign[k]]
             lo, hi = int(f.min()), int(f.max())
             for sid in [lo] if lo == hi else np.unique(f).tolist():
                 s = self._stores[sid]
-                missing = self._missing(st, s, ins, alloc, lambda ik=ik, wk=wk, sid=sid: ik[wk == sid], bypass_l1)
+                missing = self._missing(st, s, ins, alloc, lambda ik=ik, wk=wk, sid=sid: ik()[wk == sid], bypass_l1)
                 if missing is None:
                     continue
                 sel = wk == sid
@@ -413,7 +411,7 @@ class MemOrder:
                 key = (s.pc, ins.index, s.wg, st.wg, missing)
                 if key not in self._seen:
                     self._seen.add(key)
-                    i = int(ik[sel][0])
+                    i = int(ik()[sel][0])
                     bits = bits or _bits(ins.mods)
                     self.complaints.append(Complaint(s.pc, s.text, s.wg, ins.index, ins.text.strip(), st.wg, missing,
                                                      i, alloc.name, int(prev[i]), int(alloc.data[i]), s.bits(), bits,
@@ -421,7 +419,7 @@ class MemOrder:
         if self.stale and bad is not None:
             data = data.copy()
             flat = data.reshape(n, -1)
-            flat[bad] = prev[idx[bad]]
+            flat[bad] = prev[acc.index().reshape(n, -1)[bad]]
         return data
 
     def _missing(self, st: _WaveState, s: Store, ins, alloc, idx, bypass_l1: bool) -> str | None:
