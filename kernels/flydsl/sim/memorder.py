@@ -79,21 +79,34 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .memory import ByteRows
+
 LINE = 128  # bytes in an L2/L1 cache line on gfx942/gfx950
 
 
-@dataclass(eq=False)
-class _Op:
-    """One outstanding vector memory operation of a wave (``complete`` once waited for)."""
+class _WaveState:
+    """One wave's memory events: its vector memory operations are numbered from
+    1 in issue order (``seq``: issued so far); the ``vmcnt`` counter decrements
+    in issue order, so the complete ones are exactly 1..``done``."""
 
-    complete: bool = False
+    def __init__(self, wg: int, ids: tuple):
+        self.wg = wg
+        self.ids = ids  # the workgroup's (x, y, z), which tell a new wave at a reused id() apart
+        self.seq = 0
+        self.done = 0
+        self.stores: list[Store] = []
+        self.acqs: list[Acquire] = []
+        self.wbl2: list[tuple[int, list]] = []  # (seq, the stores it writes back) of buffer_wbl2 sc1 not yet complete
+        self.lines: dict[str, set[int]] = {}  # buffer -> lines the wave's loads filled into L1
 
 
 @dataclass(eq=False)
 class Store:
-    """One global store: its instruction's ``op``, workgroup ``wg`` (linear id), ``pc``, ``text``, cache bits."""
+    """One global store: the storing wave's state and its operation's ``seq``,
+    workgroup ``wg`` (linear id), ``pc``, ``text``, cache bits."""
 
-    op: _Op
+    wave: _WaveState
+    seq: int
     sid: int = 0
     wg: int = 0
     pc: int = 0
@@ -109,29 +122,35 @@ class Store:
         b = [n for n in ("sc0", "sc1", "nt") if getattr(self, n)]
         return " ".join(b) or "no cache bits"
 
+    def complete(self) -> bool:
+        """Waited for by an ``s_waitcnt vmcnt`` of its wave."""
+        return self.seq <= self.wave.done
+
     def in_memory(self) -> bool:
         """Visible past its XCD's L2: a complete ``sc1`` store, or written back."""
-        return self.op.complete and self.sc1 or self.written_back
-
-
-@dataclass(eq=False)
-class _Wbl2(_Op):
-    stores: list = field(default_factory=list)
+        return self.complete() and self.sc1 or self.written_back
 
 
 @dataclass(eq=False)
 class Acquire:
-    """A returning atomic of a wave at ``addr``: the releases it read (sid ->
-    (store complete at its release, store in memory at its release, release pc)),
-    and what the wave invalidated after it completed."""
+    """A returning atomic of a wave (its state, its operation's ``seq``) at
+    ``addr``: the releases it read (sid -> (store complete at its release,
+    store in memory at its release, release pc)), the lines the wave had
+    filled into L1 before it (buffer -> lines), and what the wave invalidated
+    after it completed."""
 
-    op: _Op
+    wave: _WaveState
+    seq: int
     addr: int = 0
     pc: int = 0
-    seq: int = 0
     released: dict = field(default_factory=dict)
+    filled: dict = field(default_factory=dict)
     inv_l1: bool = False
     inv_l2: bool = False
+
+    def complete(self) -> bool:
+        """Waited for by an ``s_waitcnt vmcnt`` of its wave."""
+        return self.seq <= self.wave.done
 
 
 @dataclass
@@ -164,18 +183,6 @@ class Complaint:
                 f"the load may return the stale byte {self.stale:#04x} instead of {self.value:#04x}")
 
 
-class _WaveState:
-    def __init__(self, wg: int):
-        self.wg = wg
-        self.queue: list[_Op] = []  # outstanding vector memory operations, oldest first
-        self.stores: list[Store] = []
-        self.acqs: list[Acquire] = []
-        self.seq = 0  # vector memory operations issued so far
-        # The operation the wave's current instruction issued (a placeholder until the first).
-        self.cur: _Op = _Op()
-        self.lines: dict[tuple[str, int], int] = {}  # (buffer, line) -> seq of the first L1-filling load
-
-
 _VMCNT = re.compile(r"vmcnt\((\d+)\)")
 
 
@@ -194,11 +201,21 @@ def vmcnt_of(ins) -> int | None:
     return None if n == 63 else n
 
 
+def _bits(mods: dict) -> str:
+    """A memory instruction's cache bits as a complaint names them."""
+    return " ".join(n for n in ("sc0", "sc1", "nt") if mods.get(n)) or "no cache bits"
+
+
 class MemOrder:
     """The check for one launch of ``grid`` workgroups placed on ``xcds`` XCDs
     (0: placement undeclared). ``stale``: loads the rules do not order return
     the stale value. ``complaints``: one per distinct (store pc, load pc,
-    workgroups, missing instruction), in the order found."""
+    workgroups, missing instruction), in the order found.
+
+    The hooks take a batch of waves (in arrival order) that execute one
+    instruction together, and record what the same hook would for each wave in
+    turn: the waves' events go to their own states, and what one wave's access
+    records (a store's writer and stale bytes) is what the next would see."""
 
     def __init__(self, grid: tuple[int, int, int], xcds: int = 0, stale: bool = False):
         self.grid = grid
@@ -208,6 +225,9 @@ class MemOrder:
         self._seen: set = set()
         self._waves: dict[int, _WaveState] = {}
         self._stores: list[Store] = []
+        # Each store's workgroup by sid, for finding other workgroups' bytes at
+        # once: int32, longer than _stores, its last element -1 (what writer -1 reads).
+        self._store_wgs = np.full(64, -1, np.int32)
         self._bufs: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # writer sid (-1 none), byte before it
         self._released: dict[int, dict] = {}  # atomic address -> release sequence
         self._ever_released: set[int] = set()  # sids some atomic released
@@ -222,76 +242,98 @@ class MemOrder:
         """Whether workgroups ``a`` and ``b`` may run on XCDs with different L2s."""
         return self.xcds == 0 or a % self.xcds != b % self.xcds
 
-    def _wave(self, w) -> _WaveState:
-        st = self._waves.get(id(w))
-        if st is None or st.wg != self.wg_of(w):
-            st = self._waves[id(w)] = _WaveState(self.wg_of(w))
-        return st
-
-    def issue(self, w, ins) -> None:
-        """A vector memory instruction issues (whatever EXEC holds: it counts in vmcnt)."""
-        st = self._wave(w)
-        st.cur = _Wbl2() if ins.base == "buffer_wbl2" else _Op()
-        st.queue.append(st.cur)
-        st.seq += 1
+    def _states(self, waves) -> list[_WaveState]:
+        """Each wave's state (made at its first event)."""
+        get, out = self._waves.get, []
+        for w in waves:
+            st = get(id(w))
+            if st is None or st.ids != w.group.ids:
+                st = self._waves[id(w)] = _WaveState(self.wg_of(w), w.group.ids)
+            out.append(st)
+        return out
 
     # ---- hooks the instructions call ----------------------------------------
+    def issue(self, w, ins) -> None:
+        """A vector memory instruction issues (whatever EXEC holds: it counts in vmcnt)."""
+        self.issue_waves((w,), ins)
+
+    def issue_waves(self, waves, ins) -> None:
+        """``issue`` for each of ``waves``."""
+        for st in self._states(waves):
+            st.seq += 1
+
     def waitcnt(self, w, ins) -> None:
         """``s_waitcnt``: every vector memory operation but the ``vmcnt`` youngest completes."""
         self.waitcnt_all((w,), ins)
 
     def waitcnt_all(self, waves, ins) -> None:
-        """``waitcnt`` for each of ``waves`` in turn."""
+        """``waitcnt`` for each of ``waves``."""
         n = ins.__dict__.get("_vmcnt", -1)
         if n == -1:
             n = ins.__dict__["_vmcnt"] = vmcnt_of(ins)
         if n is None:
             return
-        for w in waves:
-            st = self._wave(w)
-            k = len(st.queue) - n
-            if k <= 0:
-                continue
-            done, st.queue = st.queue[:k], st.queue[k:]
-            for op in done:
-                op.complete = True
-                if isinstance(op, _Wbl2):
-                    for s in op.stores:
+        for st in self._states(waves):
+            if st.seq - n > st.done:
+                st.done = st.seq - n
+                while st.wbl2 and st.wbl2[0][0] <= st.done:
+                    for s in st.wbl2.pop(0)[1]:
                         s.written_back = True
 
     def wbl2(self, w, ins) -> None:
         """``buffer_wbl2``: with ``sc1`` it writes the wave's earlier stores back to memory once complete."""
         self.issue(w, ins)
-        st = self._wave(w)
-        if ins.mods.get("sc1") and isinstance(st.cur, _Wbl2):
-            st.cur.stores = list(st.stores)
+        if ins.mods.get("sc1"):
+            st = self._states((w,))[0]
+            st.wbl2.append((st.seq, list(st.stores)))
 
     def inv(self, w, ins) -> None:
         """``buffer_inv``: invalidates L1 (and with ``sc1`` the L2's non-local lines)
         for every completed acquire of the wave."""
         self.issue(w, ins)
-        for a in self._wave(w).acqs:
-            if a.op.complete:
+        for a in self._states((w,))[0].acqs:
+            if a.complete():
                 a.inv_l1 = True
                 a.inv_l2 = a.inv_l2 or bool(ins.mods.get("sc1"))
 
-    def store(self, w, ins, alloc, idx: np.ndarray) -> None:
-        """Before a store writes bytes ``idx`` (int64 offsets in ``alloc``): record it."""
-        st = self._wave(w)
+    def store_waves(self, waves, ins, alloc, acc: ByteRows, data: np.ndarray) -> None:
+        """Each of ``waves`` in turn stores ``data[k]`` (uint8 ``acc.offs.shape +
+        (nbytes,)``) at the bytes of ``alloc`` that ``acc`` names for it (row k
+        of ``acc.offs``): recorded (each byte's writer, and the byte it
+        overwrote), then written."""
+        sts = self._states(waves)
         m = ins.mods
-        s = Store(st.cur, sid=len(self._stores), wg=st.wg, pc=ins.index, text=ins.text.strip(), sc0=bool(m.get("sc0")),
-                  sc1=bool(m.get("sc1")), nt=bool(m.get("nt")), outstanding=len(st.queue))
-        self._stores.append(s)
-        st.stores.append(s)
+        text, sc0, sc1, nt = ins.text.strip(), bool(m.get("sc0")), bool(m.get("sc1")), bool(m.get("nt"))
+        sid0 = len(self._stores)
+        for st in sts:
+            s = Store(st, st.seq, sid=len(self._stores), wg=st.wg, pc=ins.index, text=text, sc0=sc0, sc1=sc1, nt=nt,
+                      outstanding=st.seq - st.done)
+            self._stores.append(s)
+            st.stores.append(s)
+        if len(self._stores) >= self._store_wgs.size:
+            grown = np.full(2 * len(self._stores), -1, np.int32)
+            grown[:sid0] = self._store_wgs[:sid0]
+            self._store_wgs = grown
+        self._store_wgs[sid0:len(self._stores)] = [st.wg for st in sts]
         writer, prev = self._buf(alloc)
-        flat = idx.reshape(-1)
-        prev[flat] = alloc.data[flat]
-        writer[flat] = s.sid
+        sids = np.arange(sid0, len(self._stores), dtype=np.int32).reshape((-1,) + (1,) * acc.offs.ndim)
+        acc.put(writer, sids)
+        if len(sts) == 1 or (acc.get(writer) == sids).all():
+            # No byte written by two of the waves: each overwrites what memory holds now.
+            acc.put(prev, acc.get(alloc.data))
+            acc.put(alloc.data, data)
+        else:
+            for k in range(len(sts)):
+                one = ByteRows(acc.offs[k:k + 1], acc.nbytes)
+                one.put(prev, one.get(alloc.data))
+                one.put(alloc.data, data[k:k + 1])
         # A plain store to an atomic's address ends its release sequence.
         if self._released:
-            hit = np.isin(np.fromiter(self._released, np.int64), alloc.base + (flat & ~3))
-            for addr in [a for a, h in zip(list(self._released), hit) if h]:
-                del self._released[addr]
+            lo = acc.offs.reshape(-1)
+            for addr in list(self._released):
+                d = addr - alloc.base
+                if d % 4 == 0 and ((lo < d + 4) & (lo + acc.nbytes > d)).any():
+                    del self._released[addr]
 
     def tracks(self, alloc) -> bool:
         """Whether any store to ``alloc`` was recorded (a load of it is checked)."""
@@ -306,15 +348,16 @@ class MemOrder:
     def atomic(self, w, ins, alloc, offsets: np.ndarray, returns: bool) -> None:
         """A global atomic at byte ``offsets`` (int64, active lanes) of ``alloc``: a
         release of the wave's stores, and with ``returns`` an acquire."""
-        st = self._wave(w)
-        now = {s.sid: (s.op.complete, s.in_memory(), ins.index) for s in st.stores}
-        acq = None
+        st = self._states((w,))[0]
+        now = {s.sid: (s.complete(), s.in_memory(), ins.index) for s in st.stores}
+        # A line filled into L1 before the acquire stays stale past it (rule 4);
+        # lines the wave loads from now on are filled after it.
+        filled = {name: frozenset(lines) for name, lines in st.lines.items()} if returns else {}
         for off in np.unique(offsets):
             addr = alloc.base + int(off)
             seqn = self._released.setdefault(addr, {})
             if returns:
-                acq = Acquire(st.cur, addr=addr, pc=ins.index, seq=st.seq, released=dict(seqn))
-                st.acqs.append(acq)
+                st.acqs.append(Acquire(st, st.seq, addr=addr, pc=ins.index, released=dict(seqn), filled=filled))
             self._ever_released.update(now)
             for sid, (c, mem, pc) in now.items():
                 old = seqn.get(sid)
@@ -322,44 +365,61 @@ class MemOrder:
         if alloc.name in self._bufs:
             self._bufs[alloc.name][0][offsets[:, None] + np.arange(4)] = -1
 
-    def load(self, w, ins, alloc, idx: np.ndarray, data: np.ndarray) -> np.ndarray:
-        """After a load read ``data`` (uint8, the shape of ``idx``) at bytes ``idx`` of
-        ``alloc``: check every byte another workgroup wrote; returns the data the
-        load delivers (stale bytes substituted where ``stale`` and unordered)."""
-        st = self._wave(w)
-        seq = st.seq
-        bypass_l1 = bool(ins.mods.get("sc0") or ins.mods.get("sc1"))
+    def load_waves(self, waves, ins, alloc, acc: ByteRows, data: np.ndarray) -> np.ndarray:
+        """After each of ``waves`` read ``data[k]`` (uint8 ``acc.offs.shape +
+        (nbytes,)``) at the bytes of ``alloc`` that ``acc`` names for it (row k):
+        check every byte another workgroup wrote, wave by wave; returns the data
+        the loads deliver (a copy with stale bytes substituted where ``stale``
+        and unordered)."""
+        sts = self._states(waves)
         b = self._bufs.get(alloc.name)
         if b is None:
             return data
         writer, prev = b
+        n = len(sts)
+        bypass_l1 = bool(ins.mods.get("sc0") or ins.mods.get("sc1"))
         if not bypass_l1:
-            for line in np.unique(idx // LINE):
-                st.lines.setdefault((alloc.name, int(line)), seq)
-        wr = writer[idx]
-        if (wr < 0).all():
+            # Every line an access touches: those of its first and last bytes, and one per LINE between.
+            ends = list(range(0, acc.nbytes - 1, LINE)) + [acc.nbytes - 1]
+            lines = ((acc.offs.reshape(n, -1, 1) + ends) // LINE).reshape(n, -1).tolist()
+            for st, ls in zip(sts, lines):
+                st.lines.setdefault(alloc.name, set()).update(ls)
+        wr = acc.get(writer).reshape(n, -1)
+        if wr.max() < 0:
             return data
-        bad = np.zeros(idx.shape, bool)
-        for sid in np.unique(wr[wr >= 0]):
-            s = self._stores[int(sid)]
-            if s.wg == st.wg:
-                continue
-            missing = self._missing(st, s, ins, alloc, lambda sid=sid: idx[wr == sid], bypass_l1)
-            if missing is None:
-                continue
-            sel = wr == sid
-            bad |= sel
-            k = (s.pc, ins.index, s.wg, st.wg, missing)
-            if k not in self._seen:
-                self._seen.add(k)
-                i = int(idx[sel][0])
-                bits = " ".join(n for n in ("sc0", "sc1", "nt") if ins.mods.get(n)) or "no cache bits"
-                self.complaints.append(Complaint(s.pc, s.text, s.wg, ins.index, ins.text.strip(), st.wg, missing,
-                                                 i, alloc.name, int(prev[i]), int(alloc.data[i]), s.bits(), bits,
-                                                 s.outstanding, len(st.queue)))
-        if self.stale and bad.any():
+        foreign = self._store_wgs[wr] != np.array([st.wg for st in sts], np.int32)[:, None]
+        foreign &= wr >= 0
+        ks = np.flatnonzero(foreign.any(axis=1))
+        if ks.size == 0:
+            return data
+        bad = None
+        bits = None
+        for k in ks.tolist():
+            # Wave k's byte offsets, in the order of wr[k] (asked for only by the L1 rule and a complaint).
+            st, wk, ik = sts[k], wr[k], lambda k=k: (acc.offs[k].reshape(-1, 1) + np.arange(acc.nbytes)).reshape(-1)
+            f = wk[foreign[k]]
+            lo, hi = int(f.min()), int(f.max())
+            for sid in [lo] if lo == hi else np.unique(f).tolist():
+                s = self._stores[sid]
+                missing = self._missing(st, s, ins, alloc, lambda ik=ik, wk=wk, sid=sid: ik()[wk == sid], bypass_l1)
+                if missing is None:
+                    continue
+                sel = wk == sid
+                if bad is None:
+                    bad = np.zeros(wr.shape, bool)
+                bad[k] |= sel
+                key = (s.pc, ins.index, s.wg, st.wg, missing)
+                if key not in self._seen:
+                    self._seen.add(key)
+                    i = int(ik()[sel][0])
+                    bits = bits or _bits(ins.mods)
+                    self.complaints.append(Complaint(s.pc, s.text, s.wg, ins.index, ins.text.strip(), st.wg, missing,
+                                                     i, alloc.name, int(prev[i]), int(alloc.data[i]), s.bits(), bits,
+                                                     s.outstanding, st.seq - st.done))
+        if self.stale and bad is not None:
             data = data.copy()
-            data[bad] = prev[idx[bad]]
+            flat = data.reshape(n, -1)
+            flat[bad] = prev[acc.index().reshape(n, -1)[bad]]
         return data
 
     def _missing(self, st: _WaveState, s: Store, ins, alloc, idx, bypass_l1: bool) -> str | None:
@@ -378,7 +438,7 @@ class MemOrder:
             done, in_mem, rel_pc = a.released[s.sid]
             if not done:
                 why.append(f"s_waitcnt vmcnt(0) between the store and the releasing atomic #{rel_pc}")
-            elif not a.op.complete:
+            elif not a.complete():
                 why.append(f"s_waitcnt vmcnt(0) between the acquiring atomic #{a.pc} and the load")
             elif cross and not in_mem:
                 why.append(f"sc1 on the store or buffer_wbl2 sc1 before the releasing atomic #{rel_pc} "
@@ -386,8 +446,8 @@ class MemOrder:
             elif cross and not (ins.mods.get("sc1") or a.inv_l2):
                 why.append(f"sc1 on the load or buffer_inv sc1 after the acquiring atomic #{a.pc} "
                            f"(workgroups {s.wg} and {st.wg} may be on different XCDs)")
-            elif not bypass_l1 and not a.inv_l1 and any(
-                    st.lines.get((alloc.name, int(line)), a.seq) < a.seq for line in np.unique(idx() // LINE)):
+            elif not bypass_l1 and not a.inv_l1 and a.filled.get(alloc.name) and not a.filled[alloc.name].isdisjoint(
+                    (idx() // LINE).tolist()):
                 why.append(f"buffer_inv (or sc0/sc1 on the load) after the acquiring atomic #{a.pc}: the line "
                            f"was loaded into L1 before it")
             else:

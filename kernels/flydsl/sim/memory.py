@@ -45,6 +45,46 @@ class Allocation:
         return self.data.size
 
 
+class ByteRows:
+    """The bytes of a batched access: ``nbytes`` at each of the int64 byte
+    offsets ``offs`` (``[n, L]``: wave k's lanes in row k) of one allocation,
+    as rows of ``g`` bytes (``g`` the largest power of two up to 16 dividing
+    ``nbytes`` and every offset): byte j of access (k, i) is element ``j % g``
+    of row ``rows[k, i, j // g]`` of a per-byte array. A row moves as one
+    element of a void dtype, which numpy gathers and scatters several times
+    faster than ``g`` elements by byte index; two accesses overlap only in
+    whole rows, so where several write a byte the last one's still wins."""
+
+    __slots__ = ("offs", "nbytes", "g", "rows")
+
+    def __init__(self, offs: np.ndarray, nbytes: int):
+        self.offs, self.nbytes = offs, nbytes
+        bits = int(np.bitwise_or.reduce(offs, axis=None)) | nbytes | 16
+        self.g = g = bits & -bits
+        self.rows = (offs // g)[..., None] + np.arange(nbytes // g) if nbytes > g else (offs // g)[..., None]
+
+    def _rows_of(self, arr: np.ndarray) -> np.ndarray:
+        """``arr`` (1-D, one element per byte of the allocation) as 1-D rows of a
+        void dtype (its last ``size % g`` elements, which no access reaches, left out)."""
+        return arr[:arr.size - arr.size % self.g].view(np.dtype((np.void, self.g * arr.itemsize)))
+
+    def get(self, arr: np.ndarray) -> np.ndarray:
+        """``arr``'s elements at the accessed bytes: ``offs.shape + (nbytes,)``."""
+        return self._rows_of(arr).take(self.rows).view(arr.dtype).reshape(self.offs.shape + (self.nbytes,))
+
+    def put(self, arr: np.ndarray, values) -> None:
+        """Assign ``values`` (broadcast to ``offs.shape + (nbytes,)``) at the
+        accessed bytes of ``arr``, lanes of a wave and waves in order (a later
+        one wins a byte two write)."""
+        v = np.ascontiguousarray(np.broadcast_to(values, self.offs.shape + (self.nbytes,)), arr.dtype)
+        rows = self._rows_of(arr)
+        rows[self.rows] = v.reshape(self.rows.shape[:-1] + (-1,)).view(rows.dtype)
+
+    def index(self) -> np.ndarray:
+        """int64 ``offs.shape + (nbytes,)``: every accessed byte's offset."""
+        return self.offs[..., None] + np.arange(self.nbytes)
+
+
 class OrderDiverged(SimError):
     """Workgroups executing together touched memory in an order the launch's
     arrival order would not have: the launch must run one workgroup at a time."""
@@ -105,38 +145,37 @@ class ArrivalGuard:
             hi = self._hi[id(a)] = (np.full(a.size, -1, np.int32), np.full(a.size, read_hi, np.int32))
         return hi
 
-    def read_waves(self, a: Allocation, idx: np.ndarray, ranks: list[int]) -> None:
+    def read_waves(self, a: Allocation, acc: ByteRows, ranks: list[int]) -> None:
         """``read`` for waves of ranks ``ranks`` (ascending) in turn, wave k reading
-        bytes ``idx[k]`` (int64 ``[n, ...]``): the check sees what it would see
-        one wave at a time, since a read changes nothing another read checks."""
+        its bytes of ``acc`` (row k of ``acc.offs``): the check sees what it would
+        see one wave at a time, since a read changes nothing another read checks."""
         hi = self._hi.get(id(a))
         if hi is None:
             if self._read_hi.get(id(a), -1) < ranks[-1]:
                 self._read_hi[id(a)] = ranks[-1]
             return
         hw, ha = hi
-        flat = idx.reshape(len(ranks), -1)
-        r = np.array(ranks, np.int32)
-        late = hw[flat].max(axis=1) > r
+        r = np.array(ranks, np.int32).reshape((-1,) + (1,) * acc.offs.ndim)
+        late = (acc.get(hw) > r).reshape(len(ranks), -1).any(axis=1)
         if late.any():
             raise OrderDiverged(f"workgroup at arrival {ranks[int(np.argmax(late))]} reads {a.name} bytes written "
                                 f"by a later one")
         # Where waves read one byte, the last (the highest rank) is assigned last.
-        ha[flat] = np.maximum(ha[flat], r[:, None])
+        acc.put(ha, np.maximum(acc.get(ha), r))
 
-    def write_waves(self, a: Allocation, idx: np.ndarray, ranks: list[int]) -> None:
+    def write_waves(self, a: Allocation, acc: ByteRows, ranks: list[int]) -> None:
         """``write`` for waves of ranks ``ranks`` (ascending) in turn, wave k
-        writing bytes ``idx[k]`` (int64 ``[n, ...]``): an earlier wave of the
-        batch has no higher rank, so what it records never fails a later one."""
+        writing its bytes of ``acc``: an earlier wave of the batch has no higher
+        rank, so what it records never fails a later one."""
         hw, ha = self._written(a, ranks[0])
-        flat = idx.reshape(len(ranks), -1)
-        r = np.array(ranks, np.int32)
-        late = ha[flat].max(axis=1) > r
+        r = np.array(ranks, np.int32).reshape((-1,) + (1,) * acc.offs.ndim)
+        got = acc.get(ha)
+        late = (got > r).reshape(len(ranks), -1).any(axis=1)
         if late.any():
             raise OrderDiverged(f"workgroup at arrival {ranks[int(np.argmax(late))]} writes {a.name} bytes a later "
                                 f"one accessed")
-        hw[flat] = np.maximum(hw[flat], r[:, None])
-        ha[flat] = np.maximum(ha[flat], r[:, None])
+        acc.put(hw, np.maximum(acc.get(hw), r))
+        acc.put(ha, np.maximum(got, r))
 
     def unwritten(self, a: Allocation) -> bool:
         """Whether no workgroup has written ``a`` during the launch so far."""
@@ -209,9 +248,8 @@ class Memory:
         launch has written (so neither the arrival-order guard nor the
         memory-model check has anything to say about it); None otherwise,
         having read nothing."""
-        lo, hi = int(addrs.min()), int(addrs.max())
-        a = self.find(lo)
-        if a is None or hi + nbytes > a.base + a.size:
+        a = self.span(addrs, nbytes)
+        if a is None:
             return None
         if (self.guard is not None and not self.guard.unwritten(a)) or \
                 (self.order is not None and self.order.tracks(a)):
@@ -219,8 +257,7 @@ class Memory:
         if self.guard is not None:
             self.guard.rank = rank
             self.guard.read(a, np.zeros(0, np.int64))
-        idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(nbytes)
-        return a.data[idx]
+        return ByteRows((addrs - np.uint64(a.base)).astype(np.int64), nbytes).get(a.data)
 
     def span(self, addrs: np.ndarray, nbytes: int) -> Allocation | None:
         """The allocation holding all ``nbytes`` at every one of ``addrs`` (uint64,
@@ -235,31 +272,26 @@ class Memory:
         every lane active, waves in arrival order), as ``load`` for each wave in
         turn reads them: the arrival-order guard, and with ``ins`` (the
         instruction; None for a scalar load, which is not checked) the
-        memory-model check, wave by wave, which may substitute stale bytes."""
-        idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(nbytes)
+        memory-model check, which may substitute stale bytes."""
+        acc = ByteRows((addrs - np.uint64(a.base)).astype(np.int64), nbytes)
         if self.guard is not None:
-            self.guard.read_waves(a, idx, [w.group.rank for w in waves])
-        got = a.data[idx]
+            self.guard.read_waves(a, acc, [w.group.rank for w in waves])
+        got = acc.get(a.data)
         if self.order is not None and ins is not None and self.order.tracks(a):
-            for k, w in enumerate(waves):
-                got[k] = self.order.load(w, ins, a, idx[k].reshape(-1, nbytes), got[k].reshape(-1, nbytes)) \
-                    .reshape(got[k].shape)
+            got = self.order.load_waves(waves, ins, a, acc, got)
         return got
 
     def store_waves(self, a: Allocation, addrs: np.ndarray, data: np.ndarray, waves, ins) -> None:
         """Write uint8 ``data`` (``addrs.shape + (nbytes,)``) at ``addrs`` (as
         ``load_waves``'s), as ``store`` for each wave in turn writes it: waves in
         arrival order, lanes in lane order (a later one wins a byte two write)."""
-        idx = (addrs - np.uint64(a.base)).astype(np.int64)[..., None] + np.arange(data.shape[-1])
+        acc = ByteRows((addrs - np.uint64(a.base)).astype(np.int64), data.shape[-1])
         if self.guard is not None:
-            self.guard.write_waves(a, idx, [w.group.rank for w in waves])
+            self.guard.write_waves(a, acc, [w.group.rank for w in waves])
         if self.order is None:
-            a.data[idx] = data
-            return
-        # The check records the bytes each store overwrites: one wave's store at a time.
-        for k, w in enumerate(waves):
-            self.order.store(w, ins, a, idx[k].reshape(-1, data.shape[-1]))
-            a.data[idx[k]] = data[k]
+            acc.put(a.data, data)
+        else:
+            self.order.store_waves(waves, ins, a, acc, data)
 
     def load(self, addrs: np.ndarray, nbytes: int, active: np.ndarray, where: str, ctx=None) -> np.ndarray:
         """uint8 ``[64, nbytes]``: the bytes at ``addrs`` (uint64 ``[64]``) for
@@ -274,7 +306,7 @@ class Memory:
             self.guard.read(a, idx)
         got = a.data[idx]
         if self.order is not None and ctx is not None:
-            got = self.order.load(ctx[0], ctx[1], a, idx, got)
+            got = self.order.load_waves((ctx[0],), ctx[1], a, ByteRows(idx[None, :, 0], nbytes), got[None])[0]
         out[active] = got
         return out
 
@@ -290,8 +322,9 @@ class Memory:
         if self.guard is not None:
             self.guard.write(a, idx)
         if self.order is not None and ctx is not None:
-            self.order.store(ctx[0], ctx[1], a, idx)
-        a.data[idx] = data[active]
+            self.order.store_waves((ctx[0],), ctx[1], a, ByteRows(idx[None, :, 0], nbytes), data[active][None])
+        else:
+            a.data[idx] = data[active]
 
     def atomic_add_u32(self, addrs: np.ndarray, values: np.ndarray, active: np.ndarray, where: str,
                        ctx=None, returns: bool = False) -> np.ndarray:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory import BufferResource
+from ..memory import BufferResource, ByteRows
 from ..program import Instr, Operand
 from ..wave import LANES, BatchView, Core, SimError, Wave, batched, op
 
@@ -168,8 +168,7 @@ def _issue_all(view: BatchView, ins: Instr) -> None:
     """``_issue`` for every wave of ``view``, in arrival order."""
     order = view.group.memory.order
     if order is not None:
-        for w in view.waves:
-            order.issue(w, ins)
+        order.issue_waves(view.waves, ins)
 
 
 def _write_loaded(view: BatchView, d: int, data: np.ndarray, size: int, signed: bool) -> None:
@@ -549,14 +548,14 @@ def _lane_bytes(view, d: int, n: int, size: int) -> np.ndarray:
     return regs.view(np.uint8).reshape(regs.shape[0], LANES, n, 4)[..., :size].reshape(regs.shape[0], LANES, -1)
 
 
-def _lds_index(view, addrs: np.ndarray, nbytes: int) -> np.ndarray | None:
-    """int64 ``addrs.shape + (nbytes,)``: the pool indices of ``nbytes`` at each
-    wave's LDS byte addresses ``addrs`` (``[waves, ...]``); None when any byte
-    lies outside the workgroup's LDS (the handler names the fault)."""
+def _lds_rows(view, addrs: np.ndarray, nbytes: int) -> ByteRows | None:
+    """The ``nbytes`` at each wave's LDS byte addresses ``addrs`` (int64 ``[waves,
+    ...]``) as bytes of the launch's LDS pool (``ByteRows.get``/``put`` of
+    ``group.lds.pool``: ``addrs.shape + (nbytes,)``); None when any byte lies
+    outside the workgroup's LDS (the handler names the fault)."""
     if (addrs < 0).any() or int(addrs.max()) + nbytes > view.group.lds.data.size:
         return None
-    off = view.lds_off.reshape((-1,) + (1,) * addrs.ndim)
-    return off + addrs[..., None] + np.arange(nbytes)
+    return ByteRows(view.lds_off.reshape((-1,) + (1,) * (addrs.ndim - 1)) + addrs, nbytes)
 
 
 def _ds_form(ins: Instr, nops: int, mods: frozenset) -> bool:
@@ -572,8 +571,8 @@ def _ds_form(ins: Instr, nops: int, mods: frozenset) -> bool:
 def _ds_single(ins: Instr, n: int, size: int):
     """For a one-address ``ds_read_*``/``ds_write_*`` moving ``n`` registers of
     ``size`` bytes: its register operand (destination or data) and the function
-    giving each wave's LDS pool indices (None when a byte lies outside the LDS);
-    None when the form has no batched core."""
+    giving each wave's bytes of the LDS pool (``_lds_rows``; None when a byte
+    lies outside the LDS); None when the form has no batched core."""
     if not _ds_form(ins, 2, frozenset({"offset"})):
         return None
     regs, vaddr = ins.ops if ins.base.startswith("ds_read") else ins.ops[::-1]
@@ -581,9 +580,9 @@ def _ds_single(ins: Instr, n: int, size: int):
         return None
     off = int(ins.mods.get("offset", 0))
 
-    def index(view) -> np.ndarray | None:
-        return _lds_index(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
-    return regs, index
+    def rows(view) -> ByteRows | None:
+        return _lds_rows(view, view.vb[:, vaddr.index].astype(np.int64) + off, size * n)
+    return regs, rows
 
 
 @batched(*_DS_READS)
@@ -593,13 +592,13 @@ def _ds_read_decoder(ins: Instr) -> Core | None:
     form = _ds_single(ins, n, size)
     if form is None:
         return None
-    vdst, index = form
+    vdst, rows = form
 
     def core(view) -> bool | None:
-        idx = index(view)
-        if idx is None:
+        acc = rows(view)
+        if acc is None:
             return False
-        _write_loaded(view, vdst.index, view.group.lds.pool[idx], size, signed)
+        _write_loaded(view, vdst.index, acc.get(view.group.lds.pool), size, signed)
         return None
     return core
 
@@ -611,13 +610,13 @@ def _ds_write_decoder(ins: Instr) -> Core | None:
     form = _ds_single(ins, n, size)
     if form is None:
         return None
-    vdata, index = form
+    vdata, rows = form
 
     def core(view) -> bool | None:
-        idx = index(view)
-        if idx is None:
+        acc = rows(view)
+        if acc is None:
             return False
-        view.group.lds.pool[idx] = _lane_bytes(view, vdata.index, n, size)
+        acc.put(view.group.lds.pool, _lane_bytes(view, vdata.index, n, size))
         return None
     return core
 
@@ -635,10 +634,10 @@ def _ds_read2_decoder(ins: Instr) -> Core | None:
 
     def core(view) -> bool | None:
         # [waves, 64, 2]: element k of each lane at its own address.
-        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64)[..., None] + offs, 4 * n)
-        if idx is None:
+        acc = _lds_rows(view, view.vb[:, vaddr.index].astype(np.int64)[..., None] + offs, 4 * n)
+        if acc is None:
             return False
-        data = view.group.lds.pool[idx]  # [waves, 64, 2, 4n]: element 0's registers, then element 1's
+        data = acc.get(view.group.lds.pool)  # [waves, 64, 2, 4n]: element 0's registers, then element 1's
         _write_loaded(view, vdst.index, data.reshape(data.shape[0], LANES, -1), 4, False)
         return None
     return core
@@ -657,10 +656,10 @@ def _ds_write2_decoder(ins: Instr) -> Core | None:
 
     def core(view) -> bool | None:
         # [waves, 2, 64]: element k of each lane, the first elements of a wave before its second.
-        idx = _lds_index(view, view.vb[:, vaddr.index].astype(np.int64)[:, None, :] + offs[:, None], 4 * n)
-        if idx is None:
+        acc = _lds_rows(view, view.vb[:, vaddr.index].astype(np.int64)[:, None, :] + offs[:, None], 4 * n)
+        if acc is None:
             return False
-        view.group.lds.pool[idx] = np.stack([_lane_bytes(view, d0.index, n, 4), _lane_bytes(view, d1.index, n, 4)],
-                                            axis=1)
+        acc.put(view.group.lds.pool, np.stack([_lane_bytes(view, d0.index, n, 4), _lane_bytes(view, d1.index, n, 4)],
+                                              axis=1))
         return None
     return core
