@@ -364,7 +364,8 @@ def _ins(text: str, index: int):
 def _replay(seed: int, batched: bool):
     """A random run of four two-wave workgroups storing to and loading from one
     small buffer (overlapping bytes, every access size and alignment, with and
-    without cache bits), with releases, acquires, waits, write-backs and
+    without cache bits; all the waves' accesses in one range, or each wave's
+    in a slot of its own), with releases, acquires, waits, write-backs and
     invalidates between; each store and load given to the check for all eight
     waves at once (``batched``) or one wave at a time. Returns (the check, the
     buffer, each load's (delivered bytes, bytes memory held))."""
@@ -393,6 +394,9 @@ def _replay(seed: int, batched: bool):
             align = int(rng.choice([1, 4, nbytes]))
             bits = str(rng.choice(["", " sc0", " sc1", " sc0 sc1", " nt"]))
             offs = rng.integers(0, (a.size - nbytes) // align + 1, (len(waves), 8)) * align
+            if rng.integers(0, 2):  # each wave in a 32-byte slot of its own: no byte written by two waves
+                offs = np.arange(len(waves))[:, None] * 32 + \
+                    rng.integers(0, (32 - nbytes) // align + 1, offs.shape) * align
             if kind == "store":
                 ins = _ins(f"global_store_dwordx4 v1, v[2:5], s[0:1]{bits}", pc)
                 vals = rng.integers(0, 256, offs.shape + (nbytes,), dtype=np.uint8)

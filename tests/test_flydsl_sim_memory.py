@@ -459,6 +459,8 @@ BATCHED_FORMS = [
     "buffer_store_byte v14, v1, s[8:11], 0 offen offset:3",
     "global_load_dwordx2 v[10:11], v1, s[4:5] offset:8",
     "global_store_dwordx4 v6, v[14:17], s[4:5]",
+    "global_store_dwordx2 v7, v[14:15], s[4:5] nt",  # each wave's bytes its own
+    "global_load_dwordx2 v[10:11], v7, s[4:5] offset:1024",  # the next wave's bytes
     "global_load_sbyte v10, v[2:3], off offset:1",
     "global_store_short v[2:3], v14, off offset:2",
     "global_load_dwordx4 v[10:13], v6, s[4:5] sc1",
@@ -475,8 +477,8 @@ BATCHED_FORMS = [
 
 def _batch(seed: int):
     """Eight waves of four workgroups (two each, one LDS pool) over one 64 KiB
-    buffer: random data registers, lane offsets that overlap between waves,
-    and the memory-model check attached. Returns (waves, SGPR file, VGPR file,
+    buffer: random data registers, lane offsets that overlap between waves
+    (and ``v7``: a slot of its own per wave), and the memory-model check attached. Returns (waves, SGPR file, VGPR file,
     LDS pool, the buffer, the check)."""
     from nvfp4_suite.kernels.flydsl.sim.launch import Group
     from nvfp4_suite.kernels.flydsl.sim.memorder import MemOrder
@@ -501,6 +503,7 @@ def _batch(seed: int):
     sfile[:, 12] = 32
     vfile[:, 1] = rng.integers(0, 1 << 8, (n, LANES)) * 16  # a small range: waves share bytes
     vfile[:, 6] = rng.integers(0, 1 << 12, (n, LANES)) * 4
+    vfile[:, 7] = (1 << 15) + np.arange(n)[:, None] * 1024 + rng.permutation(LANES) * 8
     addr = base + vfile[:, 1].astype(np.uint64)
     vfile[:, 2], vfile[:, 3] = addr & 0xFFFFFFFF, addr >> 32
     vfile[:, 5] = rng.integers(0, 3 << 7, (n, LANES)) * 4

@@ -47,10 +47,11 @@ class Allocation:
 
 class ByteRows:
     """The bytes of a batched access: ``nbytes`` at each of the int64 byte
-    offsets ``offs`` (``[n, L]``: wave k's lanes in row k) of one allocation,
-    as rows of ``g`` bytes (``g`` the largest power of two up to 16 dividing
-    ``nbytes`` and every offset): byte j of access (k, i) is element ``j % g``
-    of row ``rows[k, i, j // g]`` of a per-byte array. A row moves as one
+    offsets ``offs`` (``[n, ...]``: wave k's accesses in row k, e.g. one per
+    lane) of one allocation or LDS pool, as rows of ``g`` bytes (``g`` the
+    largest power of two up to 16 dividing ``nbytes`` and every offset): byte
+    j of access ``offs[i]`` is element ``j % g`` of row ``rows[i + (j // g,)]``
+    of a per-byte array. A row moves as one
     element of a void dtype, which numpy gathers and scatters several times
     faster than ``g`` elements by byte index; two accesses overlap only in
     whole rows, so where several write a byte the last one's still wins."""
