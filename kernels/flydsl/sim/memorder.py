@@ -383,7 +383,7 @@ class MemOrder:
             ends = list(range(0, acc.nbytes - 1, LINE)) + [acc.nbytes - 1]
             lines = ((acc.offs.reshape(n, -1, 1) + ends) // LINE).reshape(n, -1).tolist()
             for st, ls in zip(sts, lines):
-                st.lines.setdefault(alloc.name, set()).update(ls)
+                st.lines.setdefault(alloc.name, set()).update(map(int, ls))
         wr = acc.get(writer).reshape(n, -1)
         if wr.max() < 0:
             return data

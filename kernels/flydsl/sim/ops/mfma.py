@@ -250,9 +250,9 @@ def _core(ins: Instr, k: int) -> Core:
     """The core of ``v_mfma_f32_16x16xK_bf16`` (made once per instruction; SimError
     for a form ``_checked`` refuses): the operand layout bound as gather
     indices, one MFMA per wave of the view, each wave's EXEC full."""
-    core = ins.__dict__.get("_mfma_core")
-    if core is not None:
-        return core
+    made = ins.__dict__.get("_mfma_core")
+    if made is not None:
+        return made
     d, a, b, c = _checked(ins, k)
     ab, cd, dc = _LAYOUT[k]
     # A's and B's halves in one gather from a wave's whole register file (uint16

@@ -476,6 +476,7 @@ def _div_fmas_decoder(ins: Instr) -> Core | None:
     if readers is None:
         return None
     vcc, d = mask_reader(_VCC), ins.ops[0].index
+    assert vcc is not None  # VCC is an SGPR pair
 
     def core(w) -> None:
         w.vb[:, d] = _div_fmas_value(vcc(w), *[r(w) for r in readers]).view(np.uint32)
