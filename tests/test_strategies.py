@@ -13,7 +13,7 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS, Capabilities
 from nvfp4_suite.reference.paged_cache import BLK
-from nvfp4_suite.vectors.strategies import POISON_WEIGHTS, digest, launch_weights, plan, run_generated, weighted
+from nvfp4_suite.vectors.strategies import digest, plan, plan_weights, run_generated, weighted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,13 +69,12 @@ def test_weighted_draws_each_key_in_proportion_to_its_weight():
 @pytest.mark.parametrize("caps", [Capabilities(splits=tuple(range(1, 9))),
                                   Capabilities(splits=(1, 2, 4, 8), xcds=(0, 8), orders=("forward", "reverse"))])
 def test_the_plan_holds_each_value_its_weight_share_give_or_take_its_weight_in_every_prefix(caps):
-    weights = dict(launch_weights(caps), poison=POISON_WEIGHTS)
     got = [r for r, _ in zip(plan(caps, 3), range(400))]
-    for k, table in weights.items():
+    for k, table in plan_weights(caps).items():
         total = sum(table.values())
         for n in range(1, len(got) + 1):
             for v, w in table.items():
-                seen = sum((r.poison if k == "poison" else getattr(r.launch, k)) == v for r in got[:n])
+                seen = sum(getattr(r, k) == v for r in got[:n])
                 assert abs(seen - n * w / total) <= w, (k, v, n, seen)
 
 

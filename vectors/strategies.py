@@ -223,11 +223,18 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
 
 @dataclasses.dataclass(frozen=True)
 class Planned:
-    """What ``run_generated`` adds to a drawn problem: its ``launch`` and whether
-    its unread slabs are ``poison``ed (``cases.poison_unread``)."""
+    """What ``run_generated`` adds to a drawn problem: the launch fields
+    (``splits``, ``xcds``, ``order``, as ``Launch``'s) and whether its unread
+    slabs are ``poison``ed (``cases.poison_unread``)."""
 
-    launch: Launch
+    splits: int
+    xcds: int
+    order: str | None
     poison: bool
+
+    @property
+    def launch(self) -> Launch:
+        return Launch(splits=self.splits, xcds=self.xcds, order=self.order)
 
 
 def launch_weights(caps: Capabilities, splits=None) -> dict[str, dict]:
@@ -240,8 +247,11 @@ def launch_weights(caps: Capabilities, splits=None) -> dict[str, dict]:
             "order": {o: 1 for o in caps.orders} if caps.orders else {None: 1}}
 
 
-# Poisoned or not, evenly; unpoisoned is the simpler.
-POISON_WEIGHTS = {False: 1, True: 1}
+def plan_weights(caps: Capabilities, splits=None) -> dict[str, dict]:
+    """``launch_weights`` and the poisoning's (poisoned or not, evenly;
+    unpoisoned the simpler): per ``Planned`` field, value -> weight, the
+    simplest first."""
+    return dict(launch_weights(caps, splits), poison={False: 1, True: 1})
 
 
 def launches_for(caps: Capabilities, splits=None):
@@ -254,9 +264,8 @@ def launches_for(caps: Capabilities, splits=None):
 
 def plan(caps: Capabilities, seed: int, splits=None):
     """An endless iterator of ``Planned`` records inside ``caps`` (``splits``:
-    only these split counts) for seed ``seed`` (int): each launch field
-    (``launch_weights``) and the poisoning (``POISON_WEIGHTS``) cycles through
-    its table (each value repeated by its weight) in a fresh seeded shuffle
+    only these split counts) for seed ``seed`` (int): each field
+    (``plan_weights``) cycles through its table (each value repeated by its weight) in a fresh seeded shuffle
     per cycle, so the first ``n`` records hold each value ``n`` times its
     weight share, give or take its weight.
 
@@ -266,8 +275,7 @@ def plan(caps: Capabilities, seed: int, splits=None):
     examples, and a boolean is true in 17% of them (measured with hypothesis
     6.155-6.170, for ``sampled_from`` and for a hashed wide integer alike):
     a split count the backend declares could go unlaunched."""
-    weights = dict(launch_weights(caps, splits), poison=POISON_WEIGHTS)
-    tables = {k: [v for v, w in t.items() for _ in range(w)] for k, t in weights.items()}
+    tables = {k: [v for v, w in t.items() for _ in range(w)] for k, t in plan_weights(caps, splits).items()}
     rng = np.random.default_rng([seed, 0x4C61756E])  # a stream of its own: hypothesis' seed draws the problems
     queues: dict[str, list] = {k: [] for k in tables}
     while True:
@@ -276,8 +284,7 @@ def plan(caps: Capabilities, seed: int, splits=None):
             if not queues[k]:
                 queues[k] = [t[i] for i in rng.permutation(len(t))]
             got[k] = queues[k].pop()
-        poison = got.pop("poison")
-        yield Planned(Launch(**got), poison)
+        yield Planned(**got)
 
 
 def problems_for(caps: Capabilities, poison: bool | None = None):
@@ -350,16 +357,19 @@ def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None,
     failed: list[DecodeProblem] = []
 
     def call(problem: DecodeProblem, rec: Planned, events: bool = False) -> None:
+        launch = rec.launch
         if rec.poison:
             problem = poison_unread(problem)
-        if events:  # hypothesis' statistics; the problem's own conditions are recorded as it is drawn
-            for c in sorted(launch_conditions(problem, rec.launch) | (problem_conditions(problem) if rec.poison
-                                                                     else set())):
+        if events:  # hypothesis' statistics; the unpoisoned problem's conditions were recorded as it was drawn
+            got = launch_conditions(problem, launch)
+            if rec.poison:
+                got |= problem_conditions(problem)
+            for c in sorted(got):
                 event(c)
         if log:
             with open(log, "a") as f:
-                f.write(digest(problem, rec.launch) + "\n")
-        fn(problem, rec.launch)
+                f.write(digest(problem, launch) + "\n")
+        fn(problem, launch)
 
     @hseed(seed)
     @settings(settings.get_profile("default"), max_examples=examples, deadline=None, database=None,
@@ -386,12 +396,11 @@ def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None,
             return
     problem, best = failed[0], held[0]
     passed_last = False
-    for k, table in dict(launch_weights(caps, splits), poison=POISON_WEIGHTS).items():
+    for k, table in plan_weights(caps, splits).items():
         for v in table:
-            if v == (best.poison if k == "poison" else getattr(best.launch, k)):
+            if v == getattr(best, k):
                 break
-            cand = dataclasses.replace(best, poison=v) if k == "poison" else \
-                dataclasses.replace(best, launch=dataclasses.replace(best.launch, **{k: v}))
+            cand = dataclasses.replace(best, **{k: v})
             try:
                 call(problem, cand)
                 passed_last = True
