@@ -880,6 +880,16 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                 # The product of two fp16 values is exact in float32: one rounding.
                 r = _to_f16_bits(ra(w) * rb(w))
                 w.vb[:, d] = r[:, 0] | (r[:, 1] << np.uint32(16))
+        elif isinstance(fn, np.ufunc):
+            ra, rb = readers
+
+            def core(w) -> None:
+                vb = w.vb
+                if type(vb) is np.ndarray:
+                    # Straight into the destination pair (numpy buffers a source it overlaps).
+                    fn(ra(w), rb(w), out=vb[:, d:d + 2].view(np.float32))
+                else:
+                    vb[:, d:d + 2] = fn(ra(w), rb(w)).view(np.uint32)
         else:
             def core(w) -> None:
                 w.vb[:, d:d + 2] = np.asarray(fn(*[r(w) for r in readers]), np.float32).view(np.uint32)
