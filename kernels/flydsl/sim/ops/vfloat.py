@@ -656,15 +656,31 @@ def _cvt_pk_f16_f32(w: Wave, ins: Instr) -> None:
     w.vset(ins, h[0] | (h[1] << np.uint32(16)))
 
 
-def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bits (uint32), round to nearest even; NaN keeps sign and
-    top payload bits with the quiet bit set."""
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bit patterns of float32 ``x`` (any shape), round to nearest
+    even; NaN keeps sign and top payload bits with the quiet bit set."""
     b = _bits(x)
-    out = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    nan = x != x
-    if nan.any():
-        out = np.where(nan, (b >> np.uint32(16)) | np.uint32(0x0040), out)
+    out = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    low = np.minimum.reduce(x, axis=None)  # NaN if any is
+    if low != low:
+        nan = x != x
+        out[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
     return out
+
+
+def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits (uint32), as ``_bf16_round``."""
+    return _bf16_round(x).astype(np.uint32)
+
+
+def _pack_halves(round16, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """uint32: ``round16`` (float32 -> uint16 bit patterns) of ``a`` in the low
+    half, of ``b`` in the high half (float32 ``a``, ``b`` of broadcastable
+    shapes), both rounded in one call on an interleaved pair."""
+    pair = np.empty(np.broadcast_shapes(np.shape(a), np.shape(b)) + (2,), np.float32)
+    pair[..., 0] = a
+    pair[..., 1] = b
+    return round16(pair).view(np.uint32)[..., 0]
 
 
 @_vop("v_cvt_pk_bf16_f32", nops=3, mods=())
@@ -951,10 +967,8 @@ def _exp_decoder(ins: Instr) -> Core | None:
     return run
 
 
-batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False,
-                                     mods=()))
-batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _to_bf16_bits(a) | (_to_bf16_bits(b) << np.uint32(16)),
-                                      False, mods=()))
+batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _pack_halves(_f16_round, a, b), False, mods=()))
+batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _pack_halves(_bf16_round, a, b), False, mods=()))
 
 
 @batched("v_cvt_pk_f32_fp8")
