@@ -287,9 +287,9 @@ def _core(ins: Instr, k: int) -> Core:
                 res[lo:lo + _CHUNK] = mfma_f32_bf16(bits[lo:lo + _CHUNK], k, cbits[lo:lo + _CHUNK] if cconst is None
                                                     else cbits)
         out = res.view(np.uint32)
-        nan = res != res
-        if nan.any():
-            out[nan] = _QNAN
+        low = np.minimum.reduce(res, axis=None)  # NaN if any element is
+        if low != low:
+            out[res != res] = _QNAN
         vb[:, d.index:d.index + 4] = out.reshape(n, -1).take(dc, axis=1).reshape(n, 4, LANES)
     ins.__dict__["_mfma_core"] = core
     return core
