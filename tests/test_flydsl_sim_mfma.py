@@ -185,6 +185,22 @@ def test_mfma_rounds_the_exact_sum_once_near_a_midpoint(tail, want):
     assert got[0, 0] == np.float32(want)
 
 
+@pytest.mark.parametrize("k", [16, 32])
+def test_mfma_exactness_shortcut_stops_one_bit_short(k):
+    """1 + 2**-24 + 2**-53: float64 ties that sum to 1 + 2**-24, then float32
+    ties it to 1.0, where the exact sum is past the midpoint (1 + 2**-23). The
+    terms' lowest bits (2**-53) are one below what makes a sum under 2 exact
+    in float64 (2**-52), so the shortcut that skips the exact sum must not
+    take this element (a threshold one bit lower would)."""
+    a = np.zeros((16, k), BF16)
+    b = np.zeros((k, 16), BF16)
+    a[0, 0], b[0, 0] = 2.0 ** -12, 2.0 ** -12
+    a[0, 1], b[1, 0] = 2.0 ** -26, 2.0 ** -27
+    c = np.zeros((16, 16), np.float32)
+    c[0, 0] = 1.0
+    assert _run(k, a, b, c)[0, 0] == np.float32(1 + 2.0 ** -23)
+
+
 def test_mfma_keeps_denormals():
     a = np.zeros((16, 16), BF16)
     b = np.zeros((16, 16), BF16)

@@ -610,6 +610,33 @@ def test_cvt_f32_f16_exhaustive_low_and_high_half():
                  want[start:start + 64])
 
 
+def test_f16_to_f32_table_is_exact_for_every_pattern():
+    """The gather every fp16 source goes through, against the integer decode:
+    values exact, a NaN's sign and payload moved to the top of float32's."""
+    got = vfloat._f16_to_f32(F16_ALL.astype(np.uint16)).view(np.uint32)
+    finite = ~np.isnan(F16_VALUES)
+    assert (got[finite] == F16_VALUES[finite].astype(np.float32).view(np.uint32)).all()
+    h = F16_ALL[~finite]
+    assert (got[~finite] == ((h >> 15) << 31 | 0x7F800000 | (h & 0x3FF) << 13)).all()
+
+
+def test_f16_round_on_a_strided_sample_of_every_float32_pattern():
+    """float32 -> fp16 (``_f16_round``) on every 65537th float32 bit pattern
+    shifted through 16 offsets (about a million, every exponent) against
+    numpy's float64 -> fp16 conversion of the same (exact) values, a separate
+    routine; NaNs keep their sign and top payload bits (1 where those are all
+    0, as numpy's conversion keeps a NaN one) and come out quiet."""
+    for off in range(0, 65537, 4099):
+        bits = (np.arange(off, 1 << 32, 65537, dtype=np.uint64)).astype(np.uint32)
+        x = bits.view(np.float32)
+        got = vfloat._f16_round(x)
+        nan = np.isnan(x)
+        assert (got[~nan] == x[~nan].astype(np.float64).astype(np.float16).view(np.uint16)).all(), off
+        payload = bits[nan] >> 13 & 0x3FF
+        want_nan = (bits[nan] >> 16 & 0x8000) | 0x7E00 | np.where(payload == 0, 1, payload)
+        assert (got[nan] == want_nan).all(), off
+
+
 def f16_dense_inputs() -> np.ndarray:
     """float32 inputs for fp16 rounding: every finite fp16 value, the midpoints
     between neighbours and their float32 neighbours, beyond the overflow
@@ -713,8 +740,11 @@ def test_pk_mul_f16_batched_every_fp16_pattern():
     view = BatchView(sfile, vfile, [Wave(group, 0, (sfile, vfile, k)) for k in range(n)])
     core = decode_batched(parse_instruction("v_pk_mul_f16 v1, v2, v3"))
     x = vfile[:, 2].view(np.float16).astype(np.float64)
-    for m in (1.0, -1.0, 0.5, 3.0, 1 + 2.0 ** -10, 1 / 3, 2.0 ** -14, 2.0 ** -24, 65504.0, np.inf, -0.0, np.nan):
-        mbits = int(np.float16(m).view(np.uint16))
+    named = [int(np.float16(m).view(np.uint16)) for m in (1.0, -1.0, 0.5, 3.0, 1 + 2.0 ** -10, 1 / 3, 2.0 ** -14,
+                                                            2.0 ** -24, 65504.0, np.inf, -0.0, np.nan)]
+    # And a strided sample of every pattern (each sign, exponent, denormals, NaNs).
+    for mbits in named + list(range(0, 1 << 16, 251)) + [0x7C01, 0xFE01]:
+        m = np.uint16(mbits).view(np.float16)
         vfile[:, 3] = mbits | mbits << 16
         with np.errstate(all="ignore"):
             core(view)

@@ -90,7 +90,8 @@ def test_every_batched_alu_form_of_the_compiled_kernels_matches_its_handler():
     "v_max_f32_e32 v1, 0x7fc00000, v2", "v_exp_f32_e32 v1, 1.0", "v_cvt_pk_f32_fp8_e32 v[2:3], 0x3c40",
     "v_div_scale_f32 v1, vcc, v2, v2, v3", "v_div_scale_f32 v1, s[4:5], s2, v3, s2",
     "v_div_fmas_f32 v1, v2, v3, v4", "v_div_fmas_f32 v1, -v2, s3, 1.0", "v_div_fixup_f32 v1, v2, v3, v4",
-    "v_div_fixup_f32 v1, v2, s3, -v4",
+    "v_div_fixup_f32 v1, v2, s3, -v4", "v_cvt_pk_bf16_f32 v1, v2, s3", "v_cvt_pk_bf16_f32 v1, -v2, v3",
+    "v_cvt_pk_f16_f32 v1, s2, v3", "v_cvt_pk_f16_f32 v1, v2, |v3|",
 ])
 def test_batched_forms_match_their_handlers(text):
     """Forms beyond the compiled kernels' (source modifiers, SGPR and constant

@@ -45,6 +45,11 @@ class Allocation:
         return self.data.size
 
 
+# The void dtypes of ByteRows' rows by width in bytes, made once (making one per
+# access cost about as much as the gather it serves).
+_VOID: dict[int, np.dtype] = {}
+
+
 class ByteRows:
     """The bytes of a batched access: ``nbytes`` at each of the int64 byte
     offsets ``offs`` (``[n, ...]``: wave k's accesses in row k, e.g. one per
@@ -67,7 +72,11 @@ class ByteRows:
     def _rows_of(self, arr: np.ndarray) -> np.ndarray:
         """``arr`` (1-D, one element per byte of the allocation) as 1-D rows of a
         void dtype (its last ``size % g`` elements, which no access reaches, left out)."""
-        return arr[:arr.size - arr.size % self.g].view(np.dtype((np.void, self.g * arr.itemsize)))
+        width = self.g * arr.itemsize
+        row = _VOID.get(width)
+        if row is None:
+            row = _VOID[width] = np.dtype((np.void, width))
+        return arr[:arr.size - arr.size % self.g].view(row)
 
     def get(self, arr: np.ndarray) -> np.ndarray:
         """``arr``'s elements at the accessed bytes: ``offs.shape + (nbytes,)``."""
@@ -263,7 +272,7 @@ class Memory:
     def span(self, addrs: np.ndarray, nbytes: int) -> Allocation | None:
         """The allocation holding all ``nbytes`` at every one of ``addrs`` (uint64,
         any shape), or None."""
-        lo, hi = int(addrs.min()), int(addrs.max())
+        lo, hi = int(np.minimum.reduce(addrs, axis=None)), int(np.maximum.reduce(addrs, axis=None))
         a = self.find(lo)
         return a if a is not None and hi + nbytes <= a.base + a.size else None
 

@@ -198,9 +198,10 @@ def _buffer_offsets(ins: Instr):
             return None
         base = words[:, 0] | (words[:, 1] & 0xFFFF) << 32
         sof = view.sb[:, soff.index].astype(np.int64) if soff.kind == "s" else np.int64(soff.bits32)
-        lane = (sof + inst_off)[..., None] if vaddr is None else \
-            view.vb[:, vaddr.index].astype(np.int64) + (sof + inst_off)[..., None]
-        return base, np.broadcast_to(lane, (len(view.waves), LANES)), words[:, 2]
+        if vaddr is None:
+            # np.broadcast_to (a Python function, microseconds) only where every lane has one offset.
+            return base, np.broadcast_to((sof + inst_off)[..., None], (len(view.waves), LANES)), words[:, 2]
+        return base, view.vb[:, vaddr.index].astype(np.int64) + (sof + inst_off)[..., None], words[:, 2]
     return offsets
 
 

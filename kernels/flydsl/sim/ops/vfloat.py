@@ -584,25 +584,43 @@ def _f16_source(w: Wave, ins: Instr, i: int) -> np.ndarray:
     return h
 
 
-def _to_f16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> fp16 bits (uint32), round to nearest even, NaNs quiet."""
-    x = np.asarray(x, np.float32)
+def _f16_round(x: np.ndarray) -> np.ndarray:
+    """uint16 fp16 bit patterns of float32 ``x`` (any shape): round to nearest
+    even, fp16 denormals kept, overflow to infinity, NaNs quiet."""
     with np.errstate(over="ignore"):
-        h = x.astype(np.float16).view(np.uint16).astype(np.uint32)
-    nan = x != x
-    if nan.any():
-        h = np.where(nan, h | np.uint32(0x0200), h)
+        h = x.astype(np.float16).view(np.uint16)
+    # One reduction finds a NaN (minimum propagates it); the conversion keeps a
+    # NaN's top payload bits, so only a signalling one needs its quiet bit set.
+    low = np.minimum.reduce(x, axis=None)
+    if low != low:
+        nan = x != x
+        h[nan] |= np.uint16(0x0200)
     return h
+
+
+def _to_f16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> fp16 bits (uint32), round to nearest even, NaNs quiet (``_f16_round``)."""
+    return _f16_round(np.asarray(x, np.float32)).astype(np.uint32)
+
+
+# Every fp16 bit pattern's float32 value (exact; NaN payloads as numpy converts
+# them): a gather is several times faster than numpy's element-wise conversion.
+_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+
+
+def _f16_to_f32(h: np.ndarray) -> np.ndarray:
+    """float32 of uint16 fp16 bit patterns ``h`` (any shape), exact."""
+    return _F16_TO_F32.take(h)
 
 
 @_vop("v_cvt_f32_f16", nops=2, sdwa=True)
 def _cvt_f32_f16(w: Wave, ins: Instr) -> None:
     """D = float32(S0.f16), exact."""
-    w.vset_f32(ins, _f16_source(w, ins, 1).view(np.float16).astype(np.float32))
+    w.vset_f32(ins, _f16_to_f32(_f16_source(w, ins, 1)))
 
 
 _cvt_f32_f16_any = _decoder(
-    1, lambda x: (x & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float32), True, raw=True)
+    1, lambda x: _f16_to_f32(x.astype(np.uint16)), True, raw=True)
 
 
 @batched("v_cvt_f32_f16")
@@ -618,7 +636,7 @@ def _cvt_f32_f16_decoder(ins: Instr) -> Core | None:
     src, half, d = o.index, int(sel == "WORD_1"), ins.ops[0].index
 
     def halves(w) -> None:
-        w.vb[:, d] = w.vb[:, src].view(np.float16)[:, half::2].astype(np.float32).view(np.uint32)
+        w.vb[:, d] = _f16_to_f32(w.vb[:, src].view(np.uint16)[:, half::2]).view(np.uint32)
     return halves
 
 
@@ -638,15 +656,31 @@ def _cvt_pk_f16_f32(w: Wave, ins: Instr) -> None:
     w.vset(ins, h[0] | (h[1] << np.uint32(16)))
 
 
-def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bits (uint32), round to nearest even; NaN keeps sign and
-    top payload bits with the quiet bit set."""
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bit patterns of float32 ``x`` (any shape), round to nearest
+    even; NaN keeps sign and top payload bits with the quiet bit set."""
     b = _bits(x)
-    out = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    nan = x != x
-    if nan.any():
-        out = np.where(nan, (b >> np.uint32(16)) | np.uint32(0x0040), out)
+    out = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    low = np.minimum.reduce(x, axis=None)  # NaN if any is
+    if low != low:
+        nan = x != x
+        out[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
     return out
+
+
+def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits (uint32), as ``_bf16_round``."""
+    return _bf16_round(x).astype(np.uint32)
+
+
+def _pack_halves(round16, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """uint32: ``round16`` (float32 -> uint16 bit patterns) of ``a`` in the low
+    half, of ``b`` in the high half (float32 ``a``, ``b`` of broadcastable
+    shapes), both rounded in one call on an interleaved pair."""
+    pair = np.empty(np.broadcast_shapes(np.shape(a), np.shape(b)) + (2,), np.float32)
+    pair[..., 0] = a
+    pair[..., 1] = b
+    return round16(pair).view(np.uint32)[..., 0]
 
 
 @_vop("v_cvt_pk_bf16_f32", nops=3, mods=())
@@ -835,7 +869,7 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                 neg16 = np.array([[0x8000 * neg_lo], [0x8000 * neg_hi]], np.uint16)
 
                 def r(w, idx=idx, sh=sh, neg=neg16):
-                    return ((w.vb[:, idx, None] >> sh).astype(np.uint16) ^ neg).view(np.float16).astype(np.float32)
+                    return _f16_to_f32((w.vb[:, idx, None] >> sh).astype(np.uint16) ^ neg)
                 readers.append(r)
                 continue
             if o.kind == "const":
@@ -853,13 +887,8 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                 # products rounded to fp16 are the result's halves in place. The
                 # product of two fp16 values is exact in float32: one rounding.
                 vb = w.vb
-                prod = vb[:, ia].view(np.float16).astype(np.float32) * vb[:, ib].view(np.float16).astype(np.float32)
-                with np.errstate(over="ignore"):
-                    half = prod.astype(np.float16).view(np.uint16)
-                nan = prod != prod
-                if nan.any():
-                    half[nan] |= np.uint16(0x0200)  # quiet, as _to_f16_bits
-                vb[:, d] = half.view(np.uint32)
+                prod = _f16_to_f32(vb[:, ia].view(np.uint16)) * _f16_to_f32(vb[:, ib].view(np.uint16))
+                vb[:, d] = _f16_round(prod).view(np.uint32)
         elif f16:
             ra, rb = readers
 
@@ -867,6 +896,16 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                 # The product of two fp16 values is exact in float32: one rounding.
                 r = _to_f16_bits(ra(w) * rb(w))
                 w.vb[:, d] = r[:, 0] | (r[:, 1] << np.uint32(16))
+        elif isinstance(fn, np.ufunc):
+            ra, rb = readers
+
+            def core(w) -> None:
+                vb = w.vb
+                if type(vb) is np.ndarray:
+                    # Straight into the destination pair (numpy buffers a source it overlaps).
+                    fn(ra(w), rb(w), out=vb[:, d:d + 2].view(np.float32))
+                else:
+                    vb[:, d:d + 2] = fn(ra(w), rb(w)).view(np.uint32)
         else:
             def core(w) -> None:
                 w.vb[:, d:d + 2] = np.asarray(fn(*[r(w) for r in readers]), np.float32).view(np.uint32)
@@ -893,7 +932,7 @@ def _pk_mul_f16(w: Wave, ins: Instr) -> None:
         h = np.stack([x >> np.uint32(16 * sel), x >> np.uint32(16 * sel_hi)]).astype(np.uint16)
         if neg_lo or neg_hi:
             h ^= np.array([[0x8000 * neg_lo], [0x8000 * neg_hi]], np.uint16)
-        factors.append(h.view(np.float16).astype(np.float32))
+        factors.append(_f16_to_f32(h))
     # The product of two fp16 values is exact in float32, so this is one rounding.
     r = _to_f16_bits(factors[0] * factors[1])
     w.vset(ins, r[0] | (r[1] << np.uint32(16)))
@@ -928,10 +967,8 @@ def _exp_decoder(ins: Instr) -> Core | None:
     return run
 
 
-batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _to_f16_bits(a) | (_to_f16_bits(b) << np.uint32(16)), False,
-                                     mods=()))
-batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _to_bf16_bits(a) | (_to_bf16_bits(b) << np.uint32(16)),
-                                      False, mods=()))
+batched("v_cvt_pk_f16_f32")(_decoder(2, lambda a, b: _pack_halves(_f16_round, a, b), False, mods=()))
+batched("v_cvt_pk_bf16_f32")(_decoder(2, lambda a, b: _pack_halves(_bf16_round, a, b), False, mods=()))
 
 
 @batched("v_cvt_pk_f32_fp8")
