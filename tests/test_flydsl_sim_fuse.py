@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from nvfp4_suite.kernels.flydsl.sim import launch as L
-from nvfp4_suite.kernels.flydsl.sim.fuse import Stretches
+from nvfp4_suite.kernels.flydsl.sim.fuse import WARMUP, Stretches
 from nvfp4_suite.kernels.flydsl.sim.launch import Group, Kernel, dispatch
 from nvfp4_suite.kernels.flydsl.sim.memory import Lds, Memory
 from nvfp4_suite.kernels.flydsl.sim.ops import vint
@@ -74,6 +74,7 @@ def test_every_inlined_integer_op_computes_its_cores_bits(name, nsrc):
     for group in [[ins] for ins in inlined] + [inlined]:
         group_cores = [decode_batched(ins) for ins in group]
         st = Stretches(group, group_cores, [False] * len(group), [False] * len(group), [False] * len(group))
+        st.warmup = 1
         s, v = _files()
         want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
         got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
@@ -104,14 +105,14 @@ k:
     return Kernel(parse_program(text))
 
 
-# Workgroup 1 branches into the middle of the straight-line block that
-# workgroup 0 runs from its top: workgroup 0's run meets it there (a join
+# Workgroup 2 branches into the middle of the straight-line block that
+# workgroups 0 and 1 run from its top: their run meets it there (a join
 # inside the stretch), and from there they go on as one run. Then a v_exp_f32,
 # whose core declines under the exp_ulps option, inside another stretch,
 # reading what the instruction before it wrote.
 JOIN = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
 \ts_waitcnt lgkmcnt(0)
-\ts_cmp_eq_u32 s2, 1
+\ts_cmp_eq_u32 s2, 2
 \ts_cbranch_scc1 .LBB0_1
 \tv_add_u32_e32 v1, 5, v0
 \tv_lshlrev_b32_e32 v1, 3, v1
@@ -133,12 +134,13 @@ JOIN = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
 \ts_endpgm"""
 
 
-def _join_launch(fuse: bool, options: dict | None = None, order: str = "forward"):
+def _join_launch(fuse: bool, options: dict | None = None, order: str = "forward", warmup: int = 1):
     k = _kernel(JOIN)
     k.fuse = fuse
+    k.stretches.warmup = warmup
     mem = Memory()
-    out = np.zeros(2 * 64, np.uint32)
-    n = dispatch(k, mem, (mem.alloc("out", out)).to_bytes(8, "little"), (2, 1, 1), 64, order=order,
+    out = np.zeros(3 * 64, np.uint32)
+    n = dispatch(k, mem, (mem.alloc("out", out)).to_bytes(8, "little"), (3, 1, 1), 64, order=order,
                  options=options)
     return k, out, n
 
@@ -148,14 +150,23 @@ def _join_launch(fuse: bool, options: dict | None = None, order: str = "forward"
 def test_a_stretch_stops_where_the_next_run_joins_and_where_a_core_declines(order, options):
     (kf, out_f, n_f), (ks, out_s, n_s) = _join_launch(True, options, order), _join_launch(False, options, order)
     assert np.array_equal(out_f, out_s) and n_f == n_s and kf.steps == ks.steps
-    # Workgroup 0's run was cut where workgroup 1's waits (pc 8, .LBB0_1): a
+    # Workgroups 0 and 1's run was cut where workgroup 2's waits (pc 8, .LBB0_1): a
     # stretch through it would run workgroup 0 alone past the join, and the
-    # steps would count 11 more; one from pc 8 ran both.
+    # steps would count 11 more; one from pc 8 ran all three.
     assert (4, 8) in kf.stretches._fns and (4, kf.stretches.end[4]) not in kf.stretches._fns
-    assert kf.steps == 8 + 13 and n_f == 4 + 2 * 13 + 2 * 4
+    assert kf.steps == 8 + 13 and n_f == 3 * 4 + 2 * 4 + 3 * 13
     # Under exp_ulps the stretch from the join stops at v_exp_f32 (pc 13), whose
     # handler runs; the next one starts after it.
     assert ((8, 13) in kf.stretches._fns or (14, 19) in kf.stretches._fns) == bool(options)
+
+
+def test_a_stretch_is_made_at_its_warmup_th_use_and_run_by_the_steps_before():
+    # Every stretch of one launch is used once: with a warmup of 2 none is made
+    # (the steps run them, alike), and each counts its use.
+    (k, out, n), (_, out_s, n_s) = _join_launch(True, warmup=2), _join_launch(False)
+    assert np.array_equal(out, out_s) and n == n_s
+    assert not k.stretches._fns and k.stretches._uses[(4, 8)] == 1
+    assert k.stretches.get(4, 8) is not None  # the second use makes it
 
 
 def test_the_budget_stops_a_stretch_at_the_instruction_where_the_step_loop_stops():
@@ -166,6 +177,7 @@ def test_the_budget_stops_a_stretch_at_the_instruction_where_the_step_loop_stops
     for fuse in (True, False):
         k = _kernel(JOIN)
         k.fuse = fuse
+        k.stretches.warmup = 1
         mem = Memory()
         out = np.zeros(2 * 64, np.uint32)
         kernarg = np.zeros(8, np.uint8)
@@ -208,12 +220,13 @@ def _launch(SB, monkeypatch, problem, arch, splits, xcds, fuse, order):
         return init(self, group, wave_id, kernarg_addr, block, regs)
 
     def dispatch_(kernel, memory, *a, **kw):
-        kernel.fuse = fuse
+        # Every stretch made at its first use, so that the launch runs all it can fused.
+        kernel.fuse, kernel.stretches.warmup = fuse, 1
         memories.append(memory)
         try:
             return disp(kernel, memory, *a, **kw)
         finally:
-            kernel.fuse = True
+            kernel.fuse, kernel.stretches.warmup = True, WARMUP
     monkeypatch.setattr(L.Kernel, "init_wave", init_wave)
     monkeypatch.setattr(SB, "dispatch", dispatch_)
     res = SB.run(problem, arch, splits=splits, xcds=xcds, order=order, memorder="stale")

@@ -8,16 +8,17 @@ write, no memory access), one generated function executes a whole stretch
 ``[start, stop)`` of them: the same cores in the same order on the same
 view, except that the forms with an ``Inline`` statement (the integer
 family's lane-wise ops, ``wave.inline_of``) are written out as their
-arithmetic on the registers bound once as local variables (views of the
-register files), without a reader or op call each. The text executed is the
-one the cores are made from (``Source`` reads, the ops' texts), so the
-results are the cores' bit for bit; the step loop counts the stretch's
-instructions as the steps they are.
+arithmetic on copies of the registers held in local variables (``_Writer``),
+without a reader or op call each. The text executed is the one the cores
+are made from (``Source`` reads, the ops' texts), so the results are the
+cores' bit for bit; the step loop counts the stretch's instructions as the
+steps they are. Where a core leaves its instruction to each wave's handler
+(returns False), the step loop takes over from there. A stretch's function
+is made at its ``WARMUP``-th use.
 
-A stretch runs only where the view's rows are consecutive (``vb`` a view of
-the register files, so that bound registers are the files' own memory);
-elsewhere, and where a core leaves its instruction to each wave's handler
-(returns False), the step loop takes over.
+A stretch runs only where the view's rows are consecutive: it binds each
+SGPR once, as a view of the files that the scalar cores' writes reach,
+which the gathered copies of a scattered run (``wave.Rows``) are not.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ _SCALAR_MEMORY = ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_ato
 # index in the stretch of the one whose core left it to the handlers (those
 # before it ran, it did not).
 StretchFn = Callable[[object], "int | None"]
+
+
+# A stretch's function is made at its WARMUP-th use (``Stretches.warmup``): a
+# stretch a kernel runs once (most of a short launch's) is left to the steps,
+# one it runs again (a loop's, or every launch's) is made.
+WARMUP = 2
 
 
 def touches_memory(ins: Instr) -> bool:
@@ -70,16 +77,27 @@ class Stretches:
         for i in range(n):
             self._needs[i + 1] = self._needs[i] + (not exec_free[i])
         self._fns: dict[tuple[int, int], StretchFn] = {}
+        self._uses: dict[tuple[int, int], int] = {}
+        # Uses of a stretch before its function is made: making one costs about
+        # what ten executions fused save over the steps (most of it Python's
+        # compile), so one a kernel runs only once is not made.
+        self.warmup = WARMUP
 
     def needs_full(self, start: int, stop: int) -> bool:
         """Whether any instruction of ``[start, stop)`` needs a full EXEC (is not ``exec_free``)."""
         return self._needs[stop] > self._needs[start]
 
-    def get(self, start: int, stop: int) -> StretchFn:
-        """The function executing the fusable instructions ``[start, stop)`` (made once)."""
-        fn = self._fns.get((start, stop))
+    def get(self, start: int, stop: int) -> StretchFn | None:
+        """The function executing the fusable instructions ``[start, stop)``, made
+        at its ``warmup``-th use (None before: the caller runs the stretch's
+        steps itself)."""
+        key = (start, stop)
+        fn = self._fns.get(key)
         if fn is None:
-            fn = self._fns[(start, stop)] = self._make(start, stop)
+            uses = self._uses[key] = self._uses.get(key, 0) + 1
+            if uses < self.warmup:
+                return None
+            fn = self._fns[key] = self._make(start, stop)
         return fn
 
     def source(self, start: int, stop: int) -> tuple[str, dict]:

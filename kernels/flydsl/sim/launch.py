@@ -235,32 +235,39 @@ class Kernel:
                 # join) or a control instruction: the steps the lowest-pc rule
                 # takes, without a return to the schedule for each.
                 nxt = min(runs) if runs else -1
+                plain = -1  # the steps run up to this pc, a stretch not yet made
                 while True:
                     if not 0 <= pc < n_instrs:
                         raise SimError(f"wave {ws[0].wave_id} ran off the program (pc {pc})")
-                    if fusable[pc]:
+                    if fusable[pc] and pc >= plain:
                         # A stretch of fusable instructions up to the next run's pc, in one
                         # call where the steps below would call each core on a full EXEC
-                        # (and where the budget lasts it: else the steps find where it ends).
+                        # (and where the budget lasts it: else the steps find where it ends);
+                        # otherwise the steps run it.
                         stop = ends[pc] if not pc < nxt < ends[pc] else nxt
+                        stretch = None
                         if stop - pc > 1 and steps + stop - pc <= budget and (
                                 run.full or not stretches.needs_full(pc, stop)
                                 or (run.full is None and run.exec_full())):
                             if view is None:
                                 view = run.view()
-                            if type(view.vb) is np.ndarray:
-                                left = stretches.get(pc, stop)(view)
-                                ran = stop - pc if left is None else left
-                                steps += ran
-                                total += ran * n_ws
-                                pc += ran
-                                if left is None:
-                                    if pc == nxt:
-                                        # Joining the next run, as after the stretch's last step.
-                                        pc, control = pc - 1, False
-                                        break
-                                    continue
-                                # The instruction whose core declined: the step below runs its handlers.
+                            # Consecutive rows only (see ``fuse``).
+                            stretch = stretches.get(pc, stop) if type(view.vb) is np.ndarray else None
+                        if stretch is None:
+                            plain = stop
+                        else:
+                            left = stretch(view)
+                            ran = stop - pc if left is None else left
+                            steps += ran
+                            total += ran * n_ws
+                            pc += ran
+                            if left is None:
+                                if pc == nxt:
+                                    # Joining the next run, as after the stretch's last step.
+                                    pc, control = pc - 1, False
+                                    break
+                                continue
+                            # The instruction whose core declined: the step below runs its handlers.
                     steps += 1
                     total += n_ws
                     if steps > budget:
