@@ -209,13 +209,23 @@ class Source:
 
     def reader(self) -> Reader:
         """``fn(view)`` evaluating the read for the waves of a view."""
-        reg = "" if self.reg is None else _REG_TEXT[self.reg[0]].format(w="w.", i=self.reg[1])
-        names = [f"k{i}" for i in range(len(self.consts))]
-        return eval(f"lambda w: {self.text(reg, names)}", {"np": np, **dict(zip(names, self.consts))})
+        kind = None if self.reg is None else self.reg[0]
+        key = (self.expr, kind, len(self.consts))
+        make = _READERS.get(key)
+        if make is None:
+            # One function per text and register kind, making the readers of every
+            # register and constant (a closure over them, as cheap to call as any).
+            names = [f"k{i}" for i in range(len(self.consts))]
+            reg = "" if kind is None else _REG_TEXT[kind].format(w="w.", i="i")
+            make = _READERS[key] = eval(f"lambda {', '.join(['i'] + names)}: lambda w: {self.text(reg, names)}",
+                                        {"np": np})
+        return make(None if self.reg is None else self.reg[1], *self.consts)
 
 
 # A register as a Source's ``reg`` reads it, over a view's files (``{w}vb``, ``{w}sb``).
 _REG_TEXT = {"v": "{w}vb[:, {i}]", "s": "{w}sb[:, {i}, None]"}
+# Source.reader's functions by text, register kind and number of constants.
+_READERS: dict[tuple[str, str | None, int], Callable] = {}
 
 
 def reg_text(reg: tuple[str, int], prefix: str = "") -> str:
