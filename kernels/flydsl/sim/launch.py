@@ -18,7 +18,9 @@ arrival order. Only control flow (branches, ``s_barrier``, ``s_endpgm``)
 leaves each wave its own decision. The waves at the lowest pc go on by
 themselves, without a return to the schedule, until a control instruction
 or the pc of the next waves (where the two join): the same steps in the
-same order as the rule above, with less bookkeeping. A wave at ``s_barrier`` waits
+same order as the rule above, with less bookkeeping; where their EXEC is full,
+a straight-line stretch of batched instructions up to there runs as one call
+(``fuse``: the same cores' arithmetic, the same steps counted). A wave at ``s_barrier`` waits
 until every wave of its workgroup that has not ended waits there (waves of
 one workgroup in reverse order when the launch's order is ``reverse``).
 Global memory sees the workgroups' accesses interleaved, in arrival order
@@ -55,6 +57,7 @@ import numpy as np
 from ..targets import Target
 from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
+from .fuse import Stretches
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
 from .program import NUM_SGPRS, Program, parse_instruction
 from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, exec_free, mask_to_int
@@ -116,6 +119,11 @@ class Kernel:
         self.writes_exec = [ins.base.startswith("v_cmpx") or "saveexec" in ins.base
                             or any(o.kind == "s" and o.index <= 127 and o.index + o.count > 126 for o in ins.ops)
                             for ins in program.instrs]
+        # Straight-line stretches of those cores, each executed by one call where
+        # the step loop would call the cores one after another (``fuse``);
+        # ``fuse`` False leaves every step to the loop (the tests compare the two).
+        self.stretches = Stretches(program.instrs, self.cores, self.exec_free, self.control, self.writes_exec)
+        self.fuse = True
         d = program.descriptor
         for kind in _UNSUPPORTED_USER_SGPRS:
             if d.get(f"user_sgpr_{kind}", 0):
@@ -211,6 +219,9 @@ class Kernel:
         # that runs for any EXEC, whether it writes EXEC, whether it is control flow.
         steps_of = list(zip(self.cores, self.exec_free, self.writes_exec, self.control))
         n_instrs = len(instrs)
+        stretches = self.stretches
+        fusable = stretches.fusable if self.fuse else [False] * n_instrs
+        ends = stretches.end
         guard = groups[0].memory.guard if groups else None
         steps = total = 0
         with np.errstate(all="ignore"):
@@ -224,9 +235,39 @@ class Kernel:
                 # join) or a control instruction: the steps the lowest-pc rule
                 # takes, without a return to the schedule for each.
                 nxt = min(runs) if runs else -1
+                plain = -1  # the steps run up to this pc, a stretch not yet made
                 while True:
                     if not 0 <= pc < n_instrs:
                         raise SimError(f"wave {ws[0].wave_id} ran off the program (pc {pc})")
+                    if fusable[pc] and pc >= plain:
+                        # A stretch of fusable instructions up to the next run's pc, in one
+                        # call where the steps below would call each core on a full EXEC
+                        # (and where the budget lasts it: else the steps find where it ends);
+                        # otherwise the steps run it.
+                        stop = ends[pc] if not pc < nxt < ends[pc] else nxt
+                        stretch = None
+                        if stop - pc > 1 and steps + stop - pc <= budget and (
+                                run.full or not stretches.needs_full(pc, stop)
+                                or (run.full is None and run.exec_full())):
+                            if view is None:
+                                view = run.view()
+                            # Consecutive rows only (see ``fuse``).
+                            stretch = stretches.get(pc, stop) if type(view.vb) is np.ndarray else None
+                        if stretch is None:
+                            plain = stop
+                        else:
+                            left = stretch(view)
+                            ran = stop - pc if left is None else left
+                            steps += ran
+                            total += ran * n_ws
+                            pc += ran
+                            if left is None:
+                                if pc == nxt:
+                                    # Joining the next run, as after the stretch's last step.
+                                    pc, control = pc - 1, False
+                                    break
+                                continue
+                            # The instruction whose core declined: the step below runs its handlers.
                     steps += 1
                     total += n_ws
                     if steps > budget:

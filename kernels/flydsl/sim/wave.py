@@ -190,52 +190,126 @@ FULL = np.uint32(0xFFFFFFFF)
 Reader = Callable[["Wave | BatchView"], np.ndarray]
 
 
-def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
-    """A reader ``fn(view)`` of a 32-bit source without modifiers, for the waves
-    of ``view`` (uint32, or float32 with ``as_f32``): a VGPR's lanes (a view,
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A 32-bit source read as Python text, the one statement of it that both
+    the batched cores' readers and fused stretches (``fuse``) execute:
+    ``expr`` (uint32, or float32 for ``plain_source(as_f32=True)``) over
+    ``{r}``, the register (``reg``: ``("v", i)`` VGPR i's lanes ``vb[:, i]``,
+    ``[n, 64]``; ``("s", i)`` SGPR i per wave ``sb[:, i, None]``, ``[n, 1]``;
+    None for a constant) and ``{k0}``, ``{k1}``.. (``consts``, numpy scalars)."""
+
+    expr: str
+    reg: tuple[str, int] | None
+    consts: tuple = ()
+
+    def text(self, reg: str, consts: list[str]) -> str:
+        """``expr`` with the register written ``reg`` and the constants ``consts``."""
+        return self.expr.format(r=reg, **{f"k{i}": c for i, c in enumerate(consts)})
+
+    def reader(self) -> Reader:
+        """``fn(view)`` evaluating the read for the waves of a view."""
+        kind = None if self.reg is None else self.reg[0]
+        key = (self.expr, kind, len(self.consts))
+        make = _READERS.get(key)
+        if make is None:
+            # One function per text and register kind, making the readers of every
+            # register and constant (a closure over them, as cheap to call as any).
+            names = [f"k{i}" for i in range(len(self.consts))]
+            reg = "" if kind is None else _REG_TEXT[kind].format(w="w.", i="i")
+            make = _READERS[key] = eval(f"lambda {', '.join(['i'] + names)}: lambda w: {self.text(reg, names)}",
+                                        {"np": np})
+        return make(None if self.reg is None else self.reg[1], *self.consts)
+
+
+# A register as a Source's ``reg`` reads it, over a view's files (``{w}vb``, ``{w}sb``).
+_REG_TEXT = {"v": "{w}vb[:, {i}]", "s": "{w}sb[:, {i}, None]"}
+# Source.reader's functions by text, register kind and number of constants.
+_READERS: dict[tuple[str, str | None, int], Callable] = {}
+
+
+def reg_text(reg: tuple[str, int], prefix: str = "") -> str:
+    """Python text reading ``reg`` (a ``Source.reg``) from files named ``prefix + "vb"``/``"sb"``."""
+    return _REG_TEXT[reg[0]].format(w=prefix, i=reg[1])
+
+
+def plain_text(o: Operand, as_f32: bool = False) -> Source | None:
+    """The ``Source`` of a 32-bit source without modifiers, for the waves of a
+    view (uint32, or float32 with ``as_f32``): a VGPR's lanes (a view,
     ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a numpy scalar
     (of the same dtype: numpy computes with it as with an array, with less
     overhead per operation); None for any other operand."""
     if o.neg or o.abs or o.sext:
         return None
-    idx = o.index
-    if o.kind == "v":
-        if as_f32:
-            return lambda w: w.vb[:, idx].view(np.float32)
-        return lambda w: w.vb[:, idx]
-    if o.kind == "s":
-        if as_f32:
-            return lambda w: w.sb[:, idx, None].view(np.float32)
-        return lambda w: w.sb[:, idx, None]
+    f32 = ".view(np.float32)" if as_f32 else ""
+    if o.kind in ("v", "s"):
+        return Source("{r}" + f32, (o.kind, o.index))
     if o.kind == "const":
         c = np.uint32(o.bits32)
-        c = c.view(np.float32) if as_f32 else c
-        return lambda w: c
+        return Source("{k0}", None, (c.view(np.float32) if as_f32 else c,))
     return None
 
 
-def sdwa_source(o: Operand, sel: str) -> Reader | None:
-    """A reader ``fn(view)`` of an SDWA source: ``plain_source`` for a DWORD
-    select, else the VGPR's field ``sel`` zero- or sign-extended (uint32
-    ``[n, 64]``, as ``_select``); None for any other operand."""
+def plain_source(o: Operand, as_f32: bool = False) -> Reader | None:
+    """A reader ``fn(view)`` of ``plain_text(o, as_f32)`` (uint32, or float32
+    with ``as_f32``: ``[n, 64]`` for a VGPR, ``[n, 1]`` an SGPR, a numpy
+    scalar a constant); None for any other operand."""
+    src = plain_text(o, as_f32)
+    return None if src is None else src.reader()
+
+
+def sdwa_text(o: Operand, sel: str) -> Source | None:
+    """The ``Source`` of an SDWA source: ``plain_text`` for a DWORD select,
+    else the VGPR's field ``sel`` zero- or sign-extended (uint32 ``[n, 64]``,
+    as ``_select``); None for any other operand."""
     shift, width = _SEL_SHIFT[sel]
     if width == 32:
-        return plain_source(dataclasses.replace(o, sext=False))
+        return plain_text(dataclasses.replace(o, sext=False))
     if o.kind != "v" or o.neg or o.abs:
         return None
-    idx = o.index
+    reg = (o.kind, o.index)
     # A field at either end of the word needs one operation, not two.
     if not o.sext:
         sh, mask = np.uint32(shift), np.uint32((1 << width) - 1)
         if shift == 0:
-            return lambda w: w.vb[:, idx] & mask
+            return Source("({r} & {k0})", reg, (mask,))
         if shift + width == 32:
-            return lambda w: w.vb[:, idx] >> sh
-        return lambda w: (w.vb[:, idx] >> sh) & mask
+            return Source("({r} >> {k0})", reg, (sh,))
+        return Source("(({r} >> {k0}) & {k1})", reg, (sh, mask))
     up, down = np.uint32(32 - shift - width), np.int32(32 - width)
     if shift + width == 32:
-        return lambda w: (w.vb[:, idx].view(np.int32) >> down).view(np.uint32)
-    return lambda w: ((w.vb[:, idx] << up).view(np.int32) >> down).view(np.uint32)
+        return Source("({r}.view(np.int32) >> {k0}).view(np.uint32)", reg, (down,))
+    return Source("(({r} << {k0}).view(np.int32) >> {k1}).view(np.uint32)", reg, (up, down))
+
+
+def sdwa_source(o: Operand, sel: str) -> Reader | None:
+    """A reader ``fn(view)`` of ``sdwa_text(o, sel)`` (uint32 ``[n, 64]``, or
+    as ``plain_source`` for a DWORD select); None for any other operand."""
+    src = sdwa_text(o, sel)
+    return None if src is None else src.reader()
+
+
+@dataclasses.dataclass(frozen=True)
+class Inline:
+    """How a fused stretch (``fuse``) executes an instruction without its core:
+    VGPR ``dest`` (all 64 lanes of every wave, EXEC full) gets ``expr``, the
+    text of the operation that the core computes (over ``{a}``, ``{b}``,
+    ``{c}``, the ``sources`` in order; ``{out}``, where present, the place for
+    ``, out=`` the destination in its outermost ufunc call), evaluated in
+    ``namespace`` (the names the text uses; ``pure``: those of its functions
+    whose result depends on their arguments alone, which a stretch may call
+    once for constant arguments)."""
+
+    expr: str
+    dest: int
+    sources: tuple[Source, ...]
+    namespace: dict
+    pure: frozenset = frozenset()
+
+
+def inline_of(ins: Instr) -> Inline | None:
+    """The ``Inline`` form the batched decoder of ``ins`` recorded with its core, if any."""
+    return ins.__dict__.get("_inline")
 
 
 def mask_reader(o: Operand) -> Reader | None:

@@ -42,6 +42,7 @@ from ..wave import (
     LANES,
     SDWA_MODS,
     Core,
+    Inline,
     SimError,
     Wave,
     batched,
@@ -50,8 +51,9 @@ from ..wave import (
     mask_reader,
     op,
     plain_source,
+    plain_text,
     put_mask,
-    sdwa_source,
+    sdwa_text,
 )
 
 _EXEC = Operand("s", *SPECIAL_SGPRS["exec"], text="exec")
@@ -164,46 +166,68 @@ def _bfrev(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rev).view(np.uint32).reshape(LANES)
 
 
-_UNARY: dict[str, Callable[..., Any]] = {
-    "v_mov_b32": lambda a: a,
-    "v_not_b32": lambda a: ~a,
-    "v_bfrev_b32": _bfrev,
+# Each op as the text of its arithmetic over its sources ``{a}``, ``{b}``, ``{c}``
+# (uint32 ``[n, 64]`` or ``[64]`` arrays, ``[n, 1]`` SGPRs, numpy scalars; one
+# at least an array), the one statement of its meaning: the handlers' and
+# cores' function is the text as a lambda (``_op_fn``), and a fused stretch
+# (``fuse``) inlines it. ``{out}`` sits after the last argument of the
+# outermost call where that is a ufunc whose result is uint32, so that a
+# fused stretch can write the destination without a temporary.
+_UNARY_TEXT = {
+    "v_mov_b32": "{a}",
+    "v_not_b32": "np.invert({a}{out})",
+    "v_bfrev_b32": "_bfrev({a})",
 }
 
-_BINARY: dict[str, Callable[..., Any]] = {
-    "v_add_u32": lambda a, b: a + b,
-    "v_sub_u32": lambda a, b: a - b,
-    "v_subrev_u32": lambda a, b: b - a,
-    "v_and_b32": lambda a, b: a & b,
-    "v_or_b32": lambda a, b: a | b,
-    "v_xor_b32": lambda a, b: a ^ b,
-    "v_lshlrev_b32": lambda a, b: b << _sh5(a),
-    "v_lshrrev_b32": lambda a, b: b >> _sh5(a),
-    "v_ashrrev_i32": lambda a, b: (_i32(b) >> _sh5(a).astype(np.int32)).view(np.uint32),
-    "v_min_i32": lambda a, b: np.minimum(_i32(a), _i32(b)).view(np.uint32),
-    "v_max_i32": lambda a, b: np.maximum(_i32(a), _i32(b)).view(np.uint32),
-    "v_min_u32": np.minimum,
-    "v_max_u32": np.maximum,
-    "v_mul_lo_u32": lambda a, b: a * b,
-    "v_mul_hi_u32": lambda a, b: ((_u64(a) * _u64(b)) >> np.uint64(32)).astype(np.uint32),
-    "v_mul_u32_u24": lambda a, b: (a & np.uint32(0xFFFFFF)) * (b & np.uint32(0xFFFFFF)),
-    "v_bcnt_u32_b32": lambda a, b: np.bitwise_count(a).astype(np.uint32) + b,
+_BINARY_TEXT = {
+    "v_add_u32": "np.add({a}, {b}{out})",
+    "v_sub_u32": "np.subtract({a}, {b}{out})",
+    "v_subrev_u32": "np.subtract({b}, {a}{out})",
+    "v_and_b32": "np.bitwise_and({a}, {b}{out})",
+    "v_or_b32": "np.bitwise_or({a}, {b}{out})",
+    "v_xor_b32": "np.bitwise_xor({a}, {b}{out})",
+    "v_lshlrev_b32": "np.left_shift({b}, _sh5({a}){out})",
+    "v_lshrrev_b32": "np.right_shift({b}, _sh5({a}){out})",
+    "v_ashrrev_i32": "(_i32({b}) >> _sh5({a}).astype(np.int32)).view(np.uint32)",
+    "v_min_i32": "np.minimum(_i32({a}), _i32({b})).view(np.uint32)",
+    "v_max_i32": "np.maximum(_i32({a}), _i32({b})).view(np.uint32)",
+    "v_min_u32": "np.minimum({a}, {b}{out})",
+    "v_max_u32": "np.maximum({a}, {b}{out})",
+    "v_mul_lo_u32": "np.multiply({a}, {b}{out})",
+    "v_mul_hi_u32": "((_u64({a}) * _u64({b})) >> np.uint64(32)).astype(np.uint32)",
+    "v_mul_u32_u24": "np.multiply({a} & np.uint32(0xFFFFFF), {b} & np.uint32(0xFFFFFF){out})",
+    "v_bcnt_u32_b32": "np.add(np.bitwise_count({a}).astype(np.uint32), {b}{out})",
 }
 
-_TERNARY: dict[str, Callable[..., Any]] = {
-    "v_add3_u32": lambda a, b, c: a + b + c,
-    "v_add_lshl_u32": lambda a, b, c: (a + b) << _sh5(c),
-    "v_lshl_add_u32": lambda a, b, c: (a << _sh5(b)) + c,
-    "v_lshl_or_b32": lambda a, b, c: (a << _sh5(b)) | c,
-    "v_and_or_b32": lambda a, b, c: (a & b) | c,
-    "v_or3_b32": lambda a, b, c: a | b | c,
-    "v_bfi_b32": lambda a, b, c: (a & b) | (~a & c),
-    "v_bfe_u32": lambda a, b, c: ((_u64(a) >> _u64(_sh5(b))) & ((np.uint64(1) << _u64(_sh5(c))) - np.uint64(1))
-                                  ).astype(np.uint32),
-    "v_bfe_i32": _bfe_i32,
-    "v_mad_u32_u24": lambda a, b, c: (a & np.uint32(0xFFFFFF)) * (b & np.uint32(0xFFFFFF)) + c,
-    "v_perm_b32": _perm,
+_TERNARY_TEXT = {
+    "v_add3_u32": "np.add({a} + {b}, {c}{out})",
+    "v_add_lshl_u32": "np.left_shift({a} + {b}, _sh5({c}){out})",
+    "v_lshl_add_u32": "np.add({a} << _sh5({b}), {c}{out})",
+    "v_lshl_or_b32": "np.bitwise_or({a} << _sh5({b}), {c}{out})",
+    "v_and_or_b32": "np.bitwise_or({a} & {b}, {c}{out})",
+    "v_or3_b32": "np.bitwise_or({a} | {b}, {c}{out})",
+    "v_bfi_b32": "np.bitwise_or({a} & {b}, ~{a} & {c}{out})",
+    "v_bfe_u32": "((_u64({a}) >> _u64(_sh5({b}))) & ((np.uint64(1) << _u64(_sh5({c}))) - np.uint64(1))"
+                 ").astype(np.uint32)",
+    "v_bfe_i32": "_bfe_i32({a}, {b}, {c})",
+    "v_mad_u32_u24": "np.add(({a} & np.uint32(0xFFFFFF)) * ({b} & np.uint32(0xFFFFFF)), {c}{out})",
+    "v_perm_b32": "_perm({a}, {b}, {c})",
 }
+
+
+# The helpers the texts call whose results depend on their arguments alone.
+_PURE = frozenset({"_sh5", "_i32", "_u64"})
+
+
+def _op_fn(text: str, nsrc: int) -> Callable[..., Any]:
+    """The function ``f(a[, b[, c]])`` an op's text states (see ``_UNARY_TEXT``)."""
+    args = "abc"[:nsrc]
+    return eval(f"lambda {', '.join(args)}: {text.format(out='', **{x: x for x in args})}", globals())
+
+
+_UNARY = {name: _op_fn(t, 1) for name, t in _UNARY_TEXT.items()}
+_BINARY = {name: _op_fn(t, 2) for name, t in _BINARY_TEXT.items()}
+_TERNARY = {name: _op_fn(t, 3) for name, t in _TERNARY_TEXT.items()}
 
 # VOP3-only binary ops: no e32 encoding, so no SDWA form either.
 _VOP3_ONLY = {"v_mul_lo_u32", "v_mul_hi_u32", "v_bcnt_u32_b32"}
@@ -230,10 +254,11 @@ def _make(fn, nsrc: int):
     return run
 
 
-def _decoder(fn, nsrc: int, sdwa: bool):
-    """The batched decoder of a ``_make`` op: a core with its sources' readers
-    and its destination bound, for the forms without SDWA or modifiers that
-    read at least one VGPR."""
+def _decoder(fn, text: str, nsrc: int, sdwa: bool):
+    """The batched decoder of a ``_make`` op (``fn`` the function its ``text``
+    states): a core with its sources' readers and its destination bound, for
+    the forms without SDWA or modifiers that read at least one VGPR; the
+    instruction's ``Inline`` form recorded beside it (``wave.inline_of``)."""
     def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, nsrc + 1, frozenset(), sdwa, False)
@@ -247,15 +272,17 @@ def _decoder(fn, nsrc: int, sdwa: bool):
             # Source selects bound; a destination select other than DWORD is the handler's.
             if set(ins.mods) - SDWA_MODS or ins.mods.get("dst_sel", "DWORD") != "DWORD":
                 return None
-            readers = [sdwa_source(o, ins.mods.get(f"src{k}_sel", "DWORD")) for k, o in enumerate(ins.ops[1:])]
+            texts = [sdwa_text(o, ins.mods.get(f"src{k}_sel", "DWORD")) for k, o in enumerate(ins.ops[1:])]
         elif ins.enc in ("e32", "e64", "") and not ins.mods:
-            readers = [plain_source(o) for o in ins.ops[1:]]
+            texts = [plain_text(o) for o in ins.ops[1:]]
         else:
             return None
-        bound = [r for r in readers if r is not None]
-        if len(bound) != len(readers):
+        sources = tuple(t for t in texts if t is not None)
+        if len(sources) != len(texts):
             return None
+        bound = [t.reader() for t in sources]
         d = ins.ops[0].index
+        ins.__dict__["_inline"] = Inline(text, d, sources, globals(), _PURE)
         if nsrc == 1:
             (ra,) = bound
 
@@ -281,14 +308,14 @@ _LANE_SHAPED = {"v_bfrev_b32"}
 for _name, _fn in _UNARY.items():
     _vop(_name, nops=2, sdwa=True)(_make(_fn, 1))
     if _name not in _LANE_SHAPED:
-        batched(_name)(_decoder(_fn, 1, True))
+        batched(_name)(_decoder(_fn, _UNARY_TEXT[_name], 1, True))
 for _name, _fn in _BINARY.items():
     _vop(_name, nops=3, sdwa=_name not in _VOP3_ONLY)(_make(_fn, 2))
-    batched(_name)(_decoder(_fn, 2, _name not in _VOP3_ONLY))
+    batched(_name)(_decoder(_fn, _BINARY_TEXT[_name], 2, _name not in _VOP3_ONLY))
 for _name, _fn in _TERNARY.items():
     _vop(_name, nops=4)(_make(_fn, 3))
     if _name not in _LANE_SHAPED:
-        batched(_name)(_decoder(_fn, 3, False))
+        batched(_name)(_decoder(_fn, _TERNARY_TEXT[_name], 3, False))
 
 
 @_vop("v_bitop3_b32", nops=4, mods=("bitop3",))

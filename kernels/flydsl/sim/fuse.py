@@ -1,0 +1,261 @@
+"""Fused stretches: straight-line runs of instructions executed by one call.
+
+A batched launch (``launch.Kernel.run_batched``) executes, step by step, the
+core of each instruction for the waves at the lowest pc. Where those waves
+have a full EXEC and the instructions from pc on are ones whose cores the
+step loop would call one after another anyway (no control flow, no EXEC
+write, no memory access), one generated function executes a whole stretch
+``[start, stop)`` of them: the same cores in the same order on the same
+view, except that the forms with an ``Inline`` statement (the integer
+family's lane-wise ops, ``wave.inline_of``) are written out as their
+arithmetic on copies of the registers held in local variables (``_Writer``),
+without a reader or op call each. The text executed is the one the cores
+are made from (``Source`` reads, the ops' texts), so the results are the
+cores' bit for bit; the step loop counts the stretch's instructions as the
+steps they are. Where a core leaves its instruction to each wave's handler
+(returns False), the step loop takes over from there. A stretch's function
+is made at its ``WARMUP``-th use.
+
+A stretch runs only where the view's rows are consecutive: it binds each
+SGPR once, as a view of the files that the scalar cores' writes reach,
+which the gathered copies of a scattered run (``wave.Rows``) are not.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Callable
+
+import numpy as np
+
+from .program import Instr
+from .wave import BATCHED, Core, Inline, inline_of, reg_text
+
+# Scalar memory instructions (their cores read memory, or may leave it to the handlers).
+_SCALAR_MEMORY = ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_atomic", "s_dcache", "s_memtime",
+                  "s_memrealtime")
+
+# A stretch: ``fn(view)`` returning None when every instruction ran, else the
+# index in the stretch of the one whose core left it to the handlers (those
+# before it ran, it did not).
+StretchFn = Callable[[object], "int | None"]
+
+
+# A stretch's function is made at its WARMUP-th use (``Stretches.warmup``): a
+# stretch a kernel runs once (most of a short launch's) is left to the steps,
+# one it runs again (a loop's, or every launch's) is made.
+WARMUP = 2
+
+
+def touches_memory(ins: Instr) -> bool:
+    """Whether ``ins`` is a memory access (a load, store or atomic of global
+    memory, LDS or the scalar cache): never fused."""
+    dec = BATCHED.get(ins.base) or BATCHED.get(ins.mnemonic)
+    return (dec is not None and dec.__module__.endswith(".ops.memory")) or ins.base.startswith(_SCALAR_MEMORY)
+
+
+class Stretches:
+    """The fusable instructions of a program and their stretches, generated
+    when first asked for. ``fusable[pc]``: ``cores[pc]`` exists and the
+    instruction is neither control flow nor an EXEC write nor a memory access;
+    ``end[pc]``: the first pc from ``pc`` on that is not fusable (``pc`` itself
+    where it is not)."""
+
+    def __init__(self, instrs: list[Instr], cores: list[Core | None], exec_free: list[bool], control: list[bool],
+                 writes_exec: list[bool]):
+        n = len(instrs)
+        self.instrs, self.cores = instrs, cores
+        self.fusable = [cores[i] is not None and not control[i] and not writes_exec[i]
+                        and not touches_memory(instrs[i]) for i in range(n)]
+        self.end = [0] * (n + 1)
+        self.end[n] = n
+        for i in range(n - 1, -1, -1):
+            self.end[i] = self.end[i + 1] if self.fusable[i] else i
+        # Instructions needing a full EXEC before each pc: a stretch needs one where it holds any.
+        self._needs = [0] * (n + 1)
+        for i in range(n):
+            self._needs[i + 1] = self._needs[i] + (not exec_free[i])
+        self._fns: dict[tuple[int, int], StretchFn] = {}
+        self._uses: dict[tuple[int, int], int] = {}
+        # Uses of a stretch before its function is made: making one costs about
+        # what ten executions fused save over the steps (most of it Python's
+        # compile), so one a kernel runs only once is not made.
+        self.warmup = WARMUP
+
+    def needs_full(self, start: int, stop: int) -> bool:
+        """Whether any instruction of ``[start, stop)`` needs a full EXEC (is not ``exec_free``)."""
+        return self._needs[stop] > self._needs[start]
+
+    def get(self, start: int, stop: int) -> StretchFn | None:
+        """The function executing the fusable instructions ``[start, stop)``, made
+        at its ``warmup``-th use (None before: the caller runs the stretch's
+        steps itself)."""
+        key = (start, stop)
+        fn = self._fns.get(key)
+        if fn is None:
+            uses = self._uses[key] = self._uses.get(key, 0) + 1
+            if uses < self.warmup:
+                return None
+            fn = self._fns[key] = self._make(start, stop)
+        return fn
+
+    def source(self, start: int, stop: int) -> tuple[str, dict]:
+        """The Python text of the stretch ``[start, stop)``'s function ``stretch(w)`` and its globals."""
+        return _Writer(self.instrs[start:stop], self.cores[start:stop]).text()
+
+    def _make(self, start: int, stop: int) -> StretchFn:
+        text, glob = self.source(start, stop)
+        exec(compile(text, f"<stretch {start}:{stop}>", "exec"), glob)
+        return glob["stretch"]
+
+
+class _Writer:
+    """The text of one stretch's function. A VGPR an inlined instruction uses is
+    a local variable, a contiguous copy of its lanes (``[n, 64]``: numpy's
+    operations on those cost a fraction of the same on a view into the files,
+    whose waves lie a whole file apart), loaded at its first use and written
+    back before a core reads it and at the end (``dirty``: changed since);
+    after a core, the copies of the VGPRs it names are loaded again. An SGPR
+    is a view (``[n, 1]``), which the scalar cores' writes reach. Constants
+    are 0-d arrays (numpy's operations with those cost less than with its
+    scalars, and compute the same: NEP 50 types both alike), and an inlined
+    instruction's subexpressions of constants alone are computed once, here
+    (``_folded``)."""
+
+    def __init__(self, instrs: list[Instr], cores: list[Core | None]):
+        self.instrs, self.cores = instrs, cores
+        self.lines = ["def stretch(w):", "    vb = w.vb", "    sb = w.sb"]
+        self.glob: dict = {"np": np}
+        self.consts: set[str] = set()
+        self.vloaded: set[int] = set()
+        self.dirty: set[int] = set()
+        self.sbound: set[int] = set()
+
+    def text(self) -> tuple[str, dict]:
+        for k, (ins, core) in enumerate(zip(self.instrs, self.cores)):
+            spec = inline_of(ins)
+            if spec is not None and self._merge(spec.namespace):
+                self._inline(spec)
+            else:
+                self._call(k, ins, core)
+        self._flush(sorted(self.dirty))
+        self.lines.append("    return None")
+        return "\n".join(self.lines) + "\n", self.glob
+
+    def _emit(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+    def _const(self, value) -> str:
+        name = f"_fz_k{len(self.consts)}"
+        self.consts.add(name)
+        self.glob[name] = np.asarray(value)
+        return name
+
+    def _reg(self, reg: tuple[str, int]) -> str:
+        kind, i = reg
+        name = f"{kind}{i}"
+        if kind == "v" and i not in self.vloaded:
+            self.vloaded.add(i)
+            self._emit(f"{name} = {reg_text(reg)}.copy()")
+        elif kind == "s" and i not in self.sbound:
+            self.sbound.add(i)
+            self._emit(f"{name} = {reg_text(reg)}")
+        return name
+
+    def _inline(self, spec: Inline) -> None:
+        args: dict[str, str] = {}
+        consts: list = []
+        for j, src in enumerate(spec.sources):
+            if src.reg is None:
+                # A constant (``{k0}``): folded with the op's text.
+                consts.append(src.consts[0])
+                continue
+            text = src.text(self._reg(src.reg), [self._const(c) for c in src.consts])
+            if not text.isidentifier():
+                self._emit(f"_t{j} = {text}")
+                text = f"_t{j}"
+            args[f"__{'ABC'[j]}"] = text
+        dest = self._reg(("v", spec.dest))
+        text, values = _folded(spec, tuple(src.reg is None for src in spec.sources), consts)
+        names = {**args, "__O": dest, **{f"__K{i}": self._const(v) for i, v in enumerate(values)}}
+        text = _PLACEHOLDER.sub(lambda m: names[m.group(0)], text)
+        self._emit(text if "{out}" in spec.expr else f"{dest}[...] = {text}")
+        self.dirty.add(spec.dest)
+
+    def _call(self, k: int, ins: Instr, core: Core | None) -> None:
+        regs = {o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count)}
+        self._flush(sorted(regs & self.dirty))
+        name = f"_fz_core{k}"
+        self.glob[name] = core
+        self._emit(f"if {name}(w) is False:")
+        rest = sorted(self.dirty)
+        if rest:
+            # The core changed nothing; the copies changed since their load go back.
+            self._emit(f"    vb[:, {rest}] = np.stack(({', '.join(f'v{i}' for i in rest)},), 1)")
+        self._emit(f"    return {k}")
+        for i in sorted(regs & self.vloaded):
+            self._emit(f"v{i}[...] = vb[:, {i}]")
+
+    def _flush(self, regs: list[int]) -> None:
+        for i in regs:
+            self._emit(f"vb[:, {i}] = v{i}")
+        self.dirty.difference_update(regs)
+
+    def _merge(self, namespace: dict) -> bool:
+        """Add ``namespace`` to the stretch's globals; False where one of its
+        names means something else there (the instruction's core is called instead)."""
+        for key, value in namespace.items():
+            if key in self.glob and self.glob[key] is not value:
+                return False
+        self.glob.update(namespace)
+        return True
+
+
+_PLACEHOLDER = re.compile(r"\b__[ABCOK]\d*\b")
+_FOLDS: dict[tuple, tuple[str, list]] = {}
+
+
+def _folded(spec: Inline, const: tuple[bool, ...], values: list) -> tuple[str, list]:
+    """The text of ``spec``'s op for sources that are registers (``__A``,
+    ``__B``, ``__C``, by position) or constants (``const``; their ``values`` in
+    order), destination ``__O``: each largest subexpression that is a call
+    or an operation on constants alone (and ``np``'s and the ``pure``
+    functions) replaced by a constant holding its value where that is a numpy
+    scalar or array (``__K0``, ``__K1``..; returned in order). Made once per
+    op, constants and shape of its sources."""
+    key = (spec.expr, const, tuple((v.dtype.str, v.tobytes()) for v in values), spec.pure)
+    hit = _FOLDS.get(key)
+    if hit is not None:
+        return hit
+    glob = {**spec.namespace}
+    known = set(spec.pure) | {"np"}
+    names: dict[str, str] = {}
+    vals = iter(values)
+    for j, is_const in enumerate(const):
+        if is_const:
+            name = f"__k{j}"
+            glob[name] = np.asarray(next(vals))
+            known.add(name)
+        else:
+            name = f"__{'ABC'[j]}"
+        names["abc"[j]] = name
+    folded: list = []
+
+    def constant(node: ast.AST) -> bool:
+        return all(n.id in known for n in ast.walk(node) if isinstance(n, ast.Name)) and \
+            not any(isinstance(n, ast.keyword) for n in ast.walk(node))
+
+    class Fold(ast.NodeTransformer):
+        def visit(self, node: ast.AST) -> ast.AST:
+            if isinstance(node, (ast.Name, ast.Call, ast.BinOp, ast.UnaryOp)) and constant(node):
+                with np.errstate(all="ignore"):
+                    value = eval(compile(ast.Expression(node), "<fold>", "eval"), glob)
+                if isinstance(value, (np.generic, np.ndarray)):
+                    folded.append(np.asarray(value))
+                    return ast.Name(f"__K{len(folded) - 1}", ast.Load())
+            return self.generic_visit(node)
+
+    text = spec.expr.format(out=", out=__O", **names)
+    hit = _FOLDS[key] = (ast.unparse(Fold().visit(ast.parse(text, mode="eval"))), folded)
+    return hit

@@ -1,0 +1,254 @@
+"""nvfp4_suite.kernels.flydsl.sim.fuse: a fused stretch computes what the step
+loop's cores compute, bit for bit, and counts the same steps: every inlined
+integer op on hard bit patterns, stretches cut at a join, left at a declined
+core and stopped by the budget, and whole launches of the kernel (every
+register, memory byte, count and memory-model complaint) with and without
+fusing."""
+
+import os
+import types
+
+import numpy as np
+import pytest
+
+from nvfp4_suite.kernels.flydsl.sim import launch as L
+from nvfp4_suite.kernels.flydsl.sim.fuse import WARMUP, Stretches
+from nvfp4_suite.kernels.flydsl.sim.launch import Group, Kernel, dispatch
+from nvfp4_suite.kernels.flydsl.sim.memory import Lds, Memory
+from nvfp4_suite.kernels.flydsl.sim.ops import vint
+from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction, parse_program
+from nvfp4_suite.kernels.flydsl.sim.wave import SimError, decode_batched, inline_of
+from nvfp4_suite.kernels.flydsl.targets import target
+
+# Patterns where wrapping, sign, shift-count masking and the 24-bit and 16-bit
+# fields show: each register gets them in a different lane order, so that
+# every pair of them meets somewhere.
+_HARD = np.array([0, 1, 2, 3, 4, 5, 7, 8, 15, 16, 24, 31, 32, 33, 63, 64, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF,
+                  0x10000, 0xFFFFFF, 0x1000000, 0x7FFFFFFF, 0x80000000, 0x80000001, 0xFFFFFFFE, 0xFFFFFFFF,
+                  0x3F800000, 0xBF800000, 0x7FC00000], np.uint32)
+
+
+def _files(n: int = 3, regs: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    v = rng.integers(0, 2**32, (n, regs, 64), dtype=np.uint32)
+    for r in range(regs):
+        v[:, r, :len(_HARD)] = rng.permutation(_HARD)
+    s = rng.integers(0, 2**32, (n, 129), dtype=np.uint32)
+    s[:, 4], s[:, 5] = 0x80000001, 33
+    return s, v
+
+
+def _forms(name: str, nsrc: int) -> list[str]:
+    """Instructions of op ``name``: VGPR, constant and SGPR sources, a
+    destination that is a source, and (for the VOP2 ops) SDWA selects."""
+    e64 = "" if nsrc == 3 or name in vint._VOP3_ONLY else "_e64"
+    srcs = [["v2", "v3", "v4"], ["17", "v3", "v4"], ["v2", "s4", "v4"], ["v2", "v3", "s5"], ["v1", "v1", "v2"],
+            ["-7", "v3", "v1"], ["v2", "0x3f800000", "v3"]]
+    out = [f"{name}{e64} v1, {', '.join(s[:nsrc])}" for s in srcs]
+    if nsrc == 1:
+        out.append(f"{name}_sdwa v1, sext(v2) dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1")
+    if nsrc == 2 and name not in vint._VOP3_ONLY:
+        for s0, s1 in (("BYTE_0", "WORD_1"), ("BYTE_2", "BYTE_3"), ("WORD_0", "DWORD"), ("DWORD", "BYTE_1")):
+            out.append(f"{name}_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:{s0} src1_sel:{s1}")
+            out.append(f"{name}_sdwa v1, sext(v2), sext(v3) dst_sel:DWORD dst_unused:UNUSED_PAD "
+                       f"src0_sel:{s0} src1_sel:{s1}")
+    if name == "v_perm_b32":
+        out += ["v_perm_b32 v1, v2, v3, 0x7060302", "v_perm_b32 v1, v2, v3, 0x0c0d0b09"]
+    return out
+
+
+_OPS = [(name, n) for table, n in ((vint._UNARY_TEXT, 1), (vint._BINARY_TEXT, 2), (vint._TERNARY_TEXT, 3))
+        for name in table]
+
+
+@pytest.mark.parametrize("name,nsrc", _OPS, ids=[name for name, _ in _OPS])
+def test_every_inlined_integer_op_computes_its_cores_bits(name, nsrc):
+    # Each form alone and all in one stretch (later ones reading earlier results):
+    # the stretch's text against the cores, on the same files. Breaking an op's
+    # inline form (a wrong {out}, a fold of a non-constant, a scalar's dtype)
+    # shows as a mismatch here.
+    instrs = [parse_instruction(t) for t in _forms(name, nsrc)]
+    cores = [decode_batched(ins) for ins in instrs]
+    inlined = [ins for ins, c in zip(instrs, cores) if c is not None and inline_of(ins) is not None]
+    assert inlined or name == "v_bfrev_b32", f"{name}: no form is inlined"
+    for group in [[ins] for ins in inlined] + [inlined]:
+        group_cores = [decode_batched(ins) for ins in group]
+        st = Stretches(group, group_cores, [False] * len(group), [False] * len(group), [False] * len(group))
+        st.warmup = 1
+        s, v = _files()
+        want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+        got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+        with np.errstate(all="ignore"):
+            for core in group_cores:
+                core(want)
+            assert st.get(0, len(group))(got) is None
+        assert np.array_equal(got.vb, want.vb), [ins.text for ins in group]
+        assert np.array_equal(got.sb, want.sb)
+
+
+def _kernel(body: str, kernarg: int = 8) -> Kernel:
+    text = f"""\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
+\t.text
+\t.globl\tk
+k:
+{body}
+.Lfunc_end0:
+\t.amdhsa_kernel k
+\t\t.amdhsa_group_segment_fixed_size 0
+\t\t.amdhsa_kernarg_size {kernarg}
+\t\t.amdhsa_user_sgpr_count 2
+\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
+\t\t.amdhsa_system_sgpr_workgroup_id_x 1
+\t\t.amdhsa_system_vgpr_workitem_id 0
+\t.end_amdhsa_kernel
+"""
+    return Kernel(parse_program(text))
+
+
+# Workgroup 2 branches into the middle of the straight-line block that
+# workgroups 0 and 1 run from its top: their run meets it there (a join
+# inside the stretch), and from there they go on as one run. Then a v_exp_f32,
+# whose core declines under the exp_ulps option, inside another stretch,
+# reading what the instruction before it wrote.
+JOIN = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
+\ts_waitcnt lgkmcnt(0)
+\ts_cmp_eq_u32 s2, 2
+\ts_cbranch_scc1 .LBB0_1
+\tv_add_u32_e32 v1, 5, v0
+\tv_lshlrev_b32_e32 v1, 3, v1
+\tv_xor_b32_e32 v1, 0x55, v1
+\tv_and_or_b32 v1, v1, 0xff0, v0
+.LBB0_1:
+\tv_add_u32_e32 v2, v1, v0
+\tv_lshrrev_b32_e32 v3, 2, v2
+\tv_or3_b32 v2, v2, v3, 7
+\tv_cvt_f32_u32_e32 v4, v2
+\tv_mul_f32_e32 v4, 0x3c000000, v4
+\tv_exp_f32_e32 v4, v4
+\tv_add_u32_e32 v4, v4, v2
+\tv_xor_b32_e32 v4, v3, v4
+\ts_lshl_b32 s11, s2, 8
+\tv_lshlrev_b32_e32 v5, 2, v0
+\tv_add_u32_e32 v5, s11, v5
+\tglobal_store_dword v5, v4, s[6:7]
+\ts_endpgm"""
+
+
+def _join_launch(fuse: bool, options: dict | None = None, order: str = "forward", warmup: int = 1):
+    k = _kernel(JOIN)
+    k.fuse = fuse
+    k.stretches.warmup = warmup
+    mem = Memory()
+    out = np.zeros(3 * 64, np.uint32)
+    n = dispatch(k, mem, (mem.alloc("out", out)).to_bytes(8, "little"), (3, 1, 1), 64, order=order,
+                 options=options)
+    return k, out, n
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("options", [None, {"exp_ulps": 1}])
+def test_a_stretch_stops_where_the_next_run_joins_and_where_a_core_declines(order, options):
+    (kf, out_f, n_f), (ks, out_s, n_s) = _join_launch(True, options, order), _join_launch(False, options, order)
+    assert np.array_equal(out_f, out_s) and n_f == n_s and kf.steps == ks.steps
+    # Workgroups 0 and 1's run was cut where workgroup 2's waits (pc 8, .LBB0_1): a
+    # stretch through it would run workgroup 0 alone past the join, and the
+    # steps would count 11 more; one from pc 8 ran all three.
+    assert (4, 8) in kf.stretches._fns and (4, kf.stretches.end[4]) not in kf.stretches._fns
+    assert kf.steps == 8 + 13 and n_f == 3 * 4 + 2 * 4 + 3 * 13
+    # Under exp_ulps the stretch from the join stops at v_exp_f32 (pc 13), whose
+    # handler runs; the next one starts after it.
+    assert ((8, 13) in kf.stretches._fns or (14, 19) in kf.stretches._fns) == bool(options)
+
+
+def test_a_stretch_is_made_at_its_warmup_th_use_and_run_by_the_steps_before():
+    # Every stretch of one launch is used once: with a warmup of 2 none is made
+    # (the steps run them, alike), and each counts its use.
+    (k, out, n), (_, out_s, n_s) = _join_launch(True, warmup=2), _join_launch(False)
+    assert np.array_equal(out, out_s) and n == n_s
+    assert not k.stretches._fns and k.stretches._uses[(4, 8)] == 1
+    assert k.stretches.get(4, 8) is not None  # the second use makes it
+
+
+def test_the_budget_stops_a_stretch_at_the_instruction_where_the_step_loop_stops():
+    # With fusing, a budget ending inside a stretch must name the same
+    # instruction as the step loop does (a stretch run past it would not raise,
+    # or raise later naming another).
+    msgs = {}
+    for fuse in (True, False):
+        k = _kernel(JOIN)
+        k.fuse = fuse
+        k.stretches.warmup = 1
+        mem = Memory()
+        out = np.zeros(2 * 64, np.uint32)
+        kernarg = np.zeros(8, np.uint8)
+        kernarg.view(np.uint64)[0] = mem.alloc("out", out)
+        groups = [Group(mem, target("gfx950"), Lds(0), (wg, 0, 0), {}, wg) for wg in range(2)]
+        with pytest.raises(SimError, match="exceeded 11 instructions") as e:
+            k.run_batched(groups, mem.alloc("kernarg", kernarg), 64, budget=11)
+        msgs[fuse] = str(e.value)
+    assert msgs[True] == msgs[False]
+    assert "v_cvt_f32_u32" in msgs[True]
+
+
+# ---- whole launches of the kernel, fused and step by step ----------------------------------
+
+@pytest.fixture(scope="module")
+def compiled():
+    from nvfp4_suite.kernels.flydsl.sim import backend as SB
+    why = SB.sim_missing(topks=(16,))
+    if why:
+        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
+            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
+        pytest.skip(why)
+    return SB
+
+
+def _golden():
+    from nvfp4_suite.vectors import bugs, catalog
+    from nvfp4_suite.vectors.io import load_case
+    entry = next(c for c in bugs.golden_cases("memory-order") if c["name"] == "splits-5-blocks")
+    return load_case(catalog.HERE / entry["file"], sha256=entry["sha256"])[0]
+
+
+def _launch(SB, monkeypatch, problem, arch, splits, xcds, fuse, order):
+    files, memories = [], []
+    init, disp = L.Kernel.init_wave, SB.dispatch
+
+    def init_wave(self, group, wave_id, kernarg_addr, block, regs=None):
+        if regs is not None and regs[2] == 0:
+            files.append(regs[:2])
+        return init(self, group, wave_id, kernarg_addr, block, regs)
+
+    def dispatch_(kernel, memory, *a, **kw):
+        # Every stretch made at its first use, so that the launch runs all it can fused.
+        kernel.fuse, kernel.stretches.warmup = fuse, 1
+        memories.append(memory)
+        try:
+            return disp(kernel, memory, *a, **kw)
+        finally:
+            kernel.fuse, kernel.stretches.warmup = True, WARMUP
+    monkeypatch.setattr(L.Kernel, "init_wave", init_wave)
+    monkeypatch.setattr(SB, "dispatch", dispatch_)
+    res = SB.run(problem, arch, splits=splits, xcds=xcds, order=order, memorder="stale")
+    monkeypatch.undo()
+    (mem,) = memories
+    return res, files, {a.name: a.data.copy() for a in mem.allocs}
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("splits,xcds,order", [(1, 0, "forward"), (2, 8, "reverse"), (4, 0, "shuffle:2")])
+def test_a_fused_launch_leaves_every_register_and_byte_the_step_loop_leaves(compiled, monkeypatch, arch, splits,
+                                                                           xcds, order):
+    p = _golden()
+    fused = _launch(compiled, monkeypatch, p, arch, splits, xcds, True, order)
+    steps = _launch(compiled, monkeypatch, p, arch, splits, xcds, False, order)
+    (rf, files_f, mem_f), (rs, files_s, mem_s) = fused, steps
+    assert rf["instructions"] == rs["instructions"] and rf["steps"] == rs["steps"]
+    assert [str(c) for c in rf["memorder"]] == [str(c) for c in rs["memorder"]]
+    assert np.array_equal(rf["out"].view(np.uint32), rs["out"].view(np.uint32))
+    assert len(files_f) == len(files_s) >= 1
+    for (sf, vf), (ss, vs) in zip(files_f, files_s):
+        assert np.array_equal(sf, ss) and np.array_equal(vf, vs)
+    assert mem_f.keys() == mem_s.keys()
+    for name in mem_f:
+        assert np.array_equal(mem_f[name], mem_s[name]), name
