@@ -237,8 +237,8 @@ def plain_text(o: Operand, as_f32: bool = False) -> Source | None:
     """The ``Source`` of a 32-bit source without modifiers, for the waves of a
     view (uint32, or float32 with ``as_f32``): a VGPR's lanes (a view,
     ``[n, 64]``), an SGPR per wave (``[n, 1]``), a constant as a numpy scalar
-    (of the same dtype: numpy computes with it as with an array, with less
-    overhead per operation); None for any other operand."""
+    (of the same dtype, so that numpy keeps the operation in that dtype, where
+    a Python int could promote it); None for any other operand."""
     if o.neg or o.abs or o.sext:
         return None
     f32 = ".view(np.float32)" if as_f32 else ""
