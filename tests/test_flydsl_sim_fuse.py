@@ -5,18 +5,18 @@ core and stopped by the budget, and whole launches of the kernel (every
 register, memory byte, count and memory-model complaint) with and without
 fusing."""
 
-import os
 import types
 
 import numpy as np
 import pytest
+from sim_kernels import hand_kernel, sim_backend
 
 from nvfp4_suite.kernels.flydsl.sim import launch as L
 from nvfp4_suite.kernels.flydsl.sim.fuse import WARMUP, Stretches
 from nvfp4_suite.kernels.flydsl.sim.launch import Group, Kernel, dispatch
 from nvfp4_suite.kernels.flydsl.sim.memory import Lds, Memory
 from nvfp4_suite.kernels.flydsl.sim.ops import vint
-from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction, parse_program
+from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
 from nvfp4_suite.kernels.flydsl.sim.wave import SimError, decode_batched, inline_of
 from nvfp4_suite.kernels.flydsl.targets import target
 
@@ -87,22 +87,7 @@ def test_every_inlined_integer_op_computes_its_cores_bits(name, nsrc):
 
 
 def _kernel(body: str, kernarg: int = 8) -> Kernel:
-    text = f"""\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-\t.text
-\t.globl\tk
-k:
-{body}
-.Lfunc_end0:
-\t.amdhsa_kernel k
-\t\t.amdhsa_group_segment_fixed_size 0
-\t\t.amdhsa_kernarg_size {kernarg}
-\t\t.amdhsa_user_sgpr_count 2
-\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
-\t\t.amdhsa_system_sgpr_workgroup_id_x 1
-\t\t.amdhsa_system_vgpr_workitem_id 0
-\t.end_amdhsa_kernel
-"""
-    return Kernel(parse_program(text))
+    return hand_kernel(body, "gfx950", kernarg=kernarg)
 
 
 # Workgroup 2 branches into the middle of the straight-line block that
@@ -194,13 +179,8 @@ def test_the_budget_stops_a_stretch_at_the_instruction_where_the_step_loop_stops
 
 @pytest.fixture(scope="module")
 def compiled():
-    from nvfp4_suite.kernels.flydsl.sim import backend as SB
-    why = SB.sim_missing(topks=(16,))
-    if why:
-        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
-            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
-        pytest.skip(why)
-    return SB
+    """The simulator's backend module (``sim_kernels.sim_backend``: skips without the kernel)."""
+    return sim_backend()
 
 
 def _golden():

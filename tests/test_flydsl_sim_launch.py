@@ -3,31 +3,16 @@ initial registers the kernel descriptor declares, on small hand-written kernels.
 
 import numpy as np
 import pytest
+from sim_kernels import hand_kernel
 
 from nvfp4_suite.kernels.flydsl.sim.launch import Group, Kernel, dispatch, workgroup_order
 from nvfp4_suite.kernels.flydsl.sim.memory import Lds, Memory
-from nvfp4_suite.kernels.flydsl.sim.program import parse_program
 from nvfp4_suite.kernels.flydsl.sim.wave import MemoryFault, SimError
 from nvfp4_suite.kernels.flydsl.targets import target
 
 
 def _kernel(body: str, lds: int = 0, kernarg: int = 16) -> Kernel:
-    text = f"""\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-\t.text
-\t.globl\tk
-k:
-{body}
-.Lfunc_end0:
-\t.amdhsa_kernel k
-\t\t.amdhsa_group_segment_fixed_size {lds}
-\t\t.amdhsa_kernarg_size {kernarg}
-\t\t.amdhsa_user_sgpr_count 2
-\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
-\t\t.amdhsa_system_sgpr_workgroup_id_x 1
-\t\t.amdhsa_system_vgpr_workitem_id 0
-\t.end_amdhsa_kernel
-"""
-    return Kernel(parse_program(text))
+    return hand_kernel(body, "gfx950", lds, kernarg)
 
 
 # Lane 0 of each workgroup takes a ticket from a counter and stores it at

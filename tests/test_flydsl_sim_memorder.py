@@ -6,6 +6,7 @@ their output is wrong."""
 
 import numpy as np
 import pytest
+from sim_kernels import hand_kernel, sim_backend
 
 from nvfp4_suite.kernels.flydsl.sim.launch import Kernel, dispatch
 from nvfp4_suite.kernels.flydsl.sim.memorder import MemOrder, vmcnt_of
@@ -16,22 +17,7 @@ FILL = 0xDEADBEEF  # what the data buffer holds before the producers store
 
 
 def _kernel(body: str) -> Kernel:
-    text = f"""\t.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
-\t.text
-\t.globl\tk
-k:
-{body}
-.Lfunc_end0:
-\t.amdhsa_kernel k
-\t\t.amdhsa_group_segment_fixed_size 0
-\t\t.amdhsa_kernarg_size 24
-\t\t.amdhsa_user_sgpr_count 2
-\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
-\t\t.amdhsa_system_sgpr_workgroup_id_x 1
-\t\t.amdhsa_system_vgpr_workitem_id 0
-\t.end_amdhsa_kernel
-"""
-    return Kernel(parse_program(text))
+    return hand_kernel(body, "gfx942", kernarg=24)
 
 
 def message_passing(store_bits="", release="", acquire="s_waitcnt vmcnt(0)", load_bits="", peek=False) -> str:
@@ -195,16 +181,8 @@ def _real_case():
 
 @pytest.fixture(scope="module")
 def compiled():
-    """Skips (with the reason) where the kernel can be neither compiled nor found cached."""
-    import os
-
-    from nvfp4_suite.kernels.flydsl.sim import backend as SB
-    why = SB.sim_missing(topks=(16,))
-    if why:
-        if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
-            pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
-        pytest.skip(why)
-    return SB
+    """The simulator's backend module (``sim_kernels.sim_backend``: skips without the kernel)."""
+    return sim_backend()
 
 
 # Splits 2 only, to keep CI's compiles few; every golden case at every split
