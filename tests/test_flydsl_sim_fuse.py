@@ -191,7 +191,7 @@ def _golden():
 
 
 def _launch(SB, monkeypatch, problem, arch, splits, xcds, fuse, order):
-    files, memories = [], []
+    files, memories, fused = [], [], []
     init, disp = L.Kernel.init_wave, SB.dispatch
 
     def init_wave(self, group, wave_id, kernarg_addr, block, regs=None):
@@ -203,16 +203,25 @@ def _launch(SB, monkeypatch, problem, arch, splits, xcds, fuse, order):
         # Every stretch made at its first use, so that the launch runs all it can fused.
         kernel.fuse, kernel.stretches.warmup = fuse, 1
         memories.append(memory)
+        get = kernel.stretches.get
+
+        def counted(start, stop):
+            # The stretches the launch ran fused: the comparison below is empty without any.
+            fn = get(start, stop)
+            fused.append(fn is not None)
+            return fn
+        kernel.stretches.get = counted
         try:
             return disp(kernel, memory, *a, **kw)
         finally:
             kernel.fuse, kernel.stretches.warmup = True, WARMUP
+            del kernel.stretches.get
     monkeypatch.setattr(L.Kernel, "init_wave", init_wave)
     monkeypatch.setattr(SB, "dispatch", dispatch_)
     res = SB.run(problem, arch, splits=splits, xcds=xcds, order=order, memorder="stale")
     monkeypatch.undo()
     (mem,) = memories
-    return res, files, {a.name: a.data.copy() for a in mem.allocs}
+    return res, files, {a.name: a.data.copy() for a in mem.allocs}, sum(fused)
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
@@ -222,7 +231,8 @@ def test_a_fused_launch_leaves_every_register_and_byte_the_step_loop_leaves(comp
     p = _golden()
     fused = _launch(compiled, monkeypatch, p, arch, splits, xcds, True, order)
     steps = _launch(compiled, monkeypatch, p, arch, splits, xcds, False, order)
-    (rf, files_f, mem_f), (rs, files_s, mem_s) = fused, steps
+    (rf, files_f, mem_f, ran_f), (rs, files_s, mem_s, ran_s) = fused, steps
+    assert ran_f > 0 and ran_s == 0
     assert rf["instructions"] == rs["instructions"] and rf["steps"] == rs["steps"]
     assert [str(c) for c in rf["memorder"]] == [str(c) for c in rs["memorder"]]
     assert np.array_equal(rf["out"].view(np.uint32), rs["out"].view(np.uint32))

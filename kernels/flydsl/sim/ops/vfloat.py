@@ -652,8 +652,7 @@ batched("v_cvt_f16_f32")(_decoder(1, _to_f16_bits, True, mods=()))
 @_vop("v_cvt_pk_f16_f32", nops=3, mods=())
 def _cvt_pk_f16_f32(w: Wave, ins: Instr) -> None:
     """D = {f16(S1), f16(S0)}, round to nearest even."""
-    h = _to_f16_bits(np.stack([_f32(w, ins, 1), _f32(w, ins, 2)]))
-    w.vset(ins, h[0] | (h[1] << np.uint32(16)))
+    w.vset(ins, _pack_halves(_f16_round, _f32(w, ins, 1), _f32(w, ins, 2)))
 
 
 def _bf16_round(x: np.ndarray) -> np.ndarray:
@@ -666,11 +665,6 @@ def _bf16_round(x: np.ndarray) -> np.ndarray:
         nan = x != x
         out[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
     return out
-
-
-def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bits (uint32), as ``_bf16_round``."""
-    return _bf16_round(x).astype(np.uint32)
 
 
 def _pack_halves(round16, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -686,8 +680,7 @@ def _pack_halves(round16, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @_vop("v_cvt_pk_bf16_f32", nops=3, mods=())
 def _cvt_pk_bf16_f32(w: Wave, ins: Instr) -> None:
     """D = {bf16(S1), bf16(S0)}, round to nearest even."""
-    h = _to_bf16_bits(np.stack([_f32(w, ins, 1), _f32(w, ins, 2)]))
-    w.vset(ins, h[0] | (h[1] << np.uint32(16)))
+    w.vset(ins, _pack_halves(_bf16_round, _f32(w, ins, 1), _f32(w, ins, 2)))
 
 
 @_vop("v_pack_b32_f16", nops=3, mods=("op_sel",))
