@@ -59,6 +59,16 @@ def test_one_generated_problem_runs_and_conforms(toolchain, capsys):
     assert "PASS gfx950 generated 0..0" in out and "1 of 1 tasks conform" in out
 
 
+def test_tasks_on_worker_processes_each_report_their_verdict_by_name(toolchain):
+    # --jobs above 1 (the default, and the README's --jobs 2): the tasks run on a process pool.
+    tasks = sim_sweep.tasks_for("gfx950", True, cases={_case_id("split-rescale"), _case_id("invalid-rows")},
+                                splits={2})
+    lines: list[str] = []
+    failed, instructions, _ = sim_sweep.run_tasks(tasks, 2, out=lines.append)
+    assert failed == [] and instructions > 0 and len(tasks) == 2
+    assert sorted(x.split("] ", 1)[1] for x in lines) == sorted(f"PASS {t[0]}" for t in tasks)
+
+
 def test_a_failing_task_is_reported_by_name_with_its_lines(monkeypatch):
     lines = []
     failed, n, _ = sim_sweep.run_tasks([("broken task", lambda: 1 / 0, ())], 1, out=lines.append)
