@@ -457,6 +457,8 @@ BATCHED_FORMS = [
     "buffer_store_dwordx2 v[14:15], v1, s[8:11], 0 offen sc1",
     "buffer_load_dwordx3 v[10:12], v1, s[8:11], 0 offen sc0",
     "buffer_store_byte v14, v1, s[8:11], 0 offen offset:3",
+    "buffer_store_dwordx2 v[14:15], v1, s[16:19], 0 offen offset:48",  # lanes wholly past num_records dropped
+    "buffer_store_dwordx2 v[14:15], v1, s[16:19], 0 offen offset:4000",  # some waves' every lane past it
     "global_load_dwordx2 v[10:11], v1, s[4:5] offset:8",
     "global_store_dwordx4 v6, v[14:17], s[4:5]",
     "global_store_dwordx2 v7, v[14:15], s[4:5] nt",  # each wave's bytes its own
@@ -527,3 +529,17 @@ def test_batched_memory_cores_do_what_each_waves_handler_does_in_turn(seed):
             assert np.array_equal(x, y), text
     assert [str(c) for c in one[5].complaints] == [str(c) for c in many[5].complaints]
     assert one[5].complaints  # the waves' bytes overlap: the check had something to say
+
+
+def test_a_batched_store_leaves_a_lane_straddling_num_records_to_the_handlers():
+    """A lane whose first component is in range and second is not (v1 = 4080:
+    bytes 4092..4099 of a 4096-byte range): the core declines, having issued
+    and written nothing, so the handlers store the components one by one."""
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, decode_batched
+    waves, sfile, vfile, _, buf, order = _batch(0)
+    vfile[:, 1, 5] = 4080
+    before = buf.copy()
+    core = decode_batched(parse_instruction("buffer_store_dwordx2 v[14:15], v1, s[16:19], 0 offen offset:12"))
+    assert core(BatchView(sfile, vfile, waves)) is False
+    assert np.array_equal(buf, before) and not order.complaints and not order._waves

@@ -250,28 +250,47 @@ def _buffer_load_decoder(ins: Instr) -> Core | None:
 @batched(*_BUFFER_STORES)
 def _buffer_store_decoder(ins: Instr) -> Core | None:
     """The batched decoder of a MUBUF store: every wave's raw buffer, each
-    lane's access in range and in one allocation (written as each wave's
-    handler would, in arrival order); anything else is each wave's handler's."""
+    lane's access in one allocation and either wholly in range or wholly out
+    of it (dropped, as the handler drops its components), written as each
+    wave's handler would, in arrival order; anything else (a lane with some
+    components in range and some not) is each wave's handler's."""
     size, n = _BUFFER_STORES[ins.base]
     form = _buffer_offsets(ins)
     if form is None or ins.ops[0].count != n:
         return None
-    d = ins.ops[0].index
+    d, comp = ins.ops[0].index, np.arange(n, dtype=np.int64) * size
 
     def core(view) -> bool | None:
         got = form(view)
         if got is None:
             return False
         base, lane, records = got
+        data = _lane_bytes(view, d, n, size)
+        waves = view.waves
         if not ((lane >= 0) & (lane + size * n <= records[:, None])).all():
-            return False
-        addrs = (base[:, None] + lane).astype(np.uint64)
+            offsets = lane[..., None] + comp
+            parts = (offsets >= 0) & (offsets + size <= records[:, None, None])
+            inr = parts.all(axis=2)
+            if (parts.any(axis=2) != inr).any():
+                return False
+            # A lane out of range stores again what the wave's last lane in range
+            # stores: the same bytes, the same value, and that lane still writes
+            # them last. A wave with no lane in range stores nothing (it issues).
+            keep = inr.any(axis=1)
+            src = np.where(inr, np.arange(LANES), LANES - 1 - np.argmax(inr[:, ::-1], axis=1)[:, None])[keep]
+            base, lane = base[keep], np.take_along_axis(lane[keep], src, axis=1)
+            data = np.take_along_axis(data[keep], src[..., None], axis=1)
+            waves = [w for w, k in zip(waves, keep.tolist()) if k]
         mem = view.group.memory
+        if not waves:
+            _issue_all(view, ins)
+            return None
+        addrs = (base[:, None] + lane).astype(np.uint64)
         a = mem.span(addrs, size * n)
         if a is None:
             return False
         _issue_all(view, ins)
-        mem.store_waves(a, addrs, _lane_bytes(view, d, n, size), view.waves, ins)
+        mem.store_waves(a, addrs, data, waves, ins)
         return None
     return core
 
