@@ -201,6 +201,25 @@ def test_mfma_exactness_shortcut_stops_one_bit_short(k):
     assert _run(k, a, b, c)[0, 0] == np.float32(1 + 2.0 ** -23)
 
 
+@pytest.mark.parametrize("k", [16, 32])
+def test_mfma_exactness_shortcut_needs_c_above_its_threshold(k):
+    """1 + 2**-24 - 2**-30 from products plus C = 2**-30 + 2**-53 is 1 + 2**-24 +
+    2**-53, past the midpoint (1 + 2**-23), where float64 ties it back to the
+    midpoint and float32 to 1.0. Every product is a multiple of 2**-30, far
+    above what a sum under 2 needs (2**-52); C (its lowest bit 2**-53) is
+    below the 2**(top - 30) = 2**-29 that shows a C a multiple of 2**-52, so
+    the shortcut for all elements at once must not take it (a threshold one
+    bit lower would). Every other C is 0, so this C is the smallest."""
+    a = np.zeros((16, k), BF16)
+    b = np.zeros((k, 16), BF16)
+    a[0, :3] = 1.0, 2.0 ** -12, -2.0 ** -15
+    b[:3, 0] = 1.0, 2.0 ** -12, 2.0 ** -15
+    c = np.zeros((16, 16), np.float32)
+    c[0, 0] = np.float32(2.0 ** -30 + 2.0 ** -53)
+    assert c[0, 0] == 2.0 ** -30 + 2.0 ** -53
+    assert _run(k, a, b, c)[0, 0] == np.float32(1 + 2.0 ** -23)
+
+
 def test_mfma_keeps_denormals():
     a = np.zeros((16, 16), BF16)
     b = np.zeros((16, 16), BF16)

@@ -59,6 +59,11 @@ def _bf16_lsb_table() -> np.ndarray:
 
 _NO_LSB = 10000  # above any lowest-bit exponent; the sum of two still fits int16
 _BF16_LSB = _bf16_lsb_table()
+# float64 [65536]: every bf16 bit pattern's value (exact; a gather costs less
+# than widening the patterns to fp32 and converting those).
+with np.errstate(invalid="ignore"):
+    _BF16_F64 = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
+_MAG32 = np.uint32(0x7FFFFFFF)
 
 
 def round_sum_to_f32(terms: list[float]) -> np.float32:
@@ -104,18 +109,22 @@ def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
 
 def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
     """float32 ``[n, 16, 16]``: ``A @ B + C`` of ``n`` independent MFMAs (one per
-    wave) of depth ``k``, each element rounded once. ``ab``: uint16 ``[n, 32 k]``,
-    each wave's ``[k, 32]`` bf16 bit patterns, flattened: row ``kk`` holds
-    column ``kk`` of A (``A[0..15, kk]``) then row ``kk`` of B (``B[kk,
-    0..15]``); ``c``: uint32 ``[n or 1, 16, 16]``, C as fp32 bit patterns.
+    wave) of depth ``k``, each element rounded once, every NaN the canonical
+    0x7FC00000. ``ab``: uint16 ``[n, 32 k]``, each wave's ``[k, 32]`` bf16 bit
+    patterns, flattened: row ``kk`` holds column ``kk`` of A (``A[0..15,
+    kk]``) then row ``kk`` of B (``B[kk, 0..15]``); ``c``: uint32 ``[n or 1,
+    16, 16]`` (any strides), C as fp32 bit patterns. A's rows, C's and the
+    result's are in the same order, whichever it is.
 
     One matrix product gives the float64 sums and the sums of magnitudes
     (bf16 products are exact in float64). Where every term of an element is
     a multiple of ``2**(top - 53)``, ``sum|terms| < 2**top``, the float64 sum
     is exact (``float64_sum_is_exact``'s argument) and rounding it is the
-    answer: shown for the whole matrix at once (the kernel's sums always
-    are) from the lowest set bits of A's rows and B's columns (a product's
-    is the sum of its factors') and C's size (``_c_fits``). Elsewhere the float64
+    answer. The usual case (the kernel's) is shown for all ``n`` MFMAs at
+    once with one ``top``, the largest sum of magnitudes' (``_all_exact``);
+    otherwise element by element, from the lowest set bits of A's rows and
+    B's columns (a product's is the sum of its factors') and C's size
+    (``_c_fits``). Elsewhere the float64
     sum (any order) is within ``bound = 2 (k + 1) u sum|terms|`` of the
     exact sum; where that interval rounds to one fp32 value (almost always)
     that value is the answer. The test rounds ``s -/+ 2 bound``: the float64
@@ -127,67 +136,118 @@ def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
     sum already is). So the result does not depend on the order numpy's
     matrix product adds in."""
     n = ab.shape[0]
-    # Values (row 0) and magnitudes (row 1) of A and B as float32 bit patterns,
-    # then float64: [2, n, k, 32], of which A is [2, n, 16, k] (a transposed
-    # view, as BLAS takes it) and B [2, n, k, 16].
-    bits = np.empty((2, n, k, 32), np.uint32)
-    np.left_shift(ab.reshape(n, k, 32), 16, out=bits[0], dtype=np.uint32)
-    np.bitwise_and(bits[0], 0x7FFFFFFF, out=bits[1])
+    # Values (row 0) and magnitudes (row 1) of A and B in float64: [2, n, k, 32],
+    # of which A is [2, n, 16, k] (a transposed view, as BLAS takes it) and B
+    # [2, n, k, 16]. (A gather from a table: uint16 indices cannot be out of range.)
+    vals = np.empty((2, n, k, 32))
+    _BF16_F64.take(ab.reshape(n, k, 32), out=vals[0], mode="clip")
+    np.abs(vals[0], out=vals[1])
     with np.errstate(invalid="ignore", over="ignore"):
-        vals = bits.view(np.float32).astype(np.float64)
         amat, bmat = vals[..., :16].swapaxes(2, 3), vals[..., 16:]
-        cval = c.view(np.float32).astype(np.float64)
-        sums = amat @ bmat
-        s, abs_sum = sums
+        s, abs_sum = amat @ bmat
+        cval = c.view(np.float32)
         s += cval
-        cabs = np.abs(cval)
-        abs_sum += cabs
+        cmag = c & _MAG32
+        abs_sum += cmag.view(np.float32)
         out = s.astype(np.float32)
-        # An exactly zero sum is -0 only when every term is: C's element -0 and every product too.
-        if not abs_sum.all():
-            zero = abs_sum == 0
-            out[zero] = np.float32(0.0)
-            neg = zero & np.signbit(cval)
-            if neg.any():
-                nn, ii, jj = np.nonzero(neg)
-                out[nn, ii, jj] = np.where(np.signbit(amat[0, nn, ii] * bmat[0, nn, :, jj]).all(axis=1),
-                                           np.float32(-0.0), np.float32(0.0))
-        # A's rows, then B's columns: [n, 32] (a minimum across rows of k, which
-        # numpy does element-wise, several times faster than along rows).
-        lows = np.minimum.reduce(_BF16_LSB.take(ab).reshape(n, k, 32), axis=1)
-        # frexp's exponent less 53 (the exponent field less 1022 + 53) for the
-        # positive normal sums; a zero or non-finite sum is not refined below,
-        # so what this gives it does not matter.
-        top = (abs_sum.view(np.int64) >> 52) - 1075
-        exact = (lows[:, :16, None] + lows[:, None, 16:] >= top) & _c_fits(cabs, abs_sum)
-        if exact.all():
+        # C's smallest magnitude (bit patterns order them as their values); where
+        # it is not zero, no sum of magnitudes is (none is below its |C|).
+        least = int(np.minimum.reduce(cmag, axis=None))
+        if least == 0:
+            # An exactly zero sum is -0 only when every term is: C's element -0 and every product too.
+            if not abs_sum.all():
+                zero = abs_sum == 0
+                out[zero] = np.float32(0.0)
+                neg = zero & np.signbit(cval)
+                if neg.any():
+                    nn, ii, jj = np.nonzero(neg)
+                    out[nn, ii, jj] = np.where(np.signbit(amat[0, nn, ii] * bmat[0, nn, :, jj]).all(axis=1),
+                                               np.float32(-0.0), np.float32(0.0))
+            # The smallest nonzero one (a zero less 1 wraps to 2**32 - 1).
+            np.subtract(cmag, 1, out=cmag)
+            least = int(np.minimum.reduce(cmag, axis=None)) + 1
+        if _all_exact(ab, abs_sum, least):
             return out
-        wide = abs_sum * (4.0 * (k + 1) * _U)
-        doubt = (s - wide).astype(np.float32).view(np.uint32) != (s + wide).astype(np.float32).view(np.uint32)
-        doubt &= ~exact
-        if not doubt.any():
-            return out
-        # The elements in doubt, flat (e = 16 i + j), without the non-finite and zero sums.
-        nn, e = np.nonzero(doubt.reshape(n, 256))
-        sums_e = abs_sum.reshape(n, 256)[nn, e]
-        keep = np.isfinite(sums_e) & (sums_e != 0)
-        if not keep.all():
-            nn, e, sums_e = nn[keep], e[keep], sums_e[keep]
-        c_e = cval.reshape(-1, 256)[nn if c.shape[0] > 1 else 0, e]
-        c_e_abs = np.abs(c_e)
-        # As above, each product's own lowest set bit (A's row i and B's column j
-        # of each element gathered, [m, 2k]).
-        lsb = _BF16_LSB.take(ab[nn[:, None], _FACTORS[k][e]])
-        _, top = np.frexp(sums_e)
-        exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= top - 53) & _c_fits(c_e_abs, sums_e)
-        if exact.all():
-            return out
-        nn, ii, jj = nn[~exact], e[~exact] >> 4, e[~exact] & 15
-        terms = np.concatenate([amat[0, nn, ii] * bmat[0, nn, :, jj], c_e[~exact, None]], axis=1)
-        d = ~float64_sum_is_exact(terms, sums_e[~exact])
-        for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d].tolist()):
-            out[m, i, j] = round_sum_to_f32(t)
+        _refine(out, ab, k, amat[0], bmat[0], s, abs_sum, cval.astype(np.float64))
+    low = np.minimum.reduce(out, axis=None)  # NaN if any element is
+    if low != low:
+        out.view(np.uint32)[out != out] = _QNAN
     return out
+
+
+def _all_exact(ab: np.ndarray, abs_sum: np.ndarray, c_least: int) -> bool:
+    """Whether every element of ``mfma_f32_bf16``'s MFMAs has an exact float64
+    sum, shown for them all at once (a sufficient condition; ``ab`` as there,
+    ``abs_sum`` float64 ``[n, 16, 16]`` the float64 sums of magnitudes,
+    ``c_least`` the bit pattern of C's smallest nonzero magnitude, 2**32
+    where every C is zero).
+
+    With ``top`` the exponent of the largest ``abs_sum`` (all below
+    ``2**top``; a non-finite one fails the test, and with it every element
+    is finite, no term infinite or NaN): a product's lowest set bit is at
+    least the sum of the lowest over all of A's and over all of B's values,
+    and a nonzero C of magnitude at least ``2**(top - 30)`` is a multiple of
+    ``2**(top - 53)`` (``_c_fits``'s argument). Where both reach ``top -
+    53``, every term of every element is a multiple of ``2**(top - 53)`` and
+    ``float64_sum_is_exact``'s argument applies to each element."""
+    most = float(np.maximum.reduce(abs_sum, axis=None))
+    if not most < math.inf:
+        return False
+    unit = math.frexp(most)[1] - 53
+    # [2, 16]: the lowest of A's rows and B's columns (a minimum across rows,
+    # which numpy does element-wise, several times faster than along rows).
+    low_a, low_b = np.minimum.reduce(_BF16_LSB.take(ab, mode="clip").reshape(-1, 2, 16), axis=0).tolist()
+    if min(low_a) + min(low_b) < unit:
+        return False
+    # 2**(top - 30) as an fp32 bit pattern, 0 where that is below the normal range.
+    return c_least >= max(unit + 23 + 127, 0) << 23
+
+
+def _refine(out: np.ndarray, ab: np.ndarray, k: int, amat: np.ndarray, bmat: np.ndarray, s: np.ndarray,
+            abs_sum: np.ndarray, cval: np.ndarray) -> None:
+    """``mfma_f32_bf16``'s elements not shown exact at once, element by element
+    (its docstring): ``out`` (float32 ``[n, 16, 16]``, the float64 sums
+    rounded) corrected in place where the float64 sum ``s`` may round
+    otherwise than the exact sum. ``amat`` float64 ``[n, 16, k]``, ``bmat``
+    ``[n, k, 16]``, ``abs_sum`` as ``s`` (float64 ``[n, 16, 16]``), ``cval``
+    float64 ``[n or 1, 16, 16]``."""
+    n = ab.shape[0]
+    cabs = np.abs(cval)
+    # A's rows, then B's columns: [n, 32] (a minimum across rows of k, which
+    # numpy does element-wise, several times faster than along rows).
+    lows = np.minimum.reduce(_BF16_LSB.take(ab).reshape(n, k, 32), axis=1)
+    # frexp's exponent less 53 (the exponent field less 1022 + 53) for the
+    # positive normal sums; a zero or non-finite sum is not refined below,
+    # so what this gives it does not matter.
+    top = (abs_sum.view(np.int64) >> 52) - 1075
+    exact = (lows[:, :16, None] + lows[:, None, 16:] >= top) & _c_fits(cabs, abs_sum)
+    if exact.all():
+        return
+    wide = abs_sum * (4.0 * (k + 1) * _U)
+    doubt = (s - wide).astype(np.float32).view(np.uint32) != (s + wide).astype(np.float32).view(np.uint32)
+    doubt &= ~exact
+    if not doubt.any():
+        return
+    # The elements in doubt, flat (e = 16 i + j), without the non-finite and zero sums.
+    nn, e = np.nonzero(doubt.reshape(n, 256))
+    sums_e = abs_sum.reshape(n, 256)[nn, e]
+    keep = np.isfinite(sums_e) & (sums_e != 0)
+    if not keep.all():
+        nn, e, sums_e = nn[keep], e[keep], sums_e[keep]
+    c_e = cval.reshape(-1, 256)[nn if cval.shape[0] > 1 else 0, e]
+    c_e_abs = np.abs(c_e)
+    # As above, each product's own lowest set bit (A's row i and B's column j
+    # of each element gathered, [m, 2k]).
+    lsb = _BF16_LSB.take(ab[nn[:, None], _FACTORS[k][e]])
+    _, top = np.frexp(sums_e)
+    exact = ((lsb[:, :k] + lsb[:, k:]).min(axis=1) >= top - 53) & _c_fits(c_e_abs, sums_e)
+    if exact.all():
+        return
+    nn, ii, jj = nn[~exact], e[~exact] >> 4, e[~exact] & 15
+    terms = np.concatenate([amat[nn, ii] * bmat[nn, :, jj], c_e[~exact, None]], axis=1)
+    d = ~float64_sum_is_exact(terms, sums_e[~exact])
+    for m, i, j, t in zip(nn[d], ii[d], jj[d], terms[d].tolist()):
+        out[m, i, j] = round_sum_to_f32(t)
 
 
 def _c_fits(cabs: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
@@ -230,21 +290,21 @@ def _checked(ins: Instr, k: int) -> tuple:
     return dec
 
 
-def _layout(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gather indices of the operand layout (module docstring): ``ab [16, K]``
+def _layout(k: int) -> np.ndarray:
+    """Gather indices of the operand layout (module docstring): ``[16, K]``
     into an A or B register block read as uint16 halves (``[K/8 regs, 128]``,
-    flattened), A's ``[i, k]`` and B's ``[k, i]``; ``cd [16, 16]`` into a C or D
-    block of four registers (``[4, 64]``, flattened), and ``dc [256]``, its
-    inverse (D's registers from the result matrix, flattened)."""
+    flattened), A's ``[i, k]`` and B's ``[k, i]``."""
     kl = k // 4
     i, kk = np.meshgrid(np.arange(16), np.arange(k), indexing="ij")
     lane, e = 16 * (kk // kl) + i, kk % kl
-    ab = (e // 2) * 2 * LANES + 2 * lane + e % 2
-    r, j = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
-    cd = (r % 4) * LANES + 16 * (r // 4) + j
-    return ab, cd, np.argsort(cd.reshape(-1))
+    return (e // 2) * 2 * LANES + 2 * lane + e % 2
 
 
+# A's rows in the order of D's registers: C's and D's four registers ([4, 64],
+# flattened) hold the matrix element [4 * (l // 16) + r][l % 16] at 64 r + l,
+# so the product of A's rows taken in this order (an involution) and B is D's
+# registers as they lie, and C's registers are C in the same order.
+_D_ROWS = 4 * (np.arange(16) % 4) + np.arange(16) // 4
 _LAYOUT = {16: _layout(16), 32: _layout(32)}
 # Waves per mfma_f32_bf16 call: its float64 temporaries (about 16 KiB a wave)
 # stay small enough to be reused from the allocator and the caches; a launch's
@@ -260,12 +320,14 @@ def _core(ins: Instr, k: int) -> Core:
     if made is not None:
         return made
     d, a, b, c = _checked(ins, k)
-    ab, cd, dc = _LAYOUT[k]
-    # A's and B's halves in one gather from a wave's whole register file (uint16
-    # [512 regs * 128]) where the view has it as an array; from each block
-    # otherwise: mfma_f32_bf16's [k, 32] (A's column kk, then B's row kk).
-    ab_blocks = np.concatenate([ab.T, a.count * 2 * LANES + ab.T], axis=1).reshape(-1)
-    ab_file = np.concatenate([a.index * 2 * LANES + ab.T, b.index * 2 * LANES + ab.T], axis=1).reshape(-1)
+    ab = _LAYOUT[k]
+    # A's (rows in D's order) and B's halves in one gather from a wave's whole
+    # register file (uint16 [512 regs * 128]) where the view has it as an array;
+    # from each block otherwise: mfma_f32_bf16's [k, 32] (A's column kk, then
+    # B's row kk).
+    at, bt = ab[_D_ROWS].T, ab.T
+    ab_blocks = np.concatenate([at, a.count * 2 * LANES + bt], axis=1).reshape(-1)
+    ab_file = np.concatenate([a.index * 2 * LANES + at, b.index * 2 * LANES + bt], axis=1).reshape(-1)
     cconst = None if c.kind != "const" else np.full((1, 16, 16), c.bits32, np.uint32)
 
     def core(w) -> None:
@@ -278,7 +340,7 @@ def _core(ins: Instr, k: int) -> Core:
         else:
             bits = np.concatenate([vb[:, a.index:a.index + a.count], vb[:, b.index:b.index + b.count]], axis=1) \
                 .view(np.uint16).reshape(n, -1).take(ab_blocks, axis=1)
-        cbits = cconst if cconst is not None else vb[:, c.index:c.index + 4].reshape(n, -1).take(cd, axis=1)
+        cbits = cconst if cconst is not None else vb[:, c.index:c.index + 4].reshape(n, 16, 16)
         if n <= _CHUNK:
             res = mfma_f32_bf16(bits, k, cbits)
         else:
@@ -286,11 +348,7 @@ def _core(ins: Instr, k: int) -> Core:
             for lo in range(0, n, _CHUNK):
                 res[lo:lo + _CHUNK] = mfma_f32_bf16(bits[lo:lo + _CHUNK], k, cbits[lo:lo + _CHUNK] if cconst is None
                                                     else cbits)
-        out = res.view(np.uint32)
-        low = np.minimum.reduce(res, axis=None)  # NaN if any element is
-        if low != low:
-            out[res != res] = _QNAN
-        vb[:, d.index:d.index + 4] = out.reshape(n, -1).take(dc, axis=1).reshape(n, 4, LANES)
+        vb[:, d.index:d.index + 4] = res.view(np.uint32).reshape(n, 4, LANES)
     ins.__dict__["_mfma_core"] = core
     return core
 

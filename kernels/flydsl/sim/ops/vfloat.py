@@ -314,16 +314,17 @@ def _max2(a: np.ndarray, b: np.ndarray, want_max: bool) -> np.ndarray:
     """v_max_f32 / v_min_f32 in IEEE mode, per the CDNA4 pseudo-code: a
     signalling NaN operand (S0 first) returns it quieted, a quiet NaN operand
     is ignored, +0 is above -0."""
+    pick = np.maximum if want_max else np.minimum
+    r = pick(a, b)
+    low = np.minimum.reduce(r, axis=None)  # NaN where either operand has one (pick propagates it)
+    if low == low:
+        # numpy's maximum/minimum order numbers as IEEE does; of two equal operands
+        # they return one by their order, so the two orders differ only for zeros
+        # of opposite signs, where the ISA wants +0 for max (the AND of the two
+        # results' bits) and -0 for min (the OR).
+        rb, sb = _bits(r), _bits(pick(b, a))
+        return (np.bitwise_and(rb, sb, out=rb) if want_max else np.bitwise_or(rb, sb, out=rb)).view(np.float32)
     nan_a, nan_b = a != a, b != b
-    if not (nan_a.any() or nan_b.any()):
-        # numpy's maximum/minimum order numbers as IEEE does; of two zeros of either
-        # sign it returns the first, where the ISA wants +0 for max and -0 for min.
-        r = np.maximum(a, b) if want_max else np.minimum(a, b)
-        both_zero = (r == 0) & (a == b)
-        if both_zero.any():
-            ba, bb = _bits(a), _bits(b)
-            r = np.where(both_zero, (ba & bb if want_max else ba | bb).view(np.float32), r)
-        return r
     ba, bb = _bits(a), _bits(b)
     ka, kb = _order_key(ba), _order_key(bb)
     r = np.where(ka >= kb if want_max else ka < kb, ba, bb)
