@@ -34,8 +34,9 @@ def registers(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def assert_core_matches_handler(text: str, arch: str = "gfx942", seed: int = 0, n: int = 5) -> None:
     """``text``'s batched core over ``n`` waves (consecutive register rows, then
-    every other row, gathered and scattered) leaves every register as its
-    handler run on each wave alone does, bit for bit, all with a full EXEC."""
+    every other row, both views of the files, then rows with uneven gaps,
+    gathered and scattered) leaves every register as its handler run on each
+    wave alone does, bit for bit, all with a full EXEC."""
     ins = parse_instruction(text)
     core, handler = decode_batched(ins), handler_for(ins)
     assert core is not None, f"{text}: no batched core"
@@ -45,7 +46,7 @@ def assert_core_matches_handler(text: str, arch: str = "gfx942", seed: int = 0, 
     with np.errstate(all="ignore"):
         for k in range(n):
             handler(Wave(group, k, (want_s, want_v, k)), ins)
-        for rows in (list(range(n)), list(range(0, n, 2))):
+        for rows in (list(range(n)), list(range(0, n, 2)), [0, 1, n - 1]):
             s, v = sfile.copy(), vfile.copy()
             assert core(BatchView(s, v, [Wave(group, k, (s, v, k)) for k in rows])) is not False, text
             for k in range(n):

@@ -307,8 +307,9 @@ def _hard_cases(k: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
 
 @pytest.mark.parametrize("k", [16, 32])
 def test_mfma_batched_over_waves_equals_exact(k):
-    """One core call over several waves (consecutive rows, and rows with gaps as
-    a launch gathers them) gives each wave the exact product rounded once."""
+    """One core call over several waves (consecutive rows, every other row, and
+    rows with uneven gaps as a launch gathers them) gives each wave the exact
+    product rounded once."""
     from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
     from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave, decode_batched
 
@@ -327,14 +328,16 @@ def test_mfma_batched_over_waves_equals_exact(k):
         core(BatchView(sfile, vfile, waves))
     for w, ref in zip(waves, want):
         _same(_d_from_regs(w.v[156:160]), ref)
-    vfile[:, 156:160] = 0
-    with np.errstate(all="ignore"):
-        core(BatchView(sfile, vfile, waves[::2]))  # rows 0, 2, 4: gathered and scattered
-    for i, (w, ref) in enumerate(zip(waves, want)):
-        if i % 2 == 0:
-            _same(_d_from_regs(w.v[156:160]), ref)
-        else:
-            assert not w.v[156:160].any()
+    # Every other row (a view of the files), then uneven gaps (gathered and scattered).
+    for rows in ([0, 2, 4], [0, 1, 3]):
+        vfile[:, 156:160] = 0
+        with np.errstate(all="ignore"):
+            core(BatchView(sfile, vfile, [waves[i] for i in rows]))
+        for i, (w, ref) in enumerate(zip(waves, want)):
+            if i in rows:
+                _same(_d_from_regs(w.v[156:160]), ref)
+            else:
+                assert not w.v[156:160].any()
 
 
 @pytest.mark.parametrize("text", ["v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], a[6:7], v[8:11]",

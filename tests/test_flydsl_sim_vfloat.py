@@ -913,3 +913,61 @@ def test_clamp_on_16_bit_results_is_refused_with_every_lane_on(text):
     form the handler refuses."""
     with pytest.raises(SimError, match="clamp"):
         execute(make_test_wave(), text)
+
+
+@pytest.mark.parametrize("text", [
+    "v_mul_f32_e64 v1, v1, s3", "v_add_f32_e32 v1, v2, v1", "v_sub_f32_e32 v1, s3, v1", "v_subrev_f32_e32 v1, v2, v1",
+    "v_pk_mul_f32 v[4:5], v[4:5], s[2:3] op_sel_hi:[1,0]", "v_pk_add_f32 v[4:5], v[6:7], v[4:5]",
+])
+def test_a_nan_result_is_the_first_nan_operand_quieted_in_any_layout(text):
+    """Every pair of NaN/number operands (signalling and quiet NaNs of both
+    signs, and inf - inf or 0 * inf, which make numpy's default NaN): the
+    handler on one wave and the core over consecutive, every-other and
+    uneven rows give the first NaN operand with its quiet bit set (S0's,
+    else S1's), whatever loop numpy picks for the layout."""
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave, decode_batched
+    specials = np.array([0x7F800001, 0xFFA00001, 0x7FC00003, 0xFFC00000, 0x7F800000, 0xFF800000, 0, 0x3F800000],
+                        np.uint32)
+    pairs = np.stack(np.meshgrid(specials, specials, indexing="ij"), -1).reshape(-1, 2)  # 64: one per lane
+    ins = parse_instruction(text)
+    core, handler = decode_batched(ins), handler_for(ins)
+    n = 6
+    sfile = np.zeros((n, 129), np.uint32)
+    vfile = np.zeros((n, 8, 64), np.uint32)
+    sfile[:, 126:128] = 0xFFFFFFFF
+    regs = [o for o in ins.ops[1:]]
+    for k in range(n):
+        lanes = np.roll(pairs, 7 * k, axis=0)  # each wave its own order; the SGPR a lane's S0 or S1 of wave k
+        for j, o in enumerate(regs):
+            vals = lanes[:, j]
+            if o.kind == "v":
+                vfile[k, o.index:o.index + o.count] = vals
+            else:
+                sfile[k, o.index:o.index + o.count] = vals[0]
+
+    def expected(k):
+        a = vfile[k, regs[0].index] if regs[0].kind == "v" else np.full(64, sfile[k, regs[0].index], np.uint32)
+        b = vfile[k, regs[1].index] if regs[1].kind == "v" else np.full(64, sfile[k, regs[1].index], np.uint32)
+        fa, fb = a.view(np.float32), b.view(np.float32)
+        return np.where(fa != fa, a | 0x00400000, np.where(fb != fb, b | 0x00400000, 0))
+    want = [expected(k) for k in range(n)]
+    d = ins.ops[0].index
+    group = make_test_wave().group
+    with np.errstate(all="ignore"):
+        s, v = sfile.copy(), vfile.copy()
+        for k in range(n):
+            handler(Wave(group, k, (s, v, k)), ins)
+        results = [(v, range(n))]
+        for rows in (list(range(n)), [0, 2, 4], [1, 3, 4, 5]):
+            s, v = sfile.copy(), vfile.copy()
+            core(BatchView(s, v, [Wave(group, k, (s, v, k)) for k in rows]))
+            results.append((v, rows))
+    made_any = False
+    for v, rows in results:
+        for k in rows:
+            got, nan = v[k, d], want[k] != 0
+            assert nan.any() and np.array_equal(got[nan], want[k][nan]), (text, rows, k)
+            made = (got.view(np.float32) != got.view(np.float32)) & ~nan
+            assert (got[made] == 0xFFC00000).all(), (text, rows, k)  # numpy's default NaN
+            made_any |= bool(made.any())
+    assert made_any  # inf - inf or 0 * inf came up

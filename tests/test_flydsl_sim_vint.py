@@ -662,7 +662,8 @@ def test_lane_reads_batched_each_wave_at_its_own_lane():
     for text, lane in (("v_readfirstlane_b32 s3, v2", lambda k: first[k]),
                        ("v_readlane_b32 s3, v2, s9", lambda k: int(sfile[k, 9]) % 64)):
         core = decode_batched(parse_instruction(text))
-        for part in (waves[:4], waves[4::2], waves[5::2]):
+        # Consecutive rows, uneven gaps (gathered), every other row (a view), one wave.
+        for part in (waves[:3], [waves[3], waves[4], waves[6]], waves[5:8:2], waves[8:]):
             core(BatchView(sfile, vfile, part))
         assert [int(sfile[k, 3]) for k in range(n)] == [int(vfile[k, 2, lane(k)]) for k in range(n)], text
 

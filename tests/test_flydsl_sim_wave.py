@@ -28,6 +28,27 @@ def test_rows_gather_and_scatter_only_the_chosen_waves_registers():
         v[1]
 
 
+@pytest.mark.parametrize("ks,view", [([3], True), ([1, 2, 3], True), ([0, 2, 4], True), ([1, 4], True),
+                                     ([0, 1, 3], False), ([0, 2, 3, 4], False)])
+def test_a_batch_views_evenly_spaced_rows_and_gathers_any_others(ks, view):
+    """Evenly spaced rows (consecutive, every other row, a lone wave) are views
+    of the files, which writes reach; other rows are ``Rows``; either way the
+    view holds exactly those waves' registers, in order."""
+    from nvfp4_suite.kernels.flydsl.sim.launch import make_test_wave
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave
+
+    vfile = np.arange(5 * 3 * 64, dtype=np.uint32).reshape(5, 3, 64)
+    sfile = np.arange(5 * 129, dtype=np.uint32).reshape(5, 129)
+    group = make_test_wave().group
+    b = BatchView(sfile, vfile, [Wave(group, 0, (sfile, vfile, k)) for k in ks])
+    assert (type(b.vb) is np.ndarray, type(b.sb) is np.ndarray) == (view, view)
+    assert np.array_equal(b.vb[:, 1], vfile[ks, 1]) and np.array_equal(b.sb[:, 7], sfile[ks, 7])
+    b.vb[:, 2] = 0
+    b.sb[:, 5] = 0
+    assert [bool((vfile[k, 2] == 0).all()) for k in range(5)] == [k in ks for k in range(5)]
+    assert [int(sfile[k, 5]) == 0 for k in range(5)] == [k in ks for k in range(5)]
+
+
 def _alu_forms() -> dict[str, str]:
     """Each distinct vector ALU and cross-lane instruction form (registers kept,
     one text per mnemonic and modifier set) of the compiled kernels that has a

@@ -607,19 +607,21 @@ class Rows:
 class BatchView:
     """``waves`` (ascending rows of a launch's register files), for batched
     cores: ``sb`` uint32 ``[n, 129]`` (SGPRs and SCC) and ``vb`` uint32 ``[n, R, 64]``
-    (R: see ``Wave.v``; views where the rows are consecutive, else ``Rows``),
-    and ``group``, the first
-    wave's workgroup (the target, options and memory, which every workgroup
-    of a launch shares)."""
+    (R: see ``Wave.v``; views where the rows are evenly spaced, consecutive
+    or not, else ``Rows``), and ``group``, the first wave's workgroup (the
+    target, options and memory, which every workgroup of a launch shares)."""
 
     __slots__ = ("sb", "vb", "group", "waves", "_lds_off")
 
     def __init__(self, sfile: np.ndarray, vfile: np.ndarray, waves: list[Wave]):
-        k0 = waves[0].k
+        k0, n = waves[0].k, len(waves)
         self.sb: np.ndarray | Rows
         self.vb: np.ndarray | Rows
-        if waves[-1].k - k0 + 1 == len(waves):
-            self.sb, self.vb = sfile[k0:k0 + len(waves)], vfile[k0:k0 + len(waves)]
+        step = waves[1].k - k0 if n > 1 else 1
+        if waves[-1].k == k0 + step * (n - 1) and all(w.k == k0 + step * i for i, w in enumerate(waves)):
+            # Rows in steps of one (or of any stride: one wave of each workgroup,
+            # as after a branch on the wave's index) are a view of the files.
+            self.sb, self.vb = sfile[k0:k0 + step * (n - 1) + 1:step], vfile[k0:k0 + step * (n - 1) + 1:step]
         else:
             rows = np.array([w.k for w in waves], np.intp)
             self.sb, self.vb = Rows(sfile, rows), Rows(vfile, rows)

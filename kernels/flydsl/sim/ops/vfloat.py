@@ -8,10 +8,13 @@ single-rounding operations are numpy operations. Semantics follow the ISA
 pseudo-code of AMD's CDNA3/CDNA4 documents; LLVM's assembler is the
 authority on syntax. Decisions, and where hardware might differ:
 
-- NaN results are quiet NaNs, but their payload and sign are whatever numpy
-  produces (hardware returns its own quieted NaN); only ``v_max``/``v_min``
-  follow the pseudo-code bit for bit (a signalling NaN operand returns that
-  NaN quieted, a quiet NaN operand is ignored).
+- NaN results are quiet NaNs. Add, subtract and multiply (f32, packed f32,
+  and ``v_pk_mul_f16``'s product) return their first NaN operand quieted
+  (S0's, else S1's), and a NaN they make (inf - inf, 0 * inf) is numpy's
+  default one; elsewhere the payload and sign are whatever numpy produces
+  (hardware returns its own quieted NaN). Only ``v_max``/``v_min`` follow
+  the pseudo-code bit for bit (a signalling NaN operand returns that NaN
+  quieted, a quiet NaN operand is ignored).
 - ``v_max_f32(+0, -0)`` is +0 and ``v_min_f32(+0, -0)`` is -0 in either
   operand order, as the CDNA4 pseudo-code says; ``v_max3``/``v_min3`` are two
   nested ``v_max``/``v_min`` (first S0 with S1, then with S2).
@@ -191,11 +194,33 @@ def fma_f32(a, b, c, scale=None) -> np.ndarray:
 
 # ---- f32 arithmetic ----------------------------------------------------------------------
 
+def _first_nan(fn):
+    """``fn(a, b)`` (a float32 add, subtract or multiply of S0 ``a`` and S1
+    ``b``: arrays or scalars that broadcast) with a definite NaN: where an
+    operand is NaN, the result is the first NaN operand (S0's, else S1's)
+    with its quiet bit set. numpy leaves which of two NaN operands
+    propagates to the loop it picks, and picks by the operands' strides and
+    alignment, so the same lanes could give one NaN in a batch of waves and
+    another alone. A NaN the operation makes (inf - inf, 0 * inf) stays
+    numpy's default NaN."""
+    def op(a, b) -> np.ndarray:
+        r = fn(a, b)
+        low = np.minimum.reduce(r, axis=None)  # NaN if any element is
+        if low == low:
+            return r
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        quiet = np.uint32(0x00400000)
+        return np.where(a != a, a.view(np.uint32) | quiet,
+                        np.where(b != b, b.view(np.uint32) | quiet, r.view(np.uint32))).view(np.float32)
+    return op
+
+
+_ADD, _MUL = _first_nan(np.add), _first_nan(np.multiply)
 _BINARY = {
-    "v_add_f32": np.add,
-    "v_sub_f32": np.subtract,
-    "v_subrev_f32": lambda a, b: np.subtract(b, a),
-    "v_mul_f32": np.multiply,
+    "v_add_f32": _ADD,
+    "v_sub_f32": _first_nan(np.subtract),
+    "v_subrev_f32": _first_nan(lambda a, b: np.subtract(b, a)),
+    "v_mul_f32": _MUL,
 }
 
 
@@ -881,25 +906,20 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                 # products rounded to fp16 are the result's halves in place. The
                 # product of two fp16 values is exact in float32: one rounding.
                 vb = w.vb
-                prod = _f16_to_f32(vb[:, ia].view(np.uint16)) * _f16_to_f32(vb[:, ib].view(np.uint16))
+                prod = _MUL(_f16_to_f32(vb[:, ia].view(np.uint16)), _f16_to_f32(vb[:, ib].view(np.uint16)))
                 vb[:, d] = _f16_round(prod).view(np.uint32)
         elif f16:
             ra, rb = readers
 
             def core(w) -> None:
                 # The product of two fp16 values is exact in float32: one rounding.
-                r = _to_f16_bits(ra(w) * rb(w))
+                r = _to_f16_bits(_MUL(ra(w), rb(w)))
                 w.vb[:, d] = r[:, 0] | (r[:, 1] << np.uint32(16))
-        elif isinstance(fn, np.ufunc):
+        elif n == 2:
             ra, rb = readers
 
             def core(w) -> None:
-                vb = w.vb
-                if type(vb) is np.ndarray:
-                    # Straight into the destination pair (numpy buffers a source it overlaps).
-                    fn(ra(w), rb(w), out=vb[:, d:d + 2].view(np.float32))
-                else:
-                    vb[:, d:d + 2] = fn(ra(w), rb(w)).view(np.uint32)
+                w.vb[:, d:d + 2] = fn(ra(w), rb(w)).view(np.uint32)
         else:
             def core(w) -> None:
                 w.vb[:, d:d + 2] = np.asarray(fn(*[r(w) for r in readers]), np.float32).view(np.uint32)
@@ -908,11 +928,11 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
 
 
 _PK_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp")
-_vop("v_pk_add_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.add))
-_vop("v_pk_mul_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, np.multiply))
+_vop("v_pk_add_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, _ADD))
+_vop("v_pk_mul_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, _MUL))
 _vop("v_pk_fma_f32", nops=4, mods=_PK_MODS)(_pk_f32(3, fma_f32))
-batched("v_pk_add_f32")(_pk_decoder(2, np.add, _PK_MODS))
-batched("v_pk_mul_f32")(_pk_decoder(2, np.multiply, _PK_MODS))
+batched("v_pk_add_f32")(_pk_decoder(2, _ADD, _PK_MODS))
+batched("v_pk_mul_f32")(_pk_decoder(2, _MUL, _PK_MODS))
 batched("v_pk_fma_f32")(_pk_decoder(3, fma_f32, _PK_MODS))
 
 
@@ -928,7 +948,7 @@ def _pk_mul_f16(w: Wave, ins: Instr) -> None:
             h ^= np.array([[0x8000 * neg_lo], [0x8000 * neg_hi]], np.uint16)
         factors.append(_f16_to_f32(h))
     # The product of two fp16 values is exact in float32, so this is one rounding.
-    r = _to_f16_bits(factors[0] * factors[1])
+    r = _to_f16_bits(_MUL(factors[0], factors[1]))
     w.vset(ins, r[0] | (r[1] << np.uint32(16)))
 
 
