@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import ast
 import re
+from types import CodeType
 from typing import Callable
 
 import numpy as np
 
 from .program import Instr
-from .wave import BATCHED, Core, Inline, inline_of, reg_text
+from .wave import BATCHED, Core, Inline, Memo, inline_of, reg_text
 
 # Scalar memory instructions (their cores read memory, or may leave it to the handlers).
 _SCALAR_MEMORY = ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_atomic", "s_dcache", "s_memtime",
@@ -106,8 +107,33 @@ class Stretches:
 
     def _make(self, start: int, stop: int) -> StretchFn:
         text, glob = self.source(start, stop)
-        exec(compile(text, f"<stretch {start}:{stop}>", "exec"), glob)
+        exec(_compiled(text, f"<stretch {start}:{stop}>"), glob)
         return glob["stretch"]
+
+
+# Stretch code compiled by text (most of making a stretch was Python's compile):
+# the kernels of a target share most of their stretches (the same instructions
+# at the same registers; about 40% of the texts made are new in a few of a
+# target's configurations). The text names its constants and cores, whose
+# values are each kernel's own globals; 2,048 texts hold a target's (about
+# 13 KB each on average).
+_CODE = Memo(2048)
+
+
+def _compiled(text: str, filename: str) -> CodeType:
+    """``compile(text, filename, "exec")``, compiled once per text in a process."""
+    code = _CODE.get(text)
+    if code is None:
+        code = _CODE.put(text, compile(text, filename, "exec"))
+    return _renamed(code, filename)
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """``code`` and the code objects it holds (the function's) named ``filename``."""
+    if code.co_filename == filename:
+        return code
+    consts = tuple(_renamed(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 class _Writer:
