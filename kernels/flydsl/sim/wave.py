@@ -331,7 +331,8 @@ class Inline:
     ``, out=`` the destination in its outermost ufunc call), evaluated in
     ``namespace`` (the names the text uses; ``pure``: those of its functions
     whose result depends on their arguments alone, which a stretch may call
-    once for constant arguments)."""
+    once for constant arguments). It is made from the instruction's form
+    alone (``form_key``): ``fuse`` caches stretch texts by the forms."""
 
     expr: str
     dest: int
