@@ -86,6 +86,57 @@ def test_every_inlined_integer_op_computes_its_cores_bits(name, nsrc):
         assert np.array_equal(got.sb, want.sb)
 
 
+def test_stretch_code_is_compiled_once_per_text_and_runs_with_each_stretchs_own_values():
+    # Stretches of the same text share their compiled code, and those of the same
+    # instruction forms their text too, each run with its own constants and
+    # cores: one constant or core apart, the text is the same and the results
+    # are not; one register apart, the text is not.
+    from nvfp4_suite.kernels.flydsl.sim import fuse
+
+    variants = {
+        "base": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_mul_f32_e32 v4, v1, v3",
+                 "v_or_b32_e32 v5, v4, v2"],
+        "again": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_mul_f32_e32 v4, v1, v3",
+                  "v_or_b32_e32 v5, v4, v2"],
+        "constant": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x56, v1", "v_mul_f32_e32 v4, v1, v3",
+                     "v_or_b32_e32 v5, v4, v2"],
+        "core": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_add_f32_e32 v4, v1, v3",
+                 "v_or_b32_e32 v5, v4, v2"],
+        "register": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v6", "v_mul_f32_e32 v4, v1, v3",
+                     "v_or_b32_e32 v5, v4, v2"],
+    }
+    texts, results, calls = {}, {}, []
+    for name, lines in variants.items():
+        # The stretch at a different place in each, as in kernels that differ before it.
+        pad = len(texts)
+        instrs = [parse_instruction("s_nop 0")] * pad + [parse_instruction(t) for t in lines]
+        cores = [decode_batched(ins) for ins in instrs]
+        if name == "again":
+            # The same forms as "base", so its text and constants come from the cache:
+            # its own cores still run (this one counts its calls).
+            mul = cores[pad + 2]
+            cores[pad + 2] = lambda w, mul=mul, calls=calls: calls.append(1) or mul(w)
+        n = len(instrs)
+        st = Stretches(instrs, cores, [False] * n, [False] * n, [False] * n)
+        st.warmup = 1
+        texts[name] = st.source(pad, n)[0]
+        s, v = _files()
+        want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+        got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+        fn = st.get(pad, n)
+        with np.errstate(all="ignore"):
+            for core in cores[pad:]:
+                core(want)
+            assert fn(got) is None
+        assert np.array_equal(got.vb, want.vb) and np.array_equal(got.sb, want.sb), name
+        assert fn.__code__.co_filename == f"<stretch {pad}:{n}>"
+        assert fuse._CODE[texts[name]].co_consts[0].co_code == fn.__code__.co_code
+        results[name] = got.vb.tobytes()
+    assert texts["base"] == texts["again"] == texts["constant"] == texts["core"] != texts["register"]
+    assert results["base"] == results["again"] and calls == [1, 1]
+    assert len({results[k] for k in ("base", "constant", "core", "register")}) == 4
+
+
 def _kernel(body: str, kernarg: int = 8) -> Kernel:
     return hand_kernel(body, "gfx950", kernarg=kernarg)
 

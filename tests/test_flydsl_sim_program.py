@@ -101,3 +101,23 @@ def test_program_errors_name_what_is_missing():
         parse_program(TINY.replace("s_branch .LBB0_1", "s_branch .LBB9_9"))
     with pytest.raises(ParseError, match="not found"):
         parse_program(TINY, name="other")
+
+
+def test_instructions_of_one_line_text_are_each_their_own():
+    # The parse of a line's code is cached per process: each instruction still
+    # has its own place, text, operand list and modifier dict, and a different
+    # code (one operand or modifier apart) its own parse.
+    a = parse_instruction("\tbuffer_load_dword v1, v2, s[4:7], 0 offen offset:16 ; one", 7)
+    b = parse_instruction("\tbuffer_load_dword v1, v2, s[4:7], 0 offen offset:16 // two", 9)
+    assert (a.line, b.line) == (7, 9) and "one" in a.text and "two" in b.text
+    assert a.ops == b.ops and a.mods == b.mods and a.ops is not b.ops and a.mods is not b.mods
+    a.mods["offset"] = 99
+    a.ops.append(parse_operand("v3"))
+    c = parse_instruction("\tbuffer_load_dword v1, v2, s[4:7], 0 offen offset:16", 11)
+    assert c.mods == {"offen": True, "offset": 16} and len(c.ops) == 4
+    assert parse_instruction("buffer_load_dword v1, v2, s[4:7], 0 offen offset:32").mods["offset"] == 32
+    assert parse_instruction("buffer_load_dword v1, v3, s[4:7], 0 offen offset:16").ops[1].index == 3
+    # A line it cannot read names its own line each time.
+    for line in (3, 5):
+        with pytest.raises(ParseError, match=f"line {line}: "):
+            parse_instruction("v_add_u32 v1, v2, bogus", line)

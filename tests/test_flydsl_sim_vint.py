@@ -746,3 +746,42 @@ def test_perm_batched_with_a_scalar_selector_per_wave(same):
     for k in range(n):
         assert [int(x) for x in vfile[k, 1]] == [perm(int(a), int(b), int(sfile[k, 4]))
                                                  for a, b in zip(vfile[k, 2], vfile[k, 3])]
+
+
+def test_cores_made_once_per_form_serve_only_that_form():
+    # The integer decoders' cores are cached by form (mnemonic, operands,
+    # modifiers): an instruction of the same form at another place shares the
+    # core and gets its Inline form too; one operand, constant or select apart
+    # gets its own, which computes its own result.
+    from nvfp4_suite.kernels.flydsl.sim.wave import inline_of
+
+    first = parse_instruction("v_add_u32_e32 v1, v2, v3", 4)
+    again = parse_instruction("v_add_u32_e32 v1, v2, v3 ; elsewhere", 40)
+    assert decode_batched(first) is decode_batched(again) is not None
+    assert inline_of(again) is inline_of(first) is not None and again.__dict__["_vint_ok"]
+    texts = ["v_add_u32_e32 v1, v2, v3", "v_add_u32_e32 v1, v2, v4", "v_add_u32_e32 v5, v2, v3",
+             "v_sub_u32_e32 v1, v2, v3", "v_add_u32_e32 v1, 1, v3", "v_add_u32_e32 v1, 2, v3",
+             "v_add_u32_e32 v1, 1.0, v3", "v_add_u32_e64 v1, s2, v3", "v_add_u32_e64 v1, s3, v3",
+             "v_add_u32_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:BYTE_1 src1_sel:DWORD",
+             "v_add_u32_sdwa v1, v2, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1 src1_sel:DWORD",
+             "v_add_u32_sdwa v1, sext(v2), v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1 src1_sel:DWORD"]
+    rng = np.random.default_rng(5)
+    base = make_wave(rng, exec_bits=M32 | M32 << 32)
+    results = []
+    for text in texts:
+        ins = parse_instruction(text)
+        core = decode_batched(ins)
+        w, ref = make_test_wave(), make_test_wave()
+        for x in (w, ref):
+            x.v[:], x.s[:] = base.v, base.s
+        core(w)
+        OPS[ins.base](ref, ins)  # the handler, the meaning stated once
+        assert (w.v == ref.v).all(), text
+        results.append(w.v[[1, 5]].tobytes())
+    assert len(set(results)) == len(texts)
+    # A form the decoder refuses is refused again, and its handler still validates it.
+    bad = "v_add_u32_e32 v1, v2, v3 clamp"
+    assert decode_batched(parse_instruction(bad)) is None is decode_batched(parse_instruction(bad))
+    assert "_vint_ok" not in parse_instruction(bad).__dict__
+    with pytest.raises(SimError, match="clamp"):
+        execute(make_test_wave(), bad)

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import ast
 import re
+from types import CodeType
 from typing import Callable
 
 import numpy as np
 
 from .program import Instr
-from .wave import BATCHED, Core, Inline, inline_of, reg_text
+from .wave import BATCHED, Core, Inline, Memo, form_key, inline_of, reg_text
 
 # Scalar memory instructions (their cores read memory, or may leave it to the handlers).
 _SCALAR_MEMORY = ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_atomic", "s_dcache", "s_memtime",
@@ -102,12 +103,55 @@ class Stretches:
 
     def source(self, start: int, stop: int) -> tuple[str, dict]:
         """The Python text of the stretch ``[start, stop)``'s function ``stretch(w)`` and its globals."""
-        return _Writer(self.instrs[start:stop], self.cores[start:stop]).text()
+        instrs = self.instrs[start:stop]
+        key = tuple((form_key(ins), inline_of(ins) is not None) for ins in instrs)
+        hit = _SOURCES.get(key)
+        if hit is None:
+            text, glob = _Writer(instrs, self.cores[start:stop]).text()
+            slots = tuple(k for k in range(len(instrs)) if f"{_CORE}{k}" in glob)
+            _SOURCES.put(key, (text, {k: v for k, v in glob.items() if not k.startswith(_CORE)}, slots))
+            return text, glob
+        text, shared, slots = hit
+        return text, {**shared, **{f"{_CORE}{k}": self.cores[start + k] for k in slots}}
 
     def _make(self, start: int, stop: int) -> StretchFn:
         text, glob = self.source(start, stop)
-        exec(compile(text, f"<stretch {start}:{stop}>", "exec"), glob)
+        exec(_compiled(text, f"<stretch {start}:{stop}>"), glob)
         return glob["stretch"]
+
+
+# Stretch texts and their globals but the cores (``_CORE``, at their instructions'
+# places in the stretch ``slots``), by the instructions' forms and whether each
+# is inlined: the text is written from those alone (an ``Inline`` is made from
+# its instruction's form, ``wave.inline_of``; a core called is named by its
+# place, with the VGPRs its operands name), and so are the constants it names.
+# Writing the text was most of making a stretch once its code was cached (2.2
+# of 3.6 s for gfx942's golden catalog). 2,048 stretches hold a target's.
+_SOURCES = Memo(2048)
+
+# Stretch code compiled by text (most of making a stretch was Python's compile):
+# the kernels of a target share most of their stretches (the same instructions
+# at the same registers; about 40% of the texts made are new in a few of a
+# target's configurations). The text names its constants and cores, whose
+# values are each kernel's own globals; 2,048 texts hold a target's (about
+# 13 KB each on average).
+_CODE = Memo(2048)
+
+
+def _compiled(text: str, filename: str) -> CodeType:
+    """``compile(text, filename, "exec")``, compiled once per text in a process."""
+    code = _CODE.get(text)
+    if code is None:
+        code = _CODE.put(text, compile(text, filename, "exec"))
+    return _renamed(code, filename)
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """``code`` and the code objects it holds (the function's) named ``filename``."""
+    if code.co_filename == filename:
+        return code
+    consts = tuple(_renamed(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 class _Writer:
@@ -186,7 +230,7 @@ class _Writer:
     def _call(self, k: int, ins: Instr, core: Core | None) -> None:
         regs = {o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count)}
         self._flush(sorted(regs & self.dirty))
-        name = f"_fz_core{k}"
+        name = f"{_CORE}{k}"
         self.glob[name] = core
         self._emit(f"if {name}(w) is False:")
         rest = sorted(self.dirty)
@@ -212,6 +256,8 @@ class _Writer:
         return True
 
 
+# The globals naming the cores of the stretch's instructions: ``_CORE`` and the place.
+_CORE = "_fz_core"
 _PLACEHOLDER = re.compile(r"\b__[ABCOK]\d*\b")
 _FOLDS: dict[tuple, tuple[str, list]] = {}
 

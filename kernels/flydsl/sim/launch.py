@@ -60,7 +60,7 @@ from . import ops  # noqa: F401  (registers every instruction family)
 from .fuse import Stretches
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
 from .program import NUM_SGPRS, Program, parse_instruction
-from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_batched, exec_free, mask_to_int
+from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_both, exec_free, mask_to_int
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
 
@@ -107,12 +107,13 @@ class Kernel:
         self.steps = 0
         # Each instruction decoded once into a closure over its operands, and
         # into a core over a run of waves where it has one.
-        self.fns = [decode(ins) for ins in program.instrs]
+        pairs = [decode_both(ins) for ins in program.instrs]
+        self.fns = [fn for fn, _ in pairs]
         # A launch's vector files hold the registers the program names (v0, the
         # work-item id, at least): every operand is the whole range of registers
         # its instruction touches. (The kernel names about 220 of the 512.)
         self.vgprs = max([1] + [o.index + o.count for ins in program.instrs for o in ins.ops if o.kind == "v"])
-        self.cores: list[Core | None] = [decode_batched(ins) for ins in program.instrs]
+        self.cores: list[Core | None] = [core for _, core in pairs]
         self.exec_free = [exec_free(ins) for ins in program.instrs]
         # Control flow (the next pc is the wave's own, or it stops) and EXEC writes.
         self.control = [ins.target is not None or ins.base in ("s_endpgm", "s_barrier") for ins in program.instrs]

@@ -147,6 +147,28 @@ def core_op(*names: str) -> Callable[[Callable[[Instr], Core]], Callable[[Instr]
     return deco
 
 
+class Memo(dict):
+    """A process-wide cache of at most ``bound`` entries (``put`` drops the
+    oldest first), for what the kernels of a process make alike many times."""
+
+    def __init__(self, bound: int):
+        super().__init__()
+        self.bound = bound
+
+    def put(self, key, value):
+        """Store ``value`` under ``key`` and return it."""
+        if len(self) >= self.bound:
+            del self[next(iter(self))]
+        self[key] = value
+        return value
+
+
+def form_key(ins: Instr) -> tuple:
+    """What an instruction's meaning depends on: its mnemonic, operands and
+    modifiers (not its place: line, index, branch target), hashable."""
+    return ins.mnemonic, tuple(ins.ops), tuple(ins.mods.items())
+
+
 def decode_batched(ins: Instr) -> Core | None:
     """``core(view)`` executing ``ins`` for every wave of a view whose waves all
     have a full EXEC (any EXEC where ``exec_free(ins)``), or None when no
@@ -165,8 +187,19 @@ def decode(ins: Instr) -> Callable[["Wave"], None]:
     for an ``exec_free`` one (the handler otherwise, or where the core leaves
     it), else its handler with the instruction bound; UnknownInstruction when
     there is none."""
+    return decode_both(ins)[0]
+
+
+def decode_both(ins: Instr) -> tuple[Callable[["Wave"], None], Core | None]:
+    """``(decode(ins), decode_batched(ins))``, the core made once and serving
+    both (a launch needs both; decoding twice was half of making a ``Kernel``)."""
     h = handler_for(ins)
     core = decode_batched(ins)
+    return _bound(ins, h, core), core
+
+
+def _bound(ins: Instr, h: Handler, core: Core | None) -> Callable[["Wave"], None]:
+    """``decode(ins)``'s function over the handler ``h`` and the core ``core``."""
     if core is not None and exec_free(ins):
         def free(w: Wave, h: Handler = h, ins: Instr = ins, core: Core = core) -> None:
             if core(w) is False:
@@ -298,7 +331,8 @@ class Inline:
     ``, out=`` the destination in its outermost ufunc call), evaluated in
     ``namespace`` (the names the text uses; ``pure``: those of its functions
     whose result depends on their arguments alone, which a stretch may call
-    once for constant arguments)."""
+    once for constant arguments). It is made from the instruction's form
+    alone (``form_key``): ``fuse`` caches stretch texts by the forms."""
 
     expr: str
     dest: int

@@ -43,11 +43,13 @@ from ..wave import (
     SDWA_MODS,
     Core,
     Inline,
+    Memo,
     SimError,
     Wave,
     batched,
     check_form,
     core_op,
+    form_key,
     mask_reader,
     op,
     plain_source,
@@ -258,31 +260,31 @@ def _decoder(fn, text: str, nsrc: int, sdwa: bool):
     """The batched decoder of a ``_make`` op (``fn`` the function its ``text``
     states): a core with its sources' readers and its destination bound, for
     the forms without SDWA or modifiers that read at least one VGPR; the
-    instruction's ``Inline`` form recorded beside it (``wave.inline_of``)."""
-    def decode(ins: Instr) -> Core | None:
+    instruction's ``Inline`` form recorded beside it (``wave.inline_of``).
+    Made once per form in a process (``_FORMS``)."""
+    def make(ins: Instr) -> tuple[Core | None, Inline | None, bool]:
         try:
             _validate(ins, nsrc + 1, frozenset(), sdwa, False)
         except SimError:
-            return None
+            return None, None, False
         if ins.ops[0].kind != "v" or ins.ops[0].count != 1:
-            return None
+            return None, None, True
         if nsrc > 1 and not any(o.kind == "v" for o in ins.ops[1:]):
-            return None  # scalar arithmetic would not wrap silently; the handler makes lanes
+            return None, None, True  # scalar arithmetic would not wrap silently; the handler makes lanes
         if ins.enc == "sdwa":
             # Source selects bound; a destination select other than DWORD is the handler's.
             if set(ins.mods) - SDWA_MODS or ins.mods.get("dst_sel", "DWORD") != "DWORD":
-                return None
+                return None, None, True
             texts = [sdwa_text(o, ins.mods.get(f"src{k}_sel", "DWORD")) for k, o in enumerate(ins.ops[1:])]
         elif ins.enc in ("e32", "e64", "") and not ins.mods:
             texts = [plain_text(o) for o in ins.ops[1:]]
         else:
-            return None
+            return None, None, True
         sources = tuple(t for t in texts if t is not None)
         if len(sources) != len(texts):
-            return None
+            return None, None, True
         bound = [t.reader() for t in sources]
         d = ins.ops[0].index
-        ins.__dict__["_inline"] = Inline(text, d, sources, globals(), _PURE)
         if nsrc == 1:
             (ra,) = bound
 
@@ -298,8 +300,25 @@ def _decoder(fn, text: str, nsrc: int, sdwa: bool):
 
             def core(w) -> None:
                 w.vb[:, d] = fn(ra(w), rb(w), rc(w))
+        return core, Inline(text, d, sources, globals(), _PURE), True
+
+    def decode(ins: Instr) -> Core | None:
+        key = form_key(ins)
+        core, inline, valid = _FORMS.get(key) or _FORMS.put(key, make(ins))
+        # What ``make`` notes on the instruction, for this one too.
+        if valid:
+            ins.__dict__["_vint_ok"] = True
+        if inline is not None:
+            ins.__dict__["_inline"] = inline
         return core
     return decode
+
+
+# The decoders' (core, Inline, form valid) by form (``wave.form_key``): the core
+# binds the form's registers and constants and nothing of the instruction's
+# place, so one serves every instruction of that form, in every kernel of the
+# process. The kernels of both targets have fewer distinct forms than the bound.
+_FORMS = Memo(1 << 14)
 
 
 # Ops whose arithmetic lays the 64 lanes out itself (a per-lane byte table): no batched form.
