@@ -16,9 +16,10 @@ steps they are. Where a core leaves its instruction to each wave's handler
 (returns False), the step loop takes over from there. A stretch's function
 is made at its ``WARMUP``-th use.
 
-A stretch runs only where the view's rows are consecutive: it binds each
-SGPR once, as a view of the files that the scalar cores' writes reach,
-which the gathered copies of a scattered run (``wave.Rows``) are not.
+A stretch runs only where the view's rows are evenly spaced (``wave.BatchView``
+makes those a view of the files): it binds each SGPR once, as a view of the
+files that the scalar cores' writes reach, which the gathered copies of a
+scattered run (``wave.Rows``) are not.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ class Kernel:
                                 or (run.full is None and run.exec_full())):
                             if view is None:
                                 view = run.view()
-                            # Consecutive rows only (see ``fuse``).
+                            # Rows that are a view of the files only (see ``fuse``).
                             stretch = stretches.get(pc, stop) if type(view.vb) is np.ndarray else None
                         if stretch is None:
                             plain = stop
