@@ -239,7 +239,12 @@ class _Writer:
             # The core changed nothing; the copies changed since their load go back.
             self._emit(f"    vb[:, {rest}] = np.stack(({', '.join(f'v{i}' for i in rest)},), 1)")
         self._emit(f"    return {k}")
-        for i in sorted(regs & self.vloaded):
+        # Only the VGPRs the core writes change: its destination, the first operand
+        # (``tests/test_flydsl_sim_fuse.py`` checks every core of the compiled
+        # kernels for that). The copies of those it only read are still current.
+        dest = ins.ops[0] if ins.ops and ins.ops[0].kind == "v" else None
+        written = set() if dest is None else set(range(dest.index, dest.index + dest.count))
+        for i in sorted(written & self.vloaded):
             self._emit(f"v{i}[...] = vb[:, {i}]")
 
     def _flush(self, regs: list[int]) -> None:
