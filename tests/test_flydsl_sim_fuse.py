@@ -86,6 +86,48 @@ def test_every_inlined_integer_op_computes_its_cores_bits(name, nsrc):
         assert np.array_equal(got.sb, want.sb)
 
 
+# Float forms with an Inline form: each op with VGPR, SGPR and constant
+# sources and a destination that is a source; the fp16 halves and products.
+_FLOAT_FORMS = [f"{op}_e64 v1, {a}, {b}" for op in ("v_add_f32", "v_sub_f32", "v_subrev_f32", "v_mul_f32")
+                for a, b in (("v2", "v3"), ("s4", "v3"), ("v1", "v1"), ("0.5", "v2"), ("v2", "-4.0"))] + [
+    "v_cvt_f32_f16_e32 v1, v2", "v_cvt_f32_f16_e32 v3, v3",
+    "v_cvt_f32_f16_sdwa v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1",
+    "v_cvt_f32_f16_sdwa v2, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_0",
+    "v_pk_mul_f16 v1, v2, v3", "v_pk_mul_f16 v2, v2, v2",
+]
+
+
+@pytest.mark.parametrize("text", _FLOAT_FORMS)
+def test_every_inlined_float_op_computes_its_cores_bits(text):
+    # As the integer ops': the form alone, then in a stretch after and before
+    # others that read and write its registers, against the cores on the same
+    # files, whose lanes hold NaNs of both kinds and signs, infinities, zeros,
+    # denormals and fp16 specials in both halves.
+    ins = parse_instruction(text)
+    assert decode_batched(ins) is not None and inline_of(ins) is not None, text
+    rng = np.random.default_rng(len(text))
+    hard = np.array([0x7F800001, 0xFFA00001, 0x7FC00003, 0xFFC00000, 0x7F800000, 0xFF800000, 0, 0x80000000, 1,
+                     0x807FFFFF, 0x3F800000, 0xC0490FDB, 0x7BFF7C01, 0xFC00FE00, 0x00018001, 0x3C00BC00], np.uint32)
+    for group in ([text], ["v_xor_b32_e32 v1, 0x8000, v2", text, "v_add_u32_e32 v5, v1, v2", text]):
+        instrs = [parse_instruction(t) for t in group]
+        cores = [decode_batched(i) for i in instrs]
+        st = Stretches(instrs, cores, [False] * len(instrs), [False] * len(instrs), [False] * len(instrs))
+        st.warmup = 1
+        s, v = _files()
+        for r in range(v.shape[1]):
+            v[:, r] = rng.choice(hard, v[:, r].shape)
+        s[:, 4] = rng.choice(hard, s.shape[0])
+        want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+        got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+        with np.errstate(all="ignore"):
+            for core in cores:
+                core(want)
+            assert st.get(0, len(instrs))(got) is None
+        assert "_fz_core" not in st.source(0, len(instrs))[0]  # every one inlined
+        assert np.array_equal(got.vb, want.vb), group
+        assert np.array_equal(got.sb, want.sb)
+
+
 def test_stretch_code_is_compiled_once_per_text_and_runs_with_each_stretchs_own_values():
     # Stretches of the same text share their compiled code, and those of the same
     # instruction forms their text too, each run with its own constants and
@@ -94,15 +136,15 @@ def test_stretch_code_is_compiled_once_per_text_and_runs_with_each_stretchs_own_
     from nvfp4_suite.kernels.flydsl.sim import fuse
 
     variants = {
-        "base": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_mul_f32_e32 v4, v1, v3",
+        "base": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_max_f32_e32 v4, v1, v3",
                  "v_or_b32_e32 v5, v4, v2"],
-        "again": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_mul_f32_e32 v4, v1, v3",
+        "again": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_max_f32_e32 v4, v1, v3",
                   "v_or_b32_e32 v5, v4, v2"],
-        "constant": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x56, v1", "v_mul_f32_e32 v4, v1, v3",
+        "constant": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x56, v1", "v_max_f32_e32 v4, v1, v3",
                      "v_or_b32_e32 v5, v4, v2"],
-        "core": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_add_f32_e32 v4, v1, v3",
+        "core": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v1", "v_min_f32_e32 v4, v1, v3",
                  "v_or_b32_e32 v5, v4, v2"],
-        "register": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v6", "v_mul_f32_e32 v4, v1, v3",
+        "register": ["v_add_u32_e32 v1, v2, v3", "v_xor_b32_e32 v1, 0x55, v6", "v_max_f32_e32 v4, v1, v3",
                      "v_or_b32_e32 v5, v4, v2"],
     }
     texts, results, calls = {}, {}, []

@@ -88,6 +88,7 @@ from ..wave import (
     LANES,
     SDWA_MODS,
     Core,
+    Inline,
     SimError,
     Wave,
     batched,
@@ -95,6 +96,7 @@ from ..wave import (
     mask_reader,
     op,
     plain_source,
+    plain_text,
     put_mask,
     sdwa_source,
 )
@@ -216,11 +218,13 @@ def _first_nan(fn):
 
 
 _ADD, _MUL = _first_nan(np.add), _first_nan(np.multiply)
+_SUB, _SUBREV = _first_nan(np.subtract), _first_nan(lambda a, b: np.subtract(b, a))
+# Each op, and the name a fused stretch calls it by (``_decoder``'s Inline form).
 _BINARY = {
-    "v_add_f32": _ADD,
-    "v_sub_f32": _first_nan(np.subtract),
-    "v_subrev_f32": _first_nan(lambda a, b: np.subtract(b, a)),
-    "v_mul_f32": _MUL,
+    "v_add_f32": (_ADD, "_ADD"),
+    "v_sub_f32": (_SUB, "_SUB"),
+    "v_subrev_f32": (_SUBREV, "_SUBREV"),
+    "v_mul_f32": (_MUL, "_MUL"),
 }
 
 
@@ -244,12 +248,14 @@ def _f32_reader(o: Operand):
     return lambda w: ((read(w) & keep) ^ flip).view(np.float32)
 
 
-def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("clamp",)):
+def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("clamp",), name: str = ""):
     """The batched decoder of an op writing ``compute(*sources)`` (float32, or
     uint32 bits) to its destination: sources as float32 with ``abs``/``neg``
     applied (uint32 without modifiers with ``raw``), readers and destination
     bound once, for the forms its handler accepts (``mods``, ``sdwa``)
-    without ``clamp`` or an SDWA destination select."""
+    without ``clamp`` or an SDWA destination select. With ``name`` (what a
+    fused stretch calls ``compute`` by), a form without modifiers records
+    its ``Inline`` form: that call on the same sources' texts."""
     def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, nsrc + 1, frozenset(mods), sdwa)
@@ -273,6 +279,12 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("
         if any(r is None for r in readers):
             return None
         d = ins.ops[0].index
+        texts = [plain_text(o, as_f32=not raw) for o in srcs]
+        if name and ins.enc != "sdwa" and all(t is not None for t in texts):
+            # The readers above are these texts' (``_f32_reader`` without abs/neg is ``plain_source``).
+            args = ", ".join("{" + "abc"[k] + "}" for k in range(nsrc))
+            ins.__dict__["_inline"] = Inline(f"{name}({args}).view(np.uint32)", d, tuple(texts),
+                                             {"np": np, name: compute})
         if nsrc == 1:
             (ra,) = readers
 
@@ -292,9 +304,9 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("
     return decode
 
 
-for _name, _fn in _BINARY.items():
+for _name, (_fn, _fn_name) in _BINARY.items():
     _vop(_name, nops=3, sdwa=True)(_binary(_fn))
-    batched(_name)(_decoder(2, _fn, True))
+    batched(_name)(_decoder(2, _fn, True, name=_fn_name))
 
 
 @_vop("v_fma_f32", nops=4)
@@ -639,6 +651,20 @@ def _f16_to_f32(h: np.ndarray) -> np.ndarray:
     return _F16_TO_F32.take(h)
 
 
+def _f16_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """uint32 ``[n, 64]``: ``v_pk_mul_f16`` without selects or negations, lanes
+    ``a``, ``b`` (uint32 ``[n, 64]``): each register's halves in order (low
+    first) as fp16 ``[n, 128]``, their products rounded to fp16 the result's
+    halves in place. The product of two fp16 values is exact in float32: one
+    rounding."""
+    prod = _MUL(_f16_to_f32(a.view(np.uint16)), _f16_to_f32(b.view(np.uint16)))
+    return _f16_round(prod).view(np.uint32)
+
+
+# The names the fp16 Inline texts use.
+_F16_NAMES = {"np": np, "_f16_to_f32": _f16_to_f32, "_f16_products": _f16_products}
+
+
 @_vop("v_cvt_f32_f16", nops=2, sdwa=True)
 def _cvt_f32_f16(w: Wave, ins: Instr) -> None:
     """D = float32(S0.f16), exact."""
@@ -659,11 +685,21 @@ def _cvt_f32_f16_decoder(ins: Instr) -> Core | None:
     sel = ins.mods.get("src0_sel", "DWORD") if ins.enc == "sdwa" else "DWORD"
     if core is None or o.kind != "v" or sel not in ("DWORD", "WORD_0", "WORD_1"):
         return core
-    src, half, d = o.index, int(sel == "WORD_1"), ins.ops[0].index
+    src, d = o.index, ins.ops[0].index
+    text = _HALF_TEXT[sel == "WORD_1"]
+    ins.__dict__["_inline"] = Inline(text, d, (plain_text(o),), _F16_NAMES)
+    fn = _HALF_FN[sel == "WORD_1"]
 
     def halves(w) -> None:
-        w.vb[:, d] = _f16_to_f32(w.vb[:, src].view(np.uint16)[:, half::2]).view(np.uint32)
+        w.vb[:, d] = fn(w.vb[:, src])
     return halves
+
+
+# ``v_cvt_f32_f16`` of a VGPR's low or high half ({a}: its lanes, uint32 ``[n,
+# 64]``) read in place as fp16 (every other half), the core's arithmetic and
+# a fused stretch's.
+_HALF_TEXT = {half: "_f16_to_f32({a}.view(np.uint16)[:, %d::2]).view(np.uint32)" % half for half in (0, 1)}
+_HALF_FN = {half: eval("lambda a: " + text.format(a="a"), dict(_F16_NAMES)) for half, text in _HALF_TEXT.items()}
 
 
 @_vop("v_cvt_f16_f32", nops=2, mods=(), sdwa=True)
@@ -900,14 +936,12 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
         d = dst.index
         if f16 and all(p == (0, 1, 0, 0) for p in plan):
             ia, ib = srcs[0].index, srcs[1].index
+            ins.__dict__["_inline"] = Inline("_f16_products({a}, {b})", d, (plain_text(srcs[0]), plain_text(srcs[1])),
+                                             _F16_NAMES)
 
             def core(w) -> None:
-                # Each register's halves in order (low first) as fp16 [n, 128]: the
-                # products rounded to fp16 are the result's halves in place. The
-                # product of two fp16 values is exact in float32: one rounding.
                 vb = w.vb
-                prod = _MUL(_f16_to_f32(vb[:, ia].view(np.uint16)), _f16_to_f32(vb[:, ib].view(np.uint16)))
-                vb[:, d] = _f16_round(prod).view(np.uint32)
+                vb[:, d] = _f16_products(vb[:, ia], vb[:, ib])
         elif f16:
             ra, rb = readers
 
