@@ -189,3 +189,35 @@ def test_a_launch_whose_workgroups_race_runs_one_workgroup_at_a_time():
         n = dispatch(k, mem, _args(mem.alloc("out", out)), (2, 1, 1), 64, order=order)
         assert list(out) == expected
         assert n == k.steps == 2 * 13  # the batched attempt undone: its steps are not counted
+
+
+def test_a_launch_pauses_the_garbage_collector_and_restores_it_as_it_was():
+    """During ``dispatch`` collection is off; after it, on or off as before,
+    also when the launch raises."""
+    import gc
+
+    from nvfp4_suite.kernels.flydsl.sim import launch as L
+
+    seen = []
+    real = L.Kernel.run_batched
+
+    def spy(self, *a, **k):
+        seen.append(gc.isenabled())
+        return real(self, *a, **k)
+
+    k = hand_kernel("s_endpgm")
+    was = gc.isenabled()
+    try:
+        L.Kernel.run_batched = spy
+        for on in (True, False):
+            (gc.enable if on else gc.disable)()
+            L.dispatch(k, Memory(), b"", (1, 1, 1), block=64)
+            assert gc.isenabled() is on
+        gc.enable()
+        with pytest.raises(SimError):
+            L.dispatch(k, Memory(), b"\0" * 4096, (1, 1, 1), block=64)  # a kernarg segment too long
+        assert gc.isenabled()
+    finally:
+        L.Kernel.run_batched = real
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False]

@@ -48,7 +48,9 @@ as 0xFFFFFFFF (a NaN as float), which hardware does not promise either.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import random
 from dataclasses import dataclass, field
 
@@ -375,6 +377,22 @@ class _Schedule:
             self.runs[pc] = run if run is not None else _Run(waves, self._files)
 
 
+@contextlib.contextmanager
+def _no_collection():
+    """Python's cyclic garbage collector paused (as it was after): a launch makes
+    many short-lived tuples and lists, whose count sets off collections that
+    walk every object the parsed kernels hold (about a tenth of a golden
+    task's time, measured); what a launch leaves is freed by reference
+    counting, or collected after it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, int, int], block: int = 256,
              order: str = "forward", target: Target | None = None, options: dict | None = None,
              batched: bool = True) -> int:
@@ -382,7 +400,14 @@ def dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, in
     kernarg segment ``kernarg`` (padded to the descriptor's size); returns the
     instructions executed (all waves). ``batched``: the workgroups execute
     together (falling back to one at a time where they race, see the module
-    note); False runs them one at a time."""
+    note); False runs them one at a time. The garbage collector pauses for the
+    launch (``_no_collection``)."""
+    with _no_collection():
+        return _dispatch(kernel, memory, kernarg, grid, block, order, target, options, batched)
+
+
+def _dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, int, int], block: int,
+              order: str, target: Target | None, options: dict | None, batched: bool) -> int:
     prog = kernel.program
     if len(kernarg) > prog.kernarg_size:
         raise SimError(f"kernarg segment of {len(kernarg)} bytes; {prog.name} declares {prog.kernarg_size}")
