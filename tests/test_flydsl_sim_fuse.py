@@ -72,18 +72,26 @@ def test_every_inlined_integer_op_computes_its_cores_bits(name, nsrc):
     inlined = [ins for ins, c in zip(instrs, cores) if c is not None and inline_of(ins) is not None]
     assert inlined or name == "v_bfrev_b32", f"{name}: no form is inlined"
     for group in [[ins] for ins in inlined] + [inlined]:
-        group_cores = [decode_batched(ins) for ins in group]
-        st = Stretches(group, group_cores, [False] * len(group), [False] * len(group), [False] * len(group))
-        st.warmup = 1
-        s, v = _files()
-        want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
-        got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
-        with np.errstate(all="ignore"):
-            for core in group_cores:
-                core(want)
-            assert st.get(0, len(group))(got) is None
-        assert np.array_equal(got.vb, want.vb), [ins.text for ins in group]
-        assert np.array_equal(got.sb, want.sb)
+        _stretch_matches_cores(group, *_files())
+
+
+def _stretch_matches_cores(instrs, s, v) -> str:
+    """Run ``instrs`` as one stretch and through their cores one by one, on
+    copies of the files ``s``, ``v``: every register the same. Returns the
+    stretch's text."""
+    cores = [decode_batched(ins) for ins in instrs]
+    n = len(instrs)
+    st = Stretches(instrs, cores, [False] * n, [False] * n, [False] * n)
+    st.warmup = 1
+    want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+    got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+    with np.errstate(all="ignore"):
+        for core in cores:
+            core(want)
+        assert st.get(0, n)(got) is None
+    assert np.array_equal(got.vb, want.vb), [ins.text for ins in instrs]
+    assert np.array_equal(got.sb, want.sb)
+    return st.source(0, n)[0]
 
 
 # Float forms with an Inline form: each op with VGPR, SGPR and constant
@@ -109,23 +117,12 @@ def test_every_inlined_float_op_computes_its_cores_bits(text):
     hard = np.array([0x7F800001, 0xFFA00001, 0x7FC00003, 0xFFC00000, 0x7F800000, 0xFF800000, 0, 0x80000000, 1,
                      0x807FFFFF, 0x3F800000, 0xC0490FDB, 0x7BFF7C01, 0xFC00FE00, 0x00018001, 0x3C00BC00], np.uint32)
     for group in ([text], ["v_xor_b32_e32 v1, 0x8000, v2", text, "v_add_u32_e32 v5, v1, v2", text]):
-        instrs = [parse_instruction(t) for t in group]
-        cores = [decode_batched(i) for i in instrs]
-        st = Stretches(instrs, cores, [False] * len(instrs), [False] * len(instrs), [False] * len(instrs))
-        st.warmup = 1
         s, v = _files()
         for r in range(v.shape[1]):
             v[:, r] = rng.choice(hard, v[:, r].shape)
         s[:, 4] = rng.choice(hard, s.shape[0])
-        want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
-        got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
-        with np.errstate(all="ignore"):
-            for core in cores:
-                core(want)
-            assert st.get(0, len(instrs))(got) is None
-        assert "_fz_core" not in st.source(0, len(instrs))[0]  # every one inlined
-        assert np.array_equal(got.vb, want.vb), group
-        assert np.array_equal(got.sb, want.sb)
+        text = _stretch_matches_cores([parse_instruction(t) for t in group], s, v)
+        assert "_fz_core" not in text  # every one inlined
 
 
 def test_stretch_code_is_compiled_once_per_text_and_runs_with_each_stretchs_own_values():
