@@ -90,6 +90,7 @@ from ..wave import (
     Core,
     Inline,
     SimError,
+    Source,
     Wave,
     batched,
     check_form,
@@ -279,12 +280,11 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("
         if any(r is None for r in readers):
             return None
         d = ins.ops[0].index
-        texts = [plain_text(o, as_f32=not raw) for o in srcs]
-        if name and ins.enc != "sdwa" and all(t is not None for t in texts):
+        texts = tuple(t for o in srcs if (t := plain_text(o, as_f32=not raw)) is not None)
+        if name and ins.enc != "sdwa" and len(texts) == nsrc:
             # The readers above are these texts' (``_f32_reader`` without abs/neg is ``plain_source``).
             args = ", ".join("{" + "abc"[k] + "}" for k in range(nsrc))
-            ins.__dict__["_inline"] = Inline(f"{name}({args}).view(np.uint32)", d, tuple(texts),
-                                             {"np": np, name: compute})
+            ins.__dict__["_inline"] = Inline(f"{name}({args}).view(np.uint32)", d, texts, {"np": np, name: compute})
         if nsrc == 1:
             (ra,) = readers
 
@@ -687,7 +687,7 @@ def _cvt_f32_f16_decoder(ins: Instr) -> Core | None:
         return core
     src, d = o.index, ins.ops[0].index
     text = _HALF_TEXT[sel == "WORD_1"]
-    ins.__dict__["_inline"] = Inline(text, d, (plain_text(o),), _F16_NAMES)
+    ins.__dict__["_inline"] = Inline(text, d, (Source("{r}", ("v", src)),), _F16_NAMES)
     fn = _HALF_FN[sel == "WORD_1"]
 
     def halves(w) -> None:
@@ -936,8 +936,8 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
         d = dst.index
         if f16 and all(p == (0, 1, 0, 0) for p in plan):
             ia, ib = srcs[0].index, srcs[1].index
-            ins.__dict__["_inline"] = Inline("_f16_products({a}, {b})", d, (plain_text(srcs[0]), plain_text(srcs[1])),
-                                             _F16_NAMES)
+            ins.__dict__["_inline"] = Inline("_f16_products({a}, {b})", d,
+                                             (Source("{r}", ("v", ia)), Source("{r}", ("v", ib))), _F16_NAMES)
 
             def core(w) -> None:
                 vb = w.vb
