@@ -935,7 +935,7 @@ def test_a_nan_result_is_the_first_nan_operand_quieted_in_any_layout(text):
     sfile = np.zeros((n, 129), np.uint32)
     vfile = np.zeros((n, 8, 64), np.uint32)
     sfile[:, 126:128] = 0xFFFFFFFF
-    regs = [o for o in ins.ops[1:]]
+    regs = ins.ops[1:]
     for k in range(n):
         lanes = np.roll(pairs, 7 * k, axis=0)  # each wave its own order; the SGPR a lane's S0 or S1 of wave k
         for j, o in enumerate(regs):

@@ -652,10 +652,12 @@ class BatchView:
         self.sb: np.ndarray | Rows
         self.vb: np.ndarray | Rows
         step = waves[1].k - k0 if n > 1 else 1
-        if waves[-1].k == k0 + step * (n - 1) and all(w.k == k0 + step * i for i, w in enumerate(waves)):
+        end = k0 + step * (n - 1)
+        # (The last row first: a run with a gap usually shows it there.)
+        if waves[-1].k == end and all(w.k == k0 + step * i for i, w in enumerate(waves)):
             # Rows in steps of one (or of any stride: one wave of each workgroup,
             # as after a branch on the wave's index) are a view of the files.
-            self.sb, self.vb = sfile[k0:k0 + step * (n - 1) + 1:step], vfile[k0:k0 + step * (n - 1) + 1:step]
+            self.sb, self.vb = sfile[k0:end + 1:step], vfile[k0:end + 1:step]
         else:
             rows = np.array([w.k for w in waves], np.intp)
             self.sb, self.vb = Rows(sfile, rows), Rows(vfile, rows)

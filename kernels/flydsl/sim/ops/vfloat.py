@@ -280,11 +280,13 @@ def _decoder(nsrc: int, compute, sdwa: bool, raw: bool = False, mods: tuple = ("
         if any(r is None for r in readers):
             return None
         d = ins.ops[0].index
-        texts = tuple(t for o in srcs if (t := plain_text(o, as_f32=not raw)) is not None)
-        if name and ins.enc != "sdwa" and len(texts) == nsrc:
-            # The readers above are these texts' (``_f32_reader`` without abs/neg is ``plain_source``).
-            args = ", ".join("{" + "abc"[k] + "}" for k in range(nsrc))
-            ins.__dict__["_inline"] = Inline(f"{name}({args}).view(np.uint32)", d, texts, {"np": np, name: compute})
+        if name and ins.enc != "sdwa":
+            texts = tuple(t for o in srcs if (t := plain_text(o, as_f32=not raw)) is not None)
+            if len(texts) == nsrc:
+                # The readers above are these texts' (``_f32_reader`` without abs/neg is ``plain_source``).
+                args = ", ".join("{" + "abc"[k] + "}" for k in range(nsrc))
+                ins.__dict__["_inline"] = Inline(f"{name}({args}).view(np.uint32)", d, texts,
+                                                 {"np": np, name: compute})
         if nsrc == 1:
             (ra,) = readers
 
@@ -622,13 +624,17 @@ def _f16_source(w: Wave, ins: Instr, i: int) -> np.ndarray:
     return h
 
 
-def _f16_round(x: np.ndarray) -> np.ndarray:
+def _f16_round(x: np.ndarray, quiet: bool = False) -> np.ndarray:
     """uint16 fp16 bit patterns of float32 ``x`` (any shape): round to nearest
-    even, fp16 denormals kept, overflow to infinity, NaNs quiet."""
+    even, fp16 denormals kept, overflow to infinity, NaNs quiet (``quiet``:
+    ``x``'s NaNs are already, as ``_MUL``'s results are, so nothing is checked)."""
     with np.errstate(over="ignore"):
         h = x.astype(np.float16).view(np.uint16)
+    if quiet:
+        return h
     # One reduction finds a NaN (minimum propagates it); the conversion keeps a
-    # NaN's top payload bits, so only a signalling one needs its quiet bit set.
+    # NaN's top payload bits (the quiet bit among them), so only a signalling
+    # one needs its quiet bit set.
     low = np.minimum.reduce(x, axis=None)
     if low != low:
         nan = x != x
@@ -658,7 +664,7 @@ def _f16_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     halves in place. The product of two fp16 values is exact in float32: one
     rounding."""
     prod = _MUL(_f16_to_f32(a.view(np.uint16)), _f16_to_f32(b.view(np.uint16)))
-    return _f16_round(prod).view(np.uint32)
+    return _f16_round(prod, quiet=True).view(np.uint32)
 
 
 # The names the fp16 Inline texts use.
