@@ -165,6 +165,74 @@ def test_batched_and_sequential_launches_agree_where_waves_diverge(order):
     assert runs[True][2] == 10 + 4 * 4
 
 
+# Workgroup 1 ends at once, and workgroup 3 skips an add, so the waves of
+# workgroups 0 and 2 (rows 0, 1, 4, 5) are a run whose rows are not evenly
+# spaced, which joins workgroup 3's (rows 6, 7) after the add. Each loop trip
+# runs a fused stretch, then v_bfrev_b32 (each wave's handler: no batched
+# core), then more cores.
+SCATTERED = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
+\ts_waitcnt lgkmcnt(0)
+\ts_cmp_eq_u32 s2, 1
+\ts_cbranch_scc1 .LBB0_2
+\tv_mov_b32_e32 v1, v0
+\ts_cmp_eq_u32 s2, 3
+\ts_cbranch_scc1 .LBB0_3
+\tv_add_u32_e32 v1, 0x100, v1
+\tv_add_u32_e32 v1, 0x100, v1
+.LBB0_3:
+\ts_mov_b32 s10, 3
+.LBB0_1:
+\tv_mul_lo_u32 v1, v1, 3
+\tv_add_u32_e32 v1, 5, v1
+\tv_xor_b32_e32 v1, s10, v1
+\tv_bfrev_b32_e32 v1, v1
+\tv_add_u32_e32 v1, v1, v0
+\tv_lshrrev_b32_e32 v1, 3, v1
+\ts_sub_u32 s10, s10, 1
+\ts_cmp_lg_u32 s10, 0
+\ts_cbranch_scc1 .LBB0_1
+\ts_lshl_b32 s11, s2, 9
+\tv_lshlrev_b32_e32 v2, 2, v0
+\tv_add_u32_e32 v2, s11, v2
+\tglobal_store_dword v2, v1, s[6:7]
+.LBB0_2:
+\ts_endpgm"""
+
+
+def test_a_run_of_uneven_rows_computes_on_a_gathered_copy_written_back_before_handlers(monkeypatch):
+    """The runs of rows 0, 1, 4, 5 and 0, 1, 4, 5, 6, 7 (full EXEC) execute on
+    gathered copies of their registers; each wave's handler (v_bfrev_b32) and
+    the run joined sees what the cores wrote to them. Expected: the loop in numpy."""
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView
+
+    gathered = []
+    real = BatchView.gathered
+
+    def spy(view):
+        copy = real(view)
+        if copy is not view:
+            gathered.append([w.k for w in view.waves])
+        return copy
+    monkeypatch.setattr(BatchView, "gathered", spy)
+    k = _kernel(SCATTERED, kernarg=8)
+    mem = Memory()
+    out = np.full(4 * 128, 7, np.uint32)
+    dispatch(k, mem, _args(mem.alloc("out", out)), (4, 1, 1), 128)
+    assert [0, 1, 4, 5] in gathered and [0, 1, 4, 5, 6, 7] in gathered
+    tid = np.arange(128, dtype=np.uint64)
+
+    def expected(start):
+        v = start
+        for s10 in (3, 2, 1):
+            v = ((v * 3) % 2**32 + 5) % 2**32 ^ s10
+            v = np.array([int(f"{int(x):032b}"[::-1], 2) for x in v], np.uint64)
+            v = ((v + tid) % 2**32) >> 3
+        return v
+    assert np.array_equal(out[:128], expected(tid + 0x200)) and np.array_equal(out[256:384], expected(tid + 0x200))
+    assert np.array_equal(out[384:], expected(tid))
+    assert (out[128:256] == 7).all()
+
+
 def test_a_launch_whose_workgroups_race_runs_one_workgroup_at_a_time():
     # Each workgroup first reads the other's slot, then writes its own: run
     # together, the first would read before the second wrote, which one after

@@ -284,6 +284,8 @@ class Kernel:
                     else:
                         done = False
                     if not done:
+                        run.sync()
+                        view = None
                         fn = fns[pc]
                         for w in ws:
                             w.pc = pc + 1
@@ -295,6 +297,7 @@ class Kernel:
                     if control or pc + 1 == nxt:
                         break
                     pc += 1
+                run.sync()
                 if not control:
                     sched.put(pc + 1, ws, run)  # joining the next run
                     continue
@@ -335,28 +338,46 @@ def _row(w: Wave) -> int:
 class _Run:
     """The waves at one pc (in arrival order: ascending register-file row), a
     ``view()`` of them all for batched cores (``BatchView``, made when first
-    asked: gathered and scattered where their rows are not consecutive, which
-    costs less than a core call per stretch), and whether all have a full
-    EXEC (``full``; None until asked, and after an EXEC write)."""
+    asked), and whether all have a full EXEC (``full``; None until asked, and
+    after an EXEC write). Where their rows are not evenly spaced and EXEC is
+    full, the view is a gathered copy of their registers (``BatchView.gathered``),
+    which the launch writes back (``sync``) before a wave's handler runs and
+    where the run stops: one gather and one scatter of the files' rows cost
+    less than a gather or scatter at each register access (``Rows``) once a
+    run takes more than a few steps."""
 
-    __slots__ = ("waves", "full", "_view", "_files")
+    __slots__ = ("waves", "full", "_view", "_files", "_base")
 
     def __init__(self, waves: list[Wave], files: tuple[np.ndarray, np.ndarray]):
         self.waves = waves
         self.full: bool | None = None
         self._view: BatchView | None = None
         self._files = files
+        self._base: BatchView | None = None
 
     def view(self) -> BatchView:
         """The ``BatchView`` of the run's waves."""
         if self._view is None:
-            self._view = BatchView(*self._files, self.waves)
+            v = BatchView(*self._files, self.waves)
+            if type(v.vb) is not np.ndarray and self.exec_full(v):
+                # Scattered rows: the run's registers gathered once, rather than at
+                # every access. A run with a partial EXEC is left to ``Rows``: its
+                # steps alternate cores and each wave's handlers, which read the files.
+                self._base, v = v, v.gathered()
+            self._view = v
         return self._view
 
-    def exec_full(self) -> bool:
-        """Whether every wave's EXEC enables all 64 lanes."""
+    def sync(self) -> None:
+        """Write a gathered view back to the files (before each wave's handler
+        reads them, and where the run stops) and drop it."""
+        if self._base is not None and self._view is not None:
+            self._base.scatter(self._view)
+            self._base = self._view = None
+
+    def exec_full(self, view: BatchView | None = None) -> bool:
+        """Whether every wave's EXEC enables all 64 lanes (read from ``view``, or the run's)."""
         if self.full is None:
-            self.full = bool((self.view().sb[:, 126:128] == FULL).all())
+            self.full = bool(((self.view() if view is None else view).sb[:, 126:128] == FULL).all())
         return self.full
 
 

@@ -642,10 +642,11 @@ class BatchView:
     """``waves`` (ascending rows of a launch's register files), for batched
     cores: ``sb`` uint32 ``[n, 129]`` (SGPRs and SCC) and ``vb`` uint32 ``[n, R, 64]``
     (R: see ``Wave.v``; views where the rows are evenly spaced, consecutive
-    or not, else ``Rows``), and ``group``, the first wave's workgroup (the
-    target, options and memory, which every workgroup of a launch shares)."""
+    or not, else ``Rows``, or arrays that copy them: ``gathered``), and
+    ``group``, the first wave's workgroup (the target, options and memory,
+    which every workgroup of a launch shares)."""
 
-    __slots__ = ("sb", "vb", "group", "waves", "_lds_off")
+    __slots__ = ("sb", "vb", "group", "waves", "_lds_off", "_rows", "_files")
 
     def __init__(self, sfile: np.ndarray, vfile: np.ndarray, waves: list[Wave]):
         k0, n = waves[0].k, len(waves)
@@ -658,12 +659,36 @@ class BatchView:
             # Rows in steps of one (or of any stride: one wave of each workgroup,
             # as after a branch on the wave's index) are a view of the files.
             self.sb, self.vb = sfile[k0:end + 1:step], vfile[k0:end + 1:step]
+            self._rows: np.ndarray | None = None
         else:
-            rows = np.array([w.k for w in waves], np.intp)
-            self.sb, self.vb = Rows(sfile, rows), Rows(vfile, rows)
+            self._rows = np.array([w.k for w in waves], np.intp)
+            self.sb, self.vb = Rows(sfile, self._rows), Rows(vfile, self._rows)
+            self._files = (sfile, vfile)
         self.group = waves[0].group
         self.waves = waves
         self._lds_off: np.ndarray | None = None
+
+    def gathered(self) -> "BatchView":
+        """The same waves with ``sb`` uint32 ``[n, 129]`` and ``vb`` uint32 ``[n,
+        R, 64]`` arrays: a copy of a scattered view's rows (``Rows``), gathered
+        once, on which every core and fused stretch runs as on a view of the
+        files (its scalar cores write the copy's SGPRs, which a stretch's
+        inlined reads see); ``scatter`` writes it back. An evenly spaced view is
+        its own."""
+        if self._rows is None:
+            return self
+        sfile, vfile = self._files
+        copy = object.__new__(BatchView)
+        copy.sb, copy.vb = sfile[self._rows], vfile[self._rows]
+        copy.group, copy.waves, copy._lds_off, copy._rows = self.group, self.waves, self._lds_off, None
+        return copy
+
+    def scatter(self, copy: "BatchView") -> None:
+        """Write ``copy`` (``gathered``'s) back to this view's rows."""
+        if copy is not self:
+            sfile, vfile = self._files
+            sfile[self._rows] = copy.sb
+            vfile[self._rows] = copy.vb
 
     @property
     def lds_off(self) -> np.ndarray:
