@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from sim_cores import assert_core_matches_handler
 from sim_kernels import compiled_kernels
 
 import nvfp4_suite.kernels.flydsl.sim.ops.vint  # noqa: F401  (registers the family)
@@ -271,6 +272,28 @@ def test_bitop3_every_truth_table_matches_bitwise_model():
         execute(w, f"v_bitop3_b32 v1, v2, s7, v4 bitop3:{table:#x}" if table else "v_bitop3_b32 v1, v2, s7, v4")
         expect = [bitop3_model(table, int(w.v[2, i]), int(w.s[7]), int(w.v[4, i])) for i in range(64)]
         check_lanes(before, w.v[1], act, expect, f"bitop3:{table:#x}")
+
+
+def test_bitop3_every_truth_tables_batched_core_matches_its_handler():
+    """Each table's core (its text, ``_bitop3_text``) over several waves, with
+    VGPR and SGPR sources, against the handler on each wave: the handler's
+    own agreement with the bit-by-bit model is the test above."""
+    forms = ("v_bitop3_b32 v1, v2, s7, v4", "v_bitop3_b32 v1, v1, v3, v5")
+    for table in range(256):
+        assert_core_matches_handler(f"{forms[table % 2]} bitop3:{table:#x}", "gfx950", seed=table, n=4)
+
+
+def test_bitop3_texts_are_at_most_one_select_of_two_bit_functions():
+    """The text of each table expands it on one source at most once: at most
+    two two-bit functions and one select (no table needs more), and the
+    tables of a single source or of two are that op alone."""
+    from nvfp4_suite.kernels.flydsl.sim.ops.vint import _bitop3_text
+
+    assert _bitop3_text(0xF0) == "{a}" and _bitop3_text(0x0F) == "~{a}" and _bitop3_text(0xCC) == "{b}"
+    assert _bitop3_text(0xC8) == "({b} & ({a} | {c}))"
+    assert _bitop3_text(0x88) == "({b} & {c})"
+    assert max(_bitop3_text(t).count("&") + _bitop3_text(t).count("|") + _bitop3_text(t).count("^")
+               for t in range(256)) <= 5
 
 
 @pytest.mark.parametrize("text, formula", [

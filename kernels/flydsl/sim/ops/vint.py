@@ -256,15 +256,16 @@ def _make(fn, nsrc: int):
     return run
 
 
-def _decoder(fn, text: str, nsrc: int, sdwa: bool):
+def _decoder(fn, text: str, nsrc: int, sdwa: bool, mods: frozenset = frozenset()):
     """The batched decoder of a ``_make`` op (``fn`` the function its ``text``
     states): a core with its sources' readers and its destination bound, for
-    the forms without SDWA or modifiers that read at least one VGPR; the
+    the forms without SDWA or modifiers (but ``mods``, which ``text`` already
+    states) that read at least one VGPR; the
     instruction's ``Inline`` form recorded beside it (``wave.inline_of``).
     Made once per form in a process (``_FORMS``)."""
     def make(ins: Instr) -> tuple[Core | None, Inline | None, bool]:
         try:
-            _validate(ins, nsrc + 1, frozenset(), sdwa, False)
+            _validate(ins, nsrc + 1, mods, sdwa, False)
         except SimError:
             return None, None, False
         if ins.ops[0].kind != "v" or ins.ops[0].count != 1:
@@ -276,7 +277,7 @@ def _decoder(fn, text: str, nsrc: int, sdwa: bool):
             if set(ins.mods) - SDWA_MODS or ins.mods.get("dst_sel", "DWORD") != "DWORD":
                 return None, None, True
             texts = [sdwa_text(o, ins.mods.get(f"src{k}_sel", "DWORD")) for k, o in enumerate(ins.ops[1:])]
-        elif ins.enc in ("e32", "e64", "") and not ins.mods:
+        elif ins.enc in ("e32", "e64", "") and not set(ins.mods) - mods:
             texts = [plain_text(o) for o in ins.ops[1:]]
         else:
             return None, None, True
@@ -337,17 +338,67 @@ for _name, _fn in _TERNARY.items():
         batched(_name)(_decoder(_fn, _TERNARY_TEXT[_name], 3, False))
 
 
+
+# The 16 functions of two bits (x, y) by truth table (bit x << 1 | y), as text.
+_TWO = ("np.uint32(0)", "~({x} | {y})", "(~{x} & {y})", "~{x}", "({x} & ~{y})", "~{y}", "({x} ^ {y})",
+        "~({x} & {y})", "({x} & {y})", "~({x} ^ {y})", "{y}", "(~{x} | {y})", "{x}", "({x} | ~{y})",
+        "({x} | {y})", "np.uint32(0xFFFFFFFF)")
+
+
+def _bitop3_text(table: int) -> str:
+    """The text of ``v_bitop3_b32``'s op over ``{a}``, ``{b}``, ``{c}`` (src0..2)
+    for truth table ``table`` (bit ``a << 2 | b << 1 | c`` is the result's bit):
+    the table expanded on each source in turn, ``(s & F1) | (~s & F0)`` with
+    F1, F0 the two-bit functions of the others where ``s`` is 1 and 0, the
+    shortest text of the three, simplified where F0 or F1 is constant or both
+    are the same."""
+    best = ""
+    for s, x, y in (("a", "b", "c"), ("b", "a", "c"), ("c", "a", "b")):
+        halves = [0, 0]
+        for idx in range(8):
+            bits = {"a": idx >> 2 & 1, "b": idx >> 1 & 1, "c": idx & 1}
+            halves[bits[s]] |= (table >> idx & 1) << (bits[x] << 1 | bits[y])
+        f0, f1 = (_TWO[h].format(x="{" + x + "}", y="{" + y + "}") for h in halves)
+        v = "{" + s + "}"
+        if halves[0] == halves[1]:
+            text = f0
+        elif halves[0] == 0:
+            text = f"({v} & {f1})" if halves[1] != 15 else v
+        elif halves[1] == 0:
+            text = f"(~{v} & {f0})" if halves[0] != 15 else f"~{v}"
+        elif halves[1] == 15:
+            text = f"({v} | {f0})"
+        elif halves[0] == 15:
+            text = f"(~{v} | {f1})"
+        else:
+            text = f"(({v} & {f1}) | (~{v} & {f0}))"
+        if not best or len(text) < len(best):
+            best = text
+    return best
+
+
+# Each truth table's function ``f(a, b, c)`` (uint32 arrays), made when first used.
+_BITOP3: dict[int, Callable[..., Any]] = {}
+
+
+def _bitop3_fn(table: int) -> Callable[..., Any]:
+    fn = _BITOP3.get(table)
+    if fn is None:
+        fn = _BITOP3[table] = _op_fn(_bitop3_text(table), 3)
+    return fn
+
+
 @_vop("v_bitop3_b32", nops=4, mods=("bitop3",))
 def bitop3_b32(w: Wave, ins: Instr) -> None:
     """``v_bitop3_b32 d, s0, s1, s2 bitop3:T``: bit j of d is bit
     ``s0[j] << 2 | s1[j] << 1 | s2[j]`` of the truth table T."""
+    w.vset(ins, np.broadcast_to(_bitop3_fn(ins.mods.get("bitop3", 0))(*_srcs(w, ins, 1, 3)), (LANES,)))
+
+@batched("v_bitop3_b32")
+def _bitop3_decoder(ins: Instr) -> Core | None:
+    """The batched decoder of ``v_bitop3_b32``: its truth table's text (``_bitop3_text``) as a ternary op's."""
     table = ins.mods.get("bitop3", 0)
-    s0, s1, s2 = _srcs(w, ins, 1, 3)
-    out = np.zeros(LANES, np.uint32)
-    for idx in range(8):
-        if table >> idx & 1:
-            out |= ((s0 if idx & 4 else ~s0) & (s1 if idx & 2 else ~s1) & (s2 if idx & 1 else ~s2))
-    w.vset(ins, out)
+    return _decoder(_bitop3_fn(table), _bitop3_text(table), 3, False, frozenset({"bitop3"}))(ins)
 
 
 @_vop("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32", nops=3)
