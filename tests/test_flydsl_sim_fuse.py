@@ -334,16 +334,16 @@ def test_a_fused_launch_leaves_every_register_and_byte_the_step_loop_leaves(comp
         assert np.array_equal(mem_f[name], mem_s[name]), name
 
 
-def test_every_fusable_core_of_the_compiled_kernels_writes_no_vgpr_but_its_first_operand():
+def test_every_fusable_core_of_the_compiled_kernels_writes_no_vgpr_but_those_it_declares():
     """A stretch reloads its copies of only the VGPRs a core writes, taken to
-    be its first operand's: each fusable instruction of the compiled kernels
+    be ``vgprs_written``'s (its first operand's, a swap's two): each fusable instruction of the compiled kernels
     (both targets), its core run on random registers with a full EXEC, leaves
     every other VGPR as it was."""
     from sim_kernels import compiled_kernels
 
     from nvfp4_suite.kernels.flydsl.sim.launch import make_test_wave
     from nvfp4_suite.kernels.flydsl.sim.program import parse_program
-    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave, vgprs_written
 
     seen, checked = set(), 0
     rng = np.random.default_rng(0)
@@ -362,10 +362,8 @@ def test_every_fusable_core_of_the_compiled_kernels_writes_no_vgpr_but_its_first
             with np.errstate(all="ignore"):
                 if core(BatchView(s, v, [Wave(group, k, (s, v, k)) for k in range(2)])) is False:
                     continue
-            d = ins.ops[0] if ins.ops else None
             mine = np.zeros(512, bool)
-            if d is not None and d.kind == "v":
-                mine[d.index:d.index + d.count] = True
+            mine[vgprs_written(ins)] = True
             assert np.array_equal(v[:, ~mine], before[:, ~mine]), ins.text
             checked += 1
     assert checked > 100

@@ -190,6 +190,14 @@ def test_permlane_swap_matches_the_isa_pseudocode(rows, same):
     assert [int(x) for x in w.v[89]] == (want89 if same else src)
 
 
+@pytest.mark.parametrize("text", ["v_permlane16_swap_b32_e32 v1, v2", "v_permlane32_swap_b32_e32 v1, v2",
+                                  "v_permlane16_swap_b32_e32 v3, v3", "v_permlane32_swap_b32_e32 v4, v4"])
+def test_permlane_swaps_batched_core_matches_its_handler_on_every_wave(text):
+    from sim_cores import assert_core_matches_handler
+
+    assert_core_matches_handler(text, "gfx950")
+
+
 def test_permlane16_swap_worked_example():
     """vdst = 100 + lane, vsrc = 200 + lane. Odd rows (16 lanes each) of vdst
     trade places with even rows of vsrc; vdst's even rows and vsrc's odd rows stay."""

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from .program import Instr
-from .wave import BATCHED, Core, Inline, Memo, form_key, inline_of, reg_text
+from .wave import BATCHED, Core, Inline, Memo, form_key, inline_of, reg_text, vgprs_written
 
 # Scalar memory instructions (their cores read memory, or may leave it to the handlers).
 _SCALAR_MEMORY = ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_atomic", "s_dcache", "s_memtime",
@@ -239,12 +239,10 @@ class _Writer:
             # The core changed nothing; the copies changed since their load go back.
             self._emit(f"    vb[:, {rest}] = np.stack(({', '.join(f'v{i}' for i in rest)},), 1)")
         self._emit(f"    return {k}")
-        # Only the VGPRs the core writes change: its destination, the first operand
-        # (``tests/test_flydsl_sim_fuse.py`` checks every core of the compiled
-        # kernels for that). The copies of those it only read are still current.
-        dest = ins.ops[0] if ins.ops and ins.ops[0].kind == "v" else None
-        written = set() if dest is None else set(range(dest.index, dest.index + dest.count))
-        for i in sorted(written & self.vloaded):
+        # Only the VGPRs the core writes change (``vgprs_written``; ``tests/test_flydsl_sim_fuse.py``
+        # checks every core of the compiled kernels for that). The copies of those it
+        # only read are still current.
+        for i in sorted(set(vgprs_written(ins)) & self.vloaded):
             self._emit(f"v{i}[...] = vb[:, {i}]")
 
     def _flush(self, regs: list[int]) -> None:

@@ -104,12 +104,16 @@ Core = Callable[["Wave | BatchView"], "bool | None"]
 BatchDecoder = Callable[[Instr], "Core | None"]
 BATCHED: dict[str, BatchDecoder] = {}
 EXEC_FREE: set[str] = set()
+# The mnemonics whose cores write every VGPR operand (a swap's two), not only the first.
+WRITE_ALL: set[str] = set()
 
 
-def batched(*names: str, exec_free: bool = False) -> Callable[[BatchDecoder], BatchDecoder]:
+def batched(*names: str, exec_free: bool = False, writes_all: bool = False
+            ) -> Callable[[BatchDecoder], BatchDecoder]:
     """Register the decorated batched decoder for each mnemonic in ``names``
     (without the encoding suffix); its handler must be registered too (``op``).
-    ``exec_free``: its cores run for any EXEC, not only a full one."""
+    ``exec_free``: its cores run for any EXEC, not only a full one;
+    ``writes_all``: they write every VGPR operand (``vgprs_written``)."""
     def deco(fn: BatchDecoder) -> BatchDecoder:
         for n in names:
             if n in BATCHED:
@@ -117,8 +121,17 @@ def batched(*names: str, exec_free: bool = False) -> Callable[[BatchDecoder], Ba
             BATCHED[n] = fn
             if exec_free:
                 EXEC_FREE.add(n)
+            if writes_all:
+                WRITE_ALL.add(n)
         return fn
     return deco
+
+
+def vgprs_written(ins: Instr) -> list[int]:
+    """The VGPRs a batched core of ``ins`` may write: its first operand's (where
+    that is a VGPR), or every VGPR operand's for a ``writes_all`` decoder's."""
+    ops = ins.ops if (ins.base if ins.base in BATCHED else ins.mnemonic) in WRITE_ALL else ins.ops[:1]
+    return sorted({o.index + j for o in ops if o.kind == "v" for j in range(o.count)})
 
 
 def core_op(*names: str) -> Callable[[Callable[[Instr], Core]], Callable[[Instr], Core]]:

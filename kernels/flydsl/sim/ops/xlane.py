@@ -27,7 +27,8 @@ Semantic decisions (CDNA3/CDNA4 ISA; where real hardware may differ):
   exchange for ``l < 32``. Both operands are written. The ISA's pseudo-code
   has no EXEC test, and what the FI/bound_ctrl bits do with disabled lanes
   is not spelled out, so the simulator runs them with every lane enabled
-  only and raises SimError under a partial EXEC.
+  only and raises SimError under a partial EXEC. Their batched cores write
+  both operands (``batched(writes_all=True)``), which a fused stretch reloads.
 """
 
 from __future__ import annotations
@@ -190,3 +191,41 @@ def _permlane16_swap(w: Wave, ins: Instr) -> None:
 def _permlane32_swap(w: Wave, ins: Instr) -> None:
     """Swap the upper 32 lanes of vdst with the lower 32 lanes of vsrc."""
     _permlane_swap(w, ins, _LOW_HALF, 32)
+
+
+def _permlane_decoder(dist: int):
+    """The batched decoder of a permlane swap of rows ``dist`` lanes apart: each
+    32-lane half of a register seen as ``[32 / dist, dist]`` (a 16-lane row, or
+    the half), its odd rows of vdst exchanged with the even rows of vsrc, the
+    handler's lanes (``_permlane_swap``), for all waves at once; every lane
+    enabled, as the handler requires. A target without the instructions is
+    left to the handler, which says so."""
+    def decode(ins: Instr) -> Core | None:
+        try:
+            _check(ins, 2, frozenset({"fi", "bound_ctrl"}))
+        except SimError:
+            return None
+        d, s = ins.ops[0].index, ins.ops[1].index
+
+        def core(w) -> bool | None:
+            if not w.group.target.permlane_swap:
+                return False
+            vb = w.vb
+            n = vb.shape[0]
+            # Both registers read before either is written (they may be one); each
+            # written whole (a scattered view's registers are copies: ``Rows``).
+            x = vb[:, d].reshape(n, -1, 2, dist)
+            y = x if s == d else vb[:, s].reshape(n, -1, 2, dist)
+            new_x = x.copy()
+            new_y = new_x if s == d else y.copy()
+            new_x[:, :, 1], new_y[:, :, 0] = y[:, :, 0], x[:, :, 1]
+            vb[:, d] = new_x.reshape(n, LANES)
+            if s != d:
+                vb[:, s] = new_y.reshape(n, LANES)
+            return None
+        return core
+    return decode
+
+
+batched("v_permlane16_swap_b32", writes_all=True)(_permlane_decoder(16))
+batched("v_permlane32_swap_b32", writes_all=True)(_permlane_decoder(32))
