@@ -169,9 +169,11 @@ def test_batched_and_sequential_launches_agree_where_waves_diverge(order):
 # workgroups 0 and 2 (rows 0, 1, 4, 5) are a run whose rows are not evenly
 # spaced, which joins workgroup 3's (rows 6, 7) after the add. Each loop trip
 # runs a fused stretch, then v_bfrev_b32 (each wave's handler: no batched
-# core), then more cores.
+# core), then more cores, the last of them reading v7, which nothing before
+# it in the loop names.
 SCATTERED = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
 \ts_waitcnt lgkmcnt(0)
+\tv_mul_u32_u24_e32 v7, 7, v0
 \ts_cmp_eq_u32 s2, 1
 \ts_cbranch_scc1 .LBB0_2
 \tv_mov_b32_e32 v1, v0
@@ -188,6 +190,7 @@ SCATTERED = """\ts_load_dwordx2 s[6:7], s[0:1], 0x0
 \tv_bfrev_b32_e32 v1, v1
 \tv_add_u32_e32 v1, v1, v0
 \tv_lshrrev_b32_e32 v1, 3, v1
+\tv_xor_b32_e32 v1, v1, v7
 \ts_sub_u32 s10, s10, 1
 \ts_cmp_lg_u32 s10, 0
 \ts_cbranch_scc1 .LBB0_1
@@ -208,8 +211,8 @@ def test_a_run_of_uneven_rows_computes_on_a_gathered_copy_written_back_before_ha
     gathered = []
     real = BatchView.gathered
 
-    def spy(view):
-        copy = real(view)
+    def spy(view, *args):
+        copy = real(view, *args)
         if copy is not view:
             gathered.append([w.k for w in view.waves])
         return copy
@@ -226,11 +229,27 @@ def test_a_run_of_uneven_rows_computes_on_a_gathered_copy_written_back_before_ha
         for s10 in (3, 2, 1):
             v = ((v * 3) % 2**32 + 5) % 2**32 ^ s10
             v = np.array([int(f"{int(x):032b}"[::-1], 2) for x in v], np.uint64)
-            v = ((v + tid) % 2**32) >> 3
+            v = (((v + tid) % 2**32) >> 3) ^ (tid * 7)
         return v
     assert np.array_equal(out[:128], expected(tid + 0x200)) and np.array_equal(out[256:384], expected(tid + 0x200))
     assert np.array_equal(out[384:], expected(tid))
     assert (out[128:256] == 7).all()
+
+
+def test_a_span_names_the_vgprs_up_to_the_next_control_instruction_where_it_is_long_enough():
+    k = _kernel(SCATTERED, kernarg=8)
+    texts = [ins.text.strip() for ins in k.program.instrs]
+    after_bfrev = texts.index("v_add_u32_e32 v1, v1, v0")
+    use, written = k.span(after_bfrev)
+    # v_add, v_lshrrev, v_xor (v7), then s_sub, s_cmp and the branch: 6 instructions, 3 VGPRs.
+    assert use.tolist() == [0, 1, 7] and written.tolist() == [1]
+    loop = texts.index("v_mul_lo_u32 v1, v1, 3")
+    use, written = k.span(loop)
+    assert use.tolist() == [0, 1, 7] and written.tolist() == [1]
+    # From the first add to the loop's branch: 15 instructions (s_mov and the loop's 13), 3 VGPRs.
+    assert k.span(texts.index("v_add_u32_e32 v1, 0x100, v1"))[0].tolist() == [0, 1, 7]
+    # v_mov v1, v0 then s_cmp and the branch: 3 instructions for 2 VGPRs, too few to pay for a gather.
+    assert k.span(texts.index("v_mov_b32_e32 v1, v0")) is None
 
 
 def test_a_launch_whose_workgroups_race_runs_one_workgroup_at_a_time():

@@ -50,31 +50,36 @@ def test_a_batch_views_evenly_spaced_rows_and_gathers_any_others(ks, view):
 
 
 @pytest.mark.parametrize("ks", [[0, 1, 3], [0, 2, 3, 4], [1, 2, 3]])
-def test_a_gathered_batch_copies_its_waves_registers_and_scatter_writes_back_only_those(ks):
-    """``gathered`` copies uneven rows' registers into arrays (an evenly spaced
-    view is its own copy): writes to the copy reach the files at ``scatter``,
-    in those rows and no others."""
+def test_a_gathered_batch_copies_the_named_registers_and_scatter_writes_back_only_those(ks):
+    """``gathered`` copies uneven rows' SGPRs and the named VGPRs into a
+    scratch file (an evenly spaced view is its own copy): writes to the copy
+    reach the files at ``scatter``, in those rows, SGPRs and the VGPRs named
+    there, and no others."""
     from nvfp4_suite.kernels.flydsl.sim.launch import make_test_wave
     from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave
 
-    vfile = np.arange(5 * 3 * 64, dtype=np.uint32).reshape(5, 3, 64)
+    vfile = np.arange(5 * 4 * 64, dtype=np.uint32).reshape(5, 4, 64)
     sfile = np.arange(5 * 129, dtype=np.uint32).reshape(5, 129)
     group = make_test_wave().group
     b = BatchView(sfile, vfile, [Wave(group, 0, (sfile, vfile, k)) for k in ks])
-    g = b.gathered()
+    scratch = np.zeros_like(vfile)
+    g = b.gathered(np.array([1, 2]), scratch)
     assert (g is b) == (ks == [1, 2, 3])
     assert type(g.vb) is np.ndarray and type(g.sb) is np.ndarray and g.waves is b.waves
-    assert np.array_equal(g.vb, vfile[ks]) and np.array_equal(g.sb, sfile[ks])
+    assert np.array_equal(g.vb[:, 1:3], vfile[ks, 1:3]) and np.array_equal(g.sb, sfile[ks])
     v0, s0 = vfile.copy(), sfile.copy()
-    g.vb[:, 2] = 0
+    g.vb[:, 1:4] = 0
     g.sb[:, 5] = 0
     if g is not b:
+        assert g.vb.base is scratch and not (g.vb[:, 0] == vfile[ks, 0]).all()  # VGPR 0 not gathered
         assert np.array_equal(vfile, v0) and np.array_equal(sfile, s0)  # a copy: the files wait
-    b.scatter(g)
-    assert [bool((vfile[k, 2] == 0).all()) for k in range(5)] == [k in ks for k in range(5)]
+    b.scatter(g, np.array([2, 3]))
+    written = [2, 3] if g is not b else [1, 2, 3]
+    for r in range(4):
+        assert [bool((vfile[k, r] == 0).all()) for k in range(5)] == [k in ks and r in written for k in range(5)]
     assert [int(sfile[k, 5]) == 0 for k in range(5)] == [k in ks for k in range(5)]
     keep = np.ones(vfile.shape, bool)
-    keep[ks, 2] = False
+    keep[np.ix_(ks, written)] = False
     assert np.array_equal(vfile[keep], v0[keep])
 
 

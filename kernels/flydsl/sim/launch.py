@@ -62,7 +62,19 @@ from . import ops  # noqa: F401  (registers every instruction family)
 from .fuse import Stretches
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
 from .program import NUM_SGPRS, Program, parse_instruction
-from .wave import FULL, LANES, BatchView, Core, SimError, Wave, decode, decode_both, exec_free, mask_to_int
+from .wave import (
+    FULL,
+    LANES,
+    BatchView,
+    Core,
+    SimError,
+    Wave,
+    decode,
+    decode_both,
+    exec_free,
+    mask_to_int,
+    vgprs_written,
+)
 
 _UNSUPPORTED_USER_SGPRS = ("dispatch_ptr", "queue_ptr", "dispatch_id", "private_segment_size")
 
@@ -127,6 +139,7 @@ class Kernel:
         # ``fuse`` False leaves every step to the loop (the tests compare the two).
         self.stretches = Stretches(program.instrs, self.cores, self.exec_free, self.control, self.writes_exec)
         self.fuse = True
+        self._spans: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         d = program.descriptor
         for kind in _UNSUPPORTED_USER_SGPRS:
             if d.get(f"user_sgpr_{kind}", 0):
@@ -197,6 +210,27 @@ class Kernel:
         return n
 
 
+    def span(self, pc: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """intp: the VGPRs that the instructions from ``pc`` to the next control
+        instruction (inclusive) name, and those their cores may write
+        (``vgprs_written``): all a run's steps and stretches from ``pc`` touch
+        before it stops or a handler runs; None where those instructions are
+        fewer than twice the VGPRs (a gather and a scatter of each, for a
+        scattered run, would cost more than the accesses of its steps). Found
+        once per pc."""
+        if pc not in self._spans:
+            use: set[int] = set()
+            written: set[int] = set()
+            for i in range(pc, len(self.program.instrs)):
+                ins = self.program.instrs[i]
+                use.update(o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count))
+                written.update(vgprs_written(ins))
+                if self.control[i]:
+                    break
+            self._spans[pc] = None if i + 1 - pc < 2 * len(use) else (
+                np.array(sorted(use), np.intp), np.array(sorted(written), np.intp))
+        return self._spans[pc]
+
     def run_batched(self, groups: list[Group], kernarg_addr: int, block: int, reverse: bool = False,
                     budget: int = 10_000_000) -> int:
         """Run ``groups`` (in arrival order) together to completion (see the
@@ -212,7 +246,18 @@ class Kernel:
             for i in (range(n_waves)[::-1] if reverse else range(n_waves)):
                 waves.append(self.init_wave(g, i, kernarg_addr, block, (sfile, vfile, len(waves))))
         Lds.share([g.lds for g in groups])
-        sched = _Schedule(sfile, vfile)
+        scratch: list[np.ndarray] = []
+
+        def span(pc: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+            # What a gathered view from pc needs (``_Run.view``): the VGPRs used and
+            # written up to the next control instruction, and the launch's scratch file.
+            regs = self.span(pc)
+            if regs is None:
+                return None
+            if not scratch:
+                scratch.append(np.empty_like(vfile))
+            return (*regs, scratch[0])
+        sched = _Schedule(sfile, vfile, span)
         live = {id(g): n_waves for g in groups}
         waiting: dict[int, list[Wave]] = {id(g): [] for g in groups}
         sched.put(0, waves)
@@ -251,9 +296,9 @@ class Kernel:
                         stretch = None
                         if stop - pc > 1 and steps + stop - pc <= budget and (
                                 run.full or not stretches.needs_full(pc, stop)
-                                or (run.full is None and run.exec_full())):
+                                or (run.full is None and run.exec_full(pc))):
                             if view is None:
-                                view = run.view()
+                                view = run.view(pc)
                             # Rows that are a view of the files only (see ``fuse``).
                             stretch = stretches.get(pc, stop) if type(view.vb) is np.ndarray else None
                         if stretch is None:
@@ -277,9 +322,9 @@ class Kernel:
                         raise SimError(f"wave {ws[0].wave_id} exceeded {budget} instructions "
                                        f"(at {instrs[pc].where()})")
                     core, free, writes_exec, control = steps_of[pc]
-                    if core is not None and (free or run.full or (run.full is None and run.exec_full())):
+                    if core is not None and (free or run.full or (run.full is None and run.exec_full(pc))):
                         if view is None:
-                            view = run.view()
+                            view = run.view(pc)
                         done = core(view) is not False
                     else:
                         done = False
@@ -337,65 +382,71 @@ def _row(w: Wave) -> int:
 
 class _Run:
     """The waves at one pc (in arrival order: ascending register-file row), a
-    ``view()`` of them all for batched cores (``BatchView``, made when first
+    ``view(pc)`` of them all for batched cores (``BatchView``, made when first
     asked), and whether all have a full EXEC (``full``; None until asked, and
     after an EXEC write). Where their rows are not evenly spaced and EXEC is
-    full, the view is a gathered copy of their registers (``BatchView.gathered``),
-    which the launch writes back (``sync``) before a wave's handler runs and
-    where the run stops: one gather and one scatter of the files' rows cost
-    less than a gather or scatter at each register access (``Rows``) once a
-    run takes more than a few steps."""
+    full, the view is a copy of the VGPRs that the instructions up to the
+    next control instruction use (``Kernel.span``: where they are many, at
+    least twice the registers), gathered into the launch's scratch file
+    (``BatchView.gathered``), which the launch writes back (``sync``) before a
+    wave's handler runs and where the run stops: one gather and one scatter
+    of those registers cost less than a gather or a scatter at each register
+    access of each step (``Rows``), and fused stretches run on it."""
 
-    __slots__ = ("waves", "full", "_view", "_files", "_base")
+    __slots__ = ("waves", "full", "_view", "_ctx", "_base", "_written")
 
-    def __init__(self, waves: list[Wave], files: tuple[np.ndarray, np.ndarray]):
+    def __init__(self, waves: list[Wave], ctx: tuple):
         self.waves = waves
         self.full: bool | None = None
         self._view: BatchView | None = None
-        self._files = files
+        self._ctx = ctx  # the files and the span of a pc (``_Schedule``)
         self._base: BatchView | None = None
+        self._written: np.ndarray | None = None
 
-    def view(self) -> BatchView:
-        """The ``BatchView`` of the run's waves."""
+    def view(self, pc: int) -> BatchView:
+        """The ``BatchView`` of the run's waves, at ``pc``."""
         if self._view is None:
-            v = BatchView(*self._files, self.waves)
-            if type(v.vb) is not np.ndarray and self.exec_full(v):
-                # Scattered rows: the run's registers gathered once, rather than at
-                # every access. A run with a partial EXEC is left to ``Rows``: its
-                # steps alternate cores and each wave's handlers, which read the files.
-                self._base, v = v, v.gathered()
+            sfile, vfile, span = self._ctx
+            v = BatchView(sfile, vfile, self.waves)
+            # A run with a partial EXEC is left to ``Rows``: its steps alternate cores
+            # and each wave's handlers, which read the files.
+            regs = span(pc) if type(v.vb) is not np.ndarray and self.exec_full(pc, v) else None
+            if regs is not None:
+                use, self._written, scratch = regs
+                self._base, v = v, v.gathered(use, scratch)
             self._view = v
         return self._view
 
     def sync(self) -> None:
-        """Write a gathered view back to the files (before each wave's handler
-        reads them, and where the run stops) and drop it."""
-        if self._base is not None and self._view is not None:
-            self._base.scatter(self._view)
-            self._base = self._view = None
+        """Write a gathered view's written VGPRs back to the files (before each
+        wave's handler reads them, and where the run stops) and drop it."""
+        if self._base is not None and self._view is not None and self._written is not None:
+            self._base.scatter(self._view, self._written)
+            self._base = self._view = self._written = None
 
-    def exec_full(self, view: BatchView | None = None) -> bool:
-        """Whether every wave's EXEC enables all 64 lanes (read from ``view``, or the run's)."""
+    def exec_full(self, pc: int, view: BatchView | None = None) -> bool:
+        """Whether every wave's EXEC enables all 64 lanes (read from ``view``, or the run's at ``pc``)."""
         if self.full is None:
-            self.full = bool(((self.view() if view is None else view).sb[:, 126:128] == FULL).all())
+            self.full = bool(((self.view(pc) if view is None else view).sb[:, 126:128] == FULL).all())
         return self.full
 
 
 class _Schedule:
-    """The runnable waves by pc (``runs``: pc -> ``_Run``)."""
+    """The runnable waves by pc (``runs``: pc -> ``_Run``); ``span(pc)``: what a
+    run's gathered view needs (``_Run.view``)."""
 
-    def __init__(self, sfile: np.ndarray, vfile: np.ndarray):
+    def __init__(self, sfile: np.ndarray, vfile: np.ndarray, span):
         self.runs: dict[int, _Run] = {}
-        self._files = (sfile, vfile)
+        self._ctx = (sfile, vfile, span)
 
     def put(self, pc: int, waves: list[Wave], run: _Run | None = None) -> None:
         """``waves`` (ascending rows; ``run``: already a run of them) go on at
         ``pc``, joining any already there."""
         there = self.runs.get(pc)
         if there is not None:
-            self.runs[pc] = _Run(sorted(there.waves + waves, key=_row), self._files)
+            self.runs[pc] = _Run(sorted(there.waves + waves, key=_row), self._ctx)
         else:
-            self.runs[pc] = run if run is not None else _Run(waves, self._files)
+            self.runs[pc] = run if run is not None else _Run(waves, self._ctx)
 
 
 @contextlib.contextmanager

@@ -681,27 +681,32 @@ class BatchView:
         self.waves = waves
         self._lds_off: np.ndarray | None = None
 
-    def gathered(self) -> "BatchView":
+    def gathered(self, vgprs: np.ndarray, scratch: np.ndarray) -> "BatchView":
         """The same waves with ``sb`` uint32 ``[n, 129]`` and ``vb`` uint32 ``[n,
-        R, 64]`` arrays: a copy of a scattered view's rows (``Rows``), gathered
-        once, on which every core and fused stretch runs as on a view of the
-        files (its scalar cores write the copy's SGPRs, which a stretch's
-        inlined reads see); ``scatter`` writes it back. An evenly spaced view is
-        its own."""
+        R, 64]`` arrays: a copy of a scattered view's rows (``Rows``): all of
+        their SGPRs, and of their VGPRs those listed in ``vgprs`` (intp), in the
+        first ``n`` rows of ``scratch`` (a launch's ``[N, R, 64]``; its other
+        VGPRs hold anything). Every core and fused stretch that names no other
+        VGPR runs on it as on a view of the files (its scalar cores write the
+        copy's SGPRs, which a stretch's inlined reads see); ``scatter`` writes
+        it back. An evenly spaced view is its own."""
         if self._rows is None:
             return self
         sfile, vfile = self._files
         copy = object.__new__(BatchView)
-        copy.sb, copy.vb = sfile[self._rows], vfile[self._rows]
+        copy.sb, copy.vb = sfile[self._rows], scratch[:len(self._rows)]
+        if len(vgprs):
+            copy.vb[:, vgprs] = vfile[self._rows[:, None], vgprs]
         copy.group, copy.waves, copy._lds_off, copy._rows = self.group, self.waves, self._lds_off, None
         return copy
 
-    def scatter(self, copy: "BatchView") -> None:
-        """Write ``copy`` (``gathered``'s) back to this view's rows."""
+    def scatter(self, copy: "BatchView", vgprs: np.ndarray) -> None:
+        """Write ``copy`` (``gathered``'s) back to this view's rows: every SGPR, and the VGPRs ``vgprs``."""
         if copy is not self:
             sfile, vfile = self._files
             sfile[self._rows] = copy.sb
-            vfile[self._rows] = copy.vb
+            if len(vgprs):
+                vfile[self._rows[:, None], vgprs] = copy.vb[:, vgprs]
 
     @property
     def lds_off(self) -> np.ndarray:
