@@ -702,11 +702,12 @@ class BatchView:
 
     def scatter(self, copy: "BatchView", vgprs: np.ndarray) -> None:
         """Write ``copy`` (``gathered``'s) back to this view's rows: every SGPR, and the VGPRs ``vgprs``."""
-        if copy is not self:
+        rows = self._rows
+        if copy is not self and rows is not None:
             sfile, vfile = self._files
-            sfile[self._rows] = copy.sb
+            sfile[rows] = copy.sb
             if len(vgprs):
-                vfile[self._rows[:, None], vgprs] = copy.vb[:, vgprs]
+                vfile[rows[:, None], vgprs] = copy.vb[:, vgprs]
 
     @property
     def lds_off(self) -> np.ndarray:
