@@ -429,3 +429,71 @@ def test_the_replays_reach_every_rule_and_substitute_stale_bytes():
     assert missing == {"a release after the", "s_waitcnt vmcnt(0) between the", "an acquire in workgroup",
                        "sc1 on the store", "sc1 on the load", "buffer_inv (or sc0/sc1 on"}, missing
     assert stale > 0
+
+
+def _tracked(nbytes: int = 512):
+    """A check of four one-wave workgroups over ``data`` (``nbytes``, one store by
+    workgroup 3 already recorded, so loads of it are checked) and a 16-byte
+    ``flag``: (check, the waves, data's allocation, flag's)."""
+    from nvfp4_suite.kernels.flydsl.sim.memory import ByteRows
+    mem = Memory()
+    mem.alloc("data", np.zeros(nbytes, np.uint8))
+    mem.alloc("flag", np.zeros(4, np.uint32))
+    a, flag = mem.allocs
+    chk = MemOrder((4, 1, 1), xcds=1)
+    waves = [_Wave(wg) for wg in range(4)]
+    chk.store_waves(waves[3:], _ins("global_store_byte v1, v2, s[0:1]", 0), a, ByteRows(np.array([[0]]), 1),
+                    np.zeros((1, 1, 1), np.uint8))
+    return chk, waves, a, flag
+
+
+@pytest.mark.parametrize("nbytes", [1, 4, 12, 16])
+def test_a_load_records_for_each_wave_every_l1_line_its_bytes_touch(nbytes):
+    from nvfp4_suite.kernels.flydsl.sim.memory import ByteRows
+    rng = np.random.default_rng(nbytes)
+    chk, waves, a, _ = _tracked(4096)
+    # Lanes in no order, repeating lines and not, some accesses crossing into the next line.
+    offs = np.concatenate([rng.integers(0, 4096 - nbytes, (4, 40)),
+                           np.arange(24)[None] * 16 + 120 + 8 * np.arange(4)[:, None]], axis=1).astype(np.int64)
+    chk.load_waves(waves, _ins("global_load_dwordx4 v[2:5], v1, s[0:1]", 1), a, ByteRows(offs, nbytes),
+                   np.zeros(offs.shape + (nbytes,), np.uint8))
+    for st, o in zip(chk._states(waves), offs):
+        assert st.lines["data"] == {int(b) // 128 for b in (o[:, None] + np.arange(nbytes)).reshape(-1)}
+
+
+def test_a_wave_reading_the_bytes_of_several_unordered_stores_is_flagged_for_each():
+    from nvfp4_suite.kernels.flydsl.sim.memory import ByteRows
+    chk, waves, a, _ = _tracked()
+    for wg in range(3):  # workgroup wg stores bytes 64*wg .. 64*wg+63, released by nothing
+        chk.store_waves(waves[wg:wg + 1], _ins("global_store_dword v1, v2, s[0:1]", 1 + wg), a,
+                        ByteRows(64 * wg + 4 * np.arange(16)[None], 4), np.ones((1, 16, 4), np.uint8))
+    # In one batch: workgroup 1 reads all three ranges (its own needs nothing),
+    # workgroup 3 workgroup 1's and workgroup 2's.
+    offs = np.stack([np.arange(48) * 4, 64 + np.arange(48) * 2])
+    chk.load_waves([waves[1], waves[3]], _ins("global_load_dword v2, v1, s[0:1]", 9), a, ByteRows(offs, 4),
+                   np.zeros((2, 48, 4), np.uint8))
+    assert sorted((c.store_wg, c.load_wg) for c in chk.complaints) == [(0, 1), (1, 3), (2, 1), (2, 3)]
+
+
+@pytest.mark.parametrize("at,nbytes,ends", [(11, 1, True), (7, 1, False), (7, 2, True), (12, 4, False),
+                                            (4, 4, False), (5, 4, True), (0, 16, True), (9, 2, True)])
+def test_a_plain_store_ends_a_release_sequence_exactly_when_it_writes_a_byte_of_the_atomics_dword(at, nbytes, ends):
+    # Workgroup 0 stores data and releases it (complete, written through) by an
+    # atomic on flag+8; a plain store by workgroup 2 (second of a batch) to
+    # flag+at..at+nbytes-1; workgroup 1 acquires at flag+8 and loads the data.
+    from nvfp4_suite.kernels.flydsl.sim.memory import ByteRows
+    chk, waves, a, flag = _tracked()
+    chk.issue(waves[0], _ins("global_store_dword v1, v2, s[0:1] sc1", 1))
+    chk.store_waves(waves[:1], _ins("global_store_dword v1, v2, s[0:1] sc1", 1), a, ByteRows(np.array([[64]]), 4),
+                    np.ones((1, 1, 4), np.uint8))
+    chk.waitcnt(waves[0], _ins("s_waitcnt vmcnt(0)", 2))
+    chk.atomic(waves[0], _ins("global_atomic_add v1, v2, s[0:1]", 3), flag, np.array([8]), False)
+    chk.store_waves(waves[2:4], _ins("global_store_byte v1, v2, s[0:1]", 4), flag,
+                    ByteRows(np.array([[0], [at]]), nbytes), np.zeros((2, 1, nbytes), np.uint8))
+    w = waves[1]
+    chk.issue(w, _ins("global_atomic_add v0, v1, v2, s[0:1] sc0", 5))
+    chk.atomic(w, _ins("global_atomic_add v0, v1, v2, s[0:1] sc0", 5), flag, np.array([8]), True)
+    chk.waitcnt(w, _ins("s_waitcnt vmcnt(0)", 6))
+    chk.load_waves([w], _ins("global_load_dword v2, v1, s[0:1] sc1", 7), a, ByteRows(np.array([[64]]), 4),
+                   np.zeros((1, 1, 4), np.uint8))
+    assert [c.missing.split()[:2] for c in chk.complaints] == ([["an", "acquire"]] if ends else [])

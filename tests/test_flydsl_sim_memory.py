@@ -543,3 +543,81 @@ def test_a_batched_store_leaves_a_lane_straddling_num_records_to_the_handlers():
     core = decode_batched(parse_instruction("buffer_store_dwordx2 v[14:15], v1, s[16:19], 0 offen offset:12"))
     assert core(BatchView(sfile, vfile, waves)) is False
     assert np.array_equal(buf, before) and not order.complaints and not order._waves
+
+
+def _set_soffset(files, value):
+    files[1][:, 12] = value
+
+
+def _set_records(files, records):
+    files[1][:, 18] = records
+
+
+def _set_lanes(files, values):
+    files[2][:, 6] = values
+
+
+def _point_first_wave_elsewhere(files):
+    """Wave 0's V# s[16:19] to a buffer of its own, allocated now, the other
+    waves' to 4096 bytes of theirs: every lane in range."""
+    base = files[0][0].group.memory.alloc("other", np.arange(1 << 12, dtype=np.uint32).view(np.uint8))
+    _set_records(files, 4096)
+    files[1][0, 16], files[1][0, 17], files[1][0, 18] = base & 0xFFFFFFFF, base >> 32, 1 << 12
+
+
+# v6 of every wave in the steps below: lane l of wave k at 16*l + 4*k, the
+# highest (wave 7's last lane) at LAST.
+_LANE_OFFS = np.arange(LANES) * 16 + np.arange(8)[:, None] * 4
+LAST = 63 * 16 + 7 * 4
+
+# (what changes before the instruction runs, the instruction): one V# (s[16:19],
+# records 4096 at first) and one soffset (s12) changed under instructions that
+# ran before, so that what a core derives from them must follow; lanes whose
+# access ends exactly at num_records, one byte past it, and wholly past it.
+_DESCRIPTOR_STEPS = [
+    (lambda f: _set_lanes(f, _LANE_OFFS), "buffer_store_dwordx2 v[14:15], v6, s[16:19], 0 offen"),
+    (lambda f: None, "buffer_load_dwordx2 v[10:11], v6, s[16:19], 0 offen"),
+    (lambda f: _set_records(f, LAST + 8), "buffer_load_dwordx2 v[10:11], v6, s[16:19], 0 offen"),  # ends at it
+    (lambda f: _set_records(f, LAST + 7), "buffer_load_dwordx2 v[10:11], v6, s[16:19], 0 offen"),  # a byte past
+    # As two steps before but for the offset, which takes the last lane 4 bytes past.
+    (lambda f: _set_records(f, LAST + 8), "buffer_load_dwordx2 v[12:13], v6, s[16:19], 0 offen offset:4"),
+    (lambda f: _set_records(f, LAST + 7), "buffer_store_dword v14, v6, s[16:19], 0 offen offset:4"),  # a byte past
+    (lambda f: _set_records(f, 4096), "buffer_load_dword v10, v6, s[16:19], s12 offen"),
+    (lambda f: _set_soffset(f, 4096 - LAST - 4), "buffer_load_dword v10, v6, s[16:19], s12 offen"),  # ends at it
+    (lambda f: _set_soffset(f, 4096 - LAST - 3), "buffer_load_dword v10, v6, s[16:19], s12 offen"),  # past
+    (lambda f: _set_soffset(f, 4088), "buffer_load_dwordx2 v[10:11], off, s[16:19], s12"),  # ends at it
+    (lambda f: _set_soffset(f, 4089), "buffer_load_dwordx2 v[10:11], off, s[16:19], s12"),  # past: reads zeros
+    (lambda f: _set_soffset(f, 0), "buffer_store_dword v14, v6, s[16:19], s12 offen offset:1024"),
+    (lambda f: f[1].__setitem__((slice(None), 16), f[1][:, 16] + 64), "buffer_load_dword v10, v6, s[16:19], s12 offen"),
+    (lambda f: f[1].__setitem__((slice(3, None), 18), 1000), "buffer_load_dword v10, v6, s[16:19], s12 offen"),
+    (lambda f: None, "buffer_store_dword v14, v6, s[16:19], s12 offen"),  # some waves' lanes past their own V#
+    (_point_first_wave_elsewhere, "buffer_load_dword v10, v6, s[16:19], 0 offen"),  # the waves' bytes in two buffers
+    (lambda f: None, "buffer_store_dword v14, v6, s[16:19], 0 offen"),
+]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_buffer_cores_follow_a_changed_descriptor_or_soffset_as_the_handlers_do(seed):
+    """Buffer loads and stores over descriptors and soffsets that change between
+    executions, with lanes at and past num_records and loads of bytes other
+    workgroups stored: the cores (and the handlers where a core declines) leave
+    registers, memory and the memory-model check's complaints as each wave's
+    handler does, the stale bytes it substitutes included."""
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, decode_batched, handler_for
+    one, many = _batch(seed), _batch(seed)
+    for i, (change, text) in enumerate(_DESCRIPTOR_STEPS):
+        ins = parse_instruction(text)
+        ins.index = i
+        change(one)
+        change(many)
+        handler, core = handler_for(ins), decode_batched(ins)
+        for w in one[0]:
+            handler(w, ins)
+        if core(BatchView(many[1], many[2], many[0])) is False:
+            for w in many[0]:
+                handler(w, ins)
+        for x, y in zip(one[1:5], many[1:5]):
+            assert np.array_equal(x, y), text
+    assert [str(c) for c in one[5].complaints] == [str(c) for c in many[5].complaints]
+    assert one[5].complaints  # the loads read bytes other workgroups stored

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..memory import BufferResource, ByteRows
 from ..program import Instr, Operand
-from ..wave import LANES, BatchView, Core, SimError, Wave, batched, op
+from ..wave import LANES, BatchView, Core, Memo, SimError, Wave, batched, op
 
 _CACHE_BITS = frozenset({"sc0", "sc1", "nt"})
 
@@ -65,6 +65,11 @@ def _check_ops(ins: Instr, n: int) -> None:
         raise SimError(f"{ins.mnemonic}: operand modifiers not supported at {ins.where()}")
 
 
+# An element's dtype by (bytes, sign-extended), made once (a table built per load cost a core microseconds).
+_ELEMENT = {(1, False): np.uint8, (1, True): np.int8, (2, False): np.uint16, (2, True): np.int16,
+            (4, False): np.uint32, (4, True): np.uint32}
+
+
 def _to_bytes(regs: np.ndarray, size: int) -> np.ndarray:
     """uint8 ``[64, n*size]``: register rows ``[n, 64]`` as each lane's bytes, ``size``
     low bytes of every register (little-endian, as memory holds them)."""
@@ -75,7 +80,7 @@ def _to_bytes(regs: np.ndarray, size: int) -> np.ndarray:
 def _from_bytes(data: np.ndarray, size: int, signed: bool) -> np.ndarray:
     """uint32 ``[n, 64]`` registers from uint8 ``[64, n*size]``, each ``size``-byte
     element zero- or sign-extended."""
-    dtype = {1: np.int8 if signed else np.uint8, 2: np.int16 if signed else np.uint16, 4: np.uint32}[size]
+    dtype = _ELEMENT[size, signed]
     vals = np.ascontiguousarray(data).view(dtype)
     return vals.astype(np.int64).astype(np.uint32).T if size < 4 else vals.T
 
@@ -174,7 +179,7 @@ def _issue_all(view: BatchView, ins: Instr) -> None:
 def _write_loaded(view: BatchView, d: int, data: np.ndarray, size: int, signed: bool) -> None:
     """Registers ``d..`` of every wave of ``view`` from uint8 ``[n, 64, bytes]``,
     ``size``-byte elements zero- or sign-extended."""
-    dtype = {1: np.int8 if signed else np.uint8, 2: np.int16 if signed else np.uint16, 4: np.uint32}[size]
+    dtype = _ELEMENT[size, signed]
     vals = np.ascontiguousarray(data).view(dtype)
     if size < 4:
         vals = vals.astype(np.int64).astype(np.uint32)
@@ -205,6 +210,66 @@ def _buffer_offsets(ins: Instr):
     return offsets
 
 
+# What ``_buffer_in_range`` derives from the V#s and soffsets of a batch, by
+# their bytes, the instruction offset, the access size and whether it has
+# ``offen``. A loop reads a buffer through descriptors it changes once per
+# iteration (a block's base) and uses for many loads, so the per-wave
+# arithmetic is mostly done once per change.
+_IN_RANGE = Memo(256)
+
+
+def _buffer_in_range(ins: Instr, nbytes: int):
+    """``fn(view)`` of a MUBUF instruction that ``_buffer_offsets`` binds, each
+    lane accessing ``nbytes``: when every wave's V# is raw and every lane's
+    whole access lies below its ``num_records``, (int64 ``[n, 64]`` addresses
+    (not to be written to: without ``offen`` a cached array), the allocation
+    holding them all or None); None otherwise (``_buffer_offsets`` then tells
+    the lanes apart)."""
+    _, vaddr, srsrc, soff, inst_off = _mubuf_form(ins)
+    r, tail = srsrc.index, (inst_off, nbytes, vaddr is not None)
+
+    def derive(words: np.ndarray, sof) -> tuple | None:
+        """For V#s ``words`` (uint32 ``[n, 3]``) and soffsets ``sof`` (int64):
+        (int64 ``[n, 1]`` base + soffset + offset, or without ``offen`` the
+        addresses ``[n, 64]``; int64 ``[n, 1]`` the largest VGPR offset whose
+        access is in range; the lowest byte any V# reaches from there and the
+        end of the highest one's range, ints); None where a wave's V# is
+        structured or none of its lanes can be in range."""
+        w = words.astype(np.int64)
+        if (w[:, 1] >> 16 & 0x3FFF).any():
+            return None
+        start = sof + inst_off  # every lane's byte offset is its VGPR (uint32, >= 0) plus this (>= 0)
+        vlim = w[:, 2] - nbytes - start
+        if (vlim < 0).any():
+            return None
+        base = w[:, 0] | (w[:, 1] & 0xFFFF) << 32
+        first = base + start
+        ends = int((base + w[:, 2]).max())
+        return (first[:, None] if vaddr is not None else np.repeat(first[:, None], LANES, axis=1), vlim[:, None],
+                int(first.min()), ends)
+
+    def in_range(view) -> tuple | None:
+        words = view.sb[:, r:r + 3]
+        sof = view.sb[:, soff.index] if soff.kind == "s" else None
+        key = (words.tobytes() if sof is None else words.tobytes() + sof.tobytes(),) + tail
+        got = _IN_RANGE.get(key, _IN_RANGE)
+        if got is _IN_RANGE:
+            got = _IN_RANGE.put(key, derive(words, np.int64(soff.bits32) if sof is None else sof.astype(np.int64)))
+        if got is None:
+            return None
+        addrs, vlim, lo, end = got
+        if vaddr is not None:
+            v = view.vb[:, vaddr.index]
+            if not (v <= vlim).all():
+                return None
+            addrs = v + addrs
+        mem = view.group.memory
+        # Every lane's bytes lie in its V#'s range: an allocation holding all of
+        # those holds them (two reductions fewer); else the lanes' own span.
+        return addrs, mem.holding(lo, end) or mem.span(addrs, nbytes)
+    return in_range
+
+
 def _buffer_load_decoder(ins: Instr) -> Core | None:
     """The batched decoder of a MUBUF load: every wave's raw buffer, each
     lane's access in one allocation (read as each wave's handler would, in
@@ -215,27 +280,28 @@ def _buffer_load_decoder(ins: Instr) -> Core | None:
     if form is None or ins.ops[0].count != n:
         return None
     d, comp = ins.ops[0].index, np.arange(n, dtype=np.int64) * size
+    in_range = _buffer_in_range(ins, size * n)
 
     def core(view) -> bool | None:
-        got = form(view)
-        if got is None:
-            return False
-        base, lane, records = got
         mem = view.group.memory
-        if ((lane >= 0) & (lane + size * n <= records[:, None])).all():
-            addrs = (base[:, None] + lane).astype(np.uint64)
-            a = mem.span(addrs, size * n)
+        fits = in_range(view)
+        if fits is not None:
+            addrs, a = fits
             if a is None:
                 return False
             _issue_all(view, ins)
             data = mem.load_waves(a, addrs, size * n, view.waves, ins)
         else:
+            got = form(view)
+            if got is None:
+                return False
+            base, lane, records = got
             # Each component's byte offset [n, 64, n]; out of range components read 0.
             offsets = lane[..., None] + comp
             inr = (offsets >= 0) & (offsets + size <= records[:, None, None])
             if inr.any():
                 addrs = np.where(inr, base[:, None, None] + offsets, (base[:, None, None] + offsets)[inr][0])
-                data = mem.load_unwritten(addrs.astype(np.uint64), size, view.waves[-1].group.rank)
+                data = mem.load_unwritten(addrs, size, view.waves[-1].group.rank)
                 if data is None:
                     return False
                 data = np.where(inr[..., None], data, np.uint8(0))
@@ -259,15 +325,17 @@ def _buffer_store_decoder(ins: Instr) -> Core | None:
     if form is None or ins.ops[0].count != n:
         return None
     d, comp = ins.ops[0].index, np.arange(n, dtype=np.int64) * size
+    in_range = _buffer_in_range(ins, size * n)
 
     def core(view) -> bool | None:
-        got = form(view)
-        if got is None:
-            return False
-        base, lane, records = got
         data = _lane_bytes(view, d, n, size)
         waves = view.waves
-        if not ((lane >= 0) & (lane + size * n <= records[:, None])).all():
+        fits = in_range(view)
+        if fits is None:
+            got = form(view)
+            if got is None:
+                return False
+            base, lane, records = got
             offsets = lane[..., None] + comp
             parts = (offsets >= 0) & (offsets + size <= records[:, None, None])
             inr = parts.all(axis=2)
@@ -281,16 +349,16 @@ def _buffer_store_decoder(ins: Instr) -> Core | None:
             base, lane = base[keep], np.take_along_axis(lane[keep], src, axis=1)
             data = np.take_along_axis(data[keep], src[..., None], axis=1)
             waves = [w for w, k in zip(waves, keep.tolist()) if k]
-        mem = view.group.memory
+            addrs = base[:, None] + lane  # int64, as in_range's
+            fits = addrs, view.group.memory.span(addrs, size * n) if waves else None
+        addrs, a = fits
         if not waves:
             _issue_all(view, ins)
             return None
-        addrs = (base[:, None] + lane).astype(np.uint64)
-        a = mem.span(addrs, size * n)
         if a is None:
             return False
         _issue_all(view, ins)
-        mem.store_waves(a, addrs, data, waves, ins)
+        view.group.memory.store_waves(a, addrs, data, waves, ins)
         return None
     return core
 
