@@ -98,9 +98,8 @@ def _stretch_matches_cores(instrs, s, v) -> str:
 # sources and a destination that is a source; the fp16 halves and products;
 # the packed f32 ops (a statement per result VGPR) with an SGPR pair whose
 # low register feeds both results (op_sel_hi 0), or each its own, or the
-# high one the low result (op_sel), a constant, the low result's VGPR a
-# source of the high result (which must run first), and an fma's addend the
-# destination.
+# high one the low result (op_sel), a constant, and the low result's VGPR a
+# source of the high result (which must run first).
 _FLOAT_FORMS = [f"{op}_e64 v1, {a}, {b}" for op in ("v_add_f32", "v_sub_f32", "v_subrev_f32", "v_mul_f32")
                 for a, b in (("v2", "v3"), ("s4", "v3"), ("v1", "v1"), ("0.5", "v2"), ("v2", "-4.0"))] + [
     "v_cvt_f32_f16_e32 v1, v2", "v_cvt_f32_f16_e32 v3, v3",
@@ -111,7 +110,6 @@ _FLOAT_FORMS = [f"{op}_e64 v1, {a}, {b}" for op in ("v_add_f32", "v_sub_f32", "v
     "v_pk_mul_f32 v[6:7], s[4:5], v[6:7] op_sel:[1,0] op_sel_hi:[0,1]",
     "v_pk_mul_f32 v[2:3], v[2:3], v[4:5] op_sel_hi:[0,1]", "v_pk_add_f32 v[4:5], v[4:5], v[4:5]",
     "v_pk_add_f32 v[6:7], v[2:3], 0.5 op_sel_hi:[1,0]", "v_pk_add_f32 v[2:3], v[6:7], v[2:3] op_sel:[0,1]",
-    "v_pk_fma_f32 v[2:3], v[4:5], v[6:7], v[2:3]", "v_pk_fma_f32 v[6:7], v[6:7], s[4:5], v[2:3] op_sel_hi:[1,0,1]",
 ]
 
 

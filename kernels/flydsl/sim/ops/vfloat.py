@@ -940,7 +940,7 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False, name: str = ""):
     (axis 1 of a view's ``[n, 2, 64]``), for the forms without ``clamp`` that
     read at least one VGPR (SGPRs and constants too for f32). With ``name``
     (what a fused stretch calls ``fn`` by), an f32 form records its ``Inline``
-    form (``_pk_inline``)."""
+    form (``_pk_inline``: ``fn`` of one result's sources)."""
     def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, n + 1, frozenset(mods), False)
@@ -1007,7 +1007,10 @@ _vop("v_pk_mul_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, _MUL))
 _vop("v_pk_fma_f32", nops=4, mods=_PK_MODS)(_pk_f32(3, fma_f32))
 batched("v_pk_add_f32")(_pk_decoder(2, _ADD, _PK_MODS, name="_ADD"))
 batched("v_pk_mul_f32")(_pk_decoder(2, _MUL, _PK_MODS, name="_MUL"))
-batched("v_pk_fma_f32")(_pk_decoder(3, fma_f32, _PK_MODS, name="fma_f32"))
+# No Inline form for the fma: fma_f32 is a dozen numpy operations, and twice
+# that (a statement per result) costs more than the core's one pass over both
+# results and the copies a stretch writes back and reloads around it.
+batched("v_pk_fma_f32")(_pk_decoder(3, fma_f32, _PK_MODS))
 
 
 @_vop("v_pk_mul_f16", nops=3, mods=_PK_MODS[:-1])
