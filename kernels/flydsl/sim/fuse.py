@@ -9,10 +9,10 @@ write, no memory access), one generated function executes a whole stretch
 view, except that the forms with an ``Inline`` statement (lane-wise integer
 and float ops, a statement per VGPR written, ``wave.inline_of``) are written
 out as their arithmetic on copies of the registers held in local variables
-(``_Writer``), without a reader or op call each. The text executed is the one the cores
-are made from (``Source`` reads, the ops' texts), so the results are the
-cores' bit for bit; the step loop counts the stretch's instructions as the
-steps they are. Where a core leaves its instruction to each wave's handler
+(``_Writer``), without a reader or op call each. The text executed is the
+one the cores are made from (``Source`` reads, the ops' texts), so the
+results are the cores' bit for bit; the step loop counts the stretch's
+instructions as the steps they are. Where a core leaves its instruction to each wave's handler
 (returns False), the step loop takes over from there. A stretch's function
 is made at its ``WARMUP``-th use.
 
@@ -230,13 +230,12 @@ class _Writer:
                 consts.append(src.consts[0])
                 continue
             text = src.text(self._reg(src.reg), [self._const(c) for c in src.consts])
-            if text.isidentifier():
-                pass
-            elif src.view:
-                text = self._view(text)
-            else:
-                self._emit(f"_t{j} = {text}")
-                text = f"_t{j}"
+            if not text.isidentifier():
+                if src.view:
+                    text = self._view(text)
+                else:
+                    self._emit(f"_t{j} = {text}")
+                    text = f"_t{j}"
             args[f"__{'ABC'[j]}"] = text
         dest = self._reg(("v", spec.dest))
         text, values = _folded(spec, tuple(src.reg is None for src in spec.sources), consts)
