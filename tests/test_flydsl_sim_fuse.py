@@ -95,13 +95,21 @@ def _stretch_matches_cores(instrs, s, v) -> str:
 
 
 # Float forms with an Inline form: each op with VGPR, SGPR and constant
-# sources and a destination that is a source; the fp16 halves and products.
+# sources and a destination that is a source; the fp16 halves and products;
+# the packed f32 ops (a statement per result VGPR) with an SGPR pair whose
+# low register feeds both results (op_sel_hi 0), or each its own, or the
+# high one the low result (op_sel), a constant, and the low result's VGPR a
+# source of the high result (which must run first).
 _FLOAT_FORMS = [f"{op}_e64 v1, {a}, {b}" for op in ("v_add_f32", "v_sub_f32", "v_subrev_f32", "v_mul_f32")
                 for a, b in (("v2", "v3"), ("s4", "v3"), ("v1", "v1"), ("0.5", "v2"), ("v2", "-4.0"))] + [
     "v_cvt_f32_f16_e32 v1, v2", "v_cvt_f32_f16_e32 v3, v3",
     "v_cvt_f32_f16_sdwa v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1",
     "v_cvt_f32_f16_sdwa v2, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_0",
     "v_pk_mul_f16 v1, v2, v3", "v_pk_mul_f16 v2, v2, v2",
+    "v_pk_mul_f32 v[4:5], v[4:5], s[4:5] op_sel_hi:[1,0]", "v_pk_mul_f32 v[6:7], v[2:3], s[4:5]",
+    "v_pk_mul_f32 v[6:7], s[4:5], v[6:7] op_sel:[1,0] op_sel_hi:[0,1]",
+    "v_pk_mul_f32 v[2:3], v[2:3], v[4:5] op_sel_hi:[0,1]", "v_pk_add_f32 v[4:5], v[4:5], v[4:5]",
+    "v_pk_add_f32 v[6:7], v[2:3], 0.5 op_sel_hi:[1,0]", "v_pk_add_f32 v[2:3], v[6:7], v[2:3] op_sel:[0,1]",
 ]
 
 
@@ -120,9 +128,21 @@ def test_every_inlined_float_op_computes_its_cores_bits(text):
         s, v = _files()
         for r in range(v.shape[1]):
             v[:, r] = rng.choice(hard, v[:, r].shape)
-        s[:, 4] = rng.choice(hard, s.shape[0])
+        s[:, 4:6] = rng.choice(hard, (s.shape[0], 2))
         text = _stretch_matches_cores([parse_instruction(t) for t in group], s, v)
         assert "_fz_core" not in text  # every one inlined
+
+
+def test_a_packed_form_whose_results_each_overwrite_a_source_of_the_other_runs_its_core_in_a_stretch():
+    # The low result's VGPR v2 feeds the high result and the high one's v3 the
+    # low result: no order of two statements reads both sources first, so the
+    # stretch calls the core, among inlined ops that write and read the pair.
+    text = "v_pk_mul_f32 v[2:3], v[2:3], v[4:5] op_sel:[1,0] op_sel_hi:[0,1]"
+    ins = parse_instruction(text)
+    assert decode_batched(ins) is not None and inline_of(ins) is None
+    group = ["v_xor_b32_e32 v2, 0x8000, v3", text, "v_add_u32_e32 v5, v2, v3", text]
+    stretch = _stretch_matches_cores([parse_instruction(t) for t in group], *_files())
+    assert stretch.count("_fz_core") == 2  # its two calls
 
 
 def test_stretch_code_is_compiled_once_per_text_and_runs_with_each_stretchs_own_values():

@@ -869,6 +869,65 @@ def test_packed_add_of_inline_zero_reads_the_low_half_for_both_results():
     same_f32(w.v[9], f64_round(pair[1].astype(np.float64) + 0.0))
 
 
+@pytest.mark.parametrize("text,order,reads", [
+    # (result VGPRs in the order their statements run, the registers each reads)
+    ("v_pk_mul_f32 v[4:5], v[4:5], s[2:3] op_sel_hi:[1,0]", (4, 5), ({"v4", "s2"}, {"v5", "s2"})),
+    ("v_pk_mul_f32 v[4:5], s[2:3], v[6:7] op_sel:[1,0] op_sel_hi:[0,1]", (4, 5), ({"s3", "v6"}, {"s2", "v7"})),
+    ("v_pk_mul_f32 v[2:3], v[2:3], v[4:5] op_sel_hi:[0,1]", (3, 2), ({"v2", "v4"}, {"v2", "v5"})),
+    ("v_pk_add_f32 v[2:3], v[6:7], v[2:3] op_sel:[0,1]", (2, 3), ({"v6", "v3"}, {"v7", "v3"})),
+    ("v_pk_add_f32 v[2:3], v[2:3], 1.0 op_sel_hi:[1,0]", (2, 3), ({"v2"}, {"v3"})),
+    ("v_pk_fma_f32 v[2:3], v[4:5], v[6:7], v[8:9]", None, None),
+    ("v_pk_mul_f32 v[2:3], v[2:3], v[4:5] op_sel:[1,0] op_sel_hi:[0,1]", None, None),
+    ("v_pk_add_f32 v[2:3], v[4:5], v[6:7] neg_lo:[0,1] neg_hi:[0,1]", None, None),
+    ("v_pk_mul_f32 v[2:3], v[4:5], v[6:7] clamp", None, None),
+])
+def test_a_packed_f32_inline_form_runs_no_result_statement_after_one_that_overwrote_its_source(text, order, reads):
+    """``_pk_inline``: a statement per result VGPR, each calling the core's op on
+    the registers the selects pick, the one whose result no other statement
+    reads first; none where each result overwrites a source of the other,
+    none with negations or ``clamp``, and none for the fma (left to the core)."""
+    from nvfp4_suite.kernels.flydsl.sim.wave import decode_batched, inline_of
+
+    ins = parse_instruction(text)
+    assert (decode_batched(ins) is None) == ("clamp" in text)  # the handler clamps
+    spec = inline_of(ins)
+    if order is None:
+        assert spec is None
+        return
+    parts = spec.parts()
+    assert tuple(p.dest for p in parts) == order
+    for p in parts:
+        regs = {f"{t.reg[0]}{t.reg[1]}" for t in p.sources if t.reg is not None}
+        assert regs == reads[p.dest - ins.ops[0].index]
+        fn = {"mul": vfloat._MUL, "add": vfloat._ADD}[ins.base[5:8]]
+        assert fn in p.namespace.values() and p.expr.startswith(next(k for k, v in p.namespace.items() if v is fn))
+    for k, p in enumerate(parts):
+        later = {t.reg for q in parts[k + 1:] for t in q.sources}
+        assert ("v", p.dest) not in later
+
+
+def test_any_nan_is_true_exactly_where_an_element_is_nan():
+    """``_any_nan`` (a sum of squares) over arrays of every layout a core or a
+    stretch gives it: NaNs of both kinds and signs anywhere are found; the
+    values whose sum or squares would make a NaN or an infinity otherwise
+    (+inf with -inf, squares beyond the float32 range, denormals) are not."""
+    rng = np.random.default_rng(16)
+    plain = np.array([np.inf, -np.inf, 3.4028235e38, -3.4028235e38, 1e30, 2.0 ** -149, -0.0, 0.0, 1.0, -2.5],
+                     np.float32)
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFA00001, 0x7FFFFFFF], np.uint32).view(np.float32)
+    for shape in [(), (1, 1), (4, 64), (4, 2, 64), (3, 1, 1)]:
+        for _trial in range(20):
+            x = rng.choice(plain, shape).astype(np.float32)
+            assert not vfloat._any_nan(x), (shape, x)
+            if x.ndim == 3:
+                assert not vfloat._any_nan(x[:, -1]) and not vfloat._any_nan(x.transpose(2, 0, 1))
+            x = np.array(x)
+            x.reshape(-1)[rng.integers(x.size)] = rng.choice(nans)
+            assert vfloat._any_nan(x), shape
+            if x.ndim == 3:
+                assert vfloat._any_nan(x.transpose(2, 0, 1))
+
+
 # ---- coverage of the compiled kernels ------------------------------------------------------------
 
 _FAMILY = re.compile(r"^v_(cmp_\w+_f(16|32|64)|cvt_\w+|pack_b32_f16|pk_(add|mul|fma)_(f16|f32|bf16)"

@@ -6,13 +6,13 @@ have a full EXEC and the instructions from pc on are ones whose cores the
 step loop would call one after another anyway (no control flow, no EXEC
 write, no memory access), one generated function executes a whole stretch
 ``[start, stop)`` of them: the same cores in the same order on the same
-view, except that the forms with an ``Inline`` statement (the integer
-family's lane-wise ops, ``wave.inline_of``) are written out as their
-arithmetic on copies of the registers held in local variables (``_Writer``),
-without a reader or op call each. The text executed is the one the cores
-are made from (``Source`` reads, the ops' texts), so the results are the
-cores' bit for bit; the step loop counts the stretch's instructions as the
-steps they are. Where a core leaves its instruction to each wave's handler
+view, except that the forms with an ``Inline`` statement (lane-wise integer
+and float ops, a statement per VGPR written, ``wave.inline_of``) are written
+out as their arithmetic on copies of the registers held in local variables
+(``_Writer``), without a reader or op call each. The text executed is the
+one the cores are made from (``Source`` reads, the ops' texts), so the
+results are the cores' bit for bit; the step loop counts the stretch's
+instructions as the steps they are. Where a core leaves its instruction to each wave's handler
 (returns False), the step loop takes over from there. A stretch's function
 is made at its ``WARMUP``-th use.
 
@@ -162,7 +162,8 @@ class _Writer:
     whose waves lie a whole file apart), loaded at its first use and written
     back before a core reads it and at the end (``dirty``: changed since);
     after a core, the copies of the VGPRs it names are loaded again. An SGPR
-    is a view (``[n, 1]``), which the scalar cores' writes reach. Constants
+    is a view (``[n, 1]``), which the scalar cores' writes reach. A source
+    that views a register as another dtype is bound once (``_view``). Constants
     are 0-d arrays (numpy's operations with those cost less than with its
     scalars, and compute the same: NEP 50 types both alike), and an inlined
     instruction's subexpressions of constants alone are computed once, here
@@ -176,12 +177,14 @@ class _Writer:
         self.vloaded: set[int] = set()
         self.dirty: set[int] = set()
         self.sbound: set[int] = set()
+        self.views: dict[str, str] = {}
 
     def text(self) -> tuple[str, dict]:
         for k, (ins, core) in enumerate(zip(self.instrs, self.cores)):
             spec = inline_of(ins)
-            if spec is not None and self._merge(spec.namespace):
-                self._inline(spec)
+            if spec is not None and all(self._merge(part.namespace) for part in spec.parts()):
+                for part in spec.parts():
+                    self._inline(part)
             else:
                 self._call(k, ins, core)
         self._flush(sorted(self.dirty))
@@ -208,6 +211,16 @@ class _Writer:
             self._emit(f"{name} = {reg_text(reg)}")
         return name
 
+    def _view(self, text: str) -> str:
+        """The name of the view ``text`` of a register, bound at its first use:
+        the copies are changed in place only (and an SGPR is a view of the
+        files), so a view of one stays current to the end of the stretch."""
+        name = self.views.get(text)
+        if name is None:
+            name = self.views[text] = f"_fz_w{len(self.views)}"
+            self._emit(f"{name} = {text}")
+        return name
+
     def _inline(self, spec: Inline) -> None:
         args: dict[str, str] = {}
         consts: list = []
@@ -218,8 +231,11 @@ class _Writer:
                 continue
             text = src.text(self._reg(src.reg), [self._const(c) for c in src.consts])
             if not text.isidentifier():
-                self._emit(f"_t{j} = {text}")
-                text = f"_t{j}"
+                if src.view:
+                    text = self._view(text)
+                else:
+                    self._emit(f"_t{j} = {text}")
+                    text = f"_t{j}"
             args[f"__{'ABC'[j]}"] = text
         dest = self._reg(("v", spec.dest))
         text, values = _folded(spec, tuple(src.reg is None for src in spec.sources), consts)

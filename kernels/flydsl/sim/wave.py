@@ -243,11 +243,14 @@ class Source:
     ``expr`` (uint32, or float32 for ``plain_source(as_f32=True)``) over
     ``{r}``, the register (``reg``: ``("v", i)`` VGPR i's lanes ``vb[:, i]``,
     ``[n, 64]``; ``("s", i)`` SGPR i per wave ``sb[:, i, None]``, ``[n, 1]``;
-    None for a constant) and ``{k0}``, ``{k1}``.. (``consts``, numpy scalars)."""
+    None for a constant) and ``{k0}``, ``{k1}``.. (``consts``, numpy scalars).
+    ``view``: the text is a view of the register (no arithmetic), which
+    follows the register's changes in place: a stretch binds it once."""
 
     expr: str
     reg: tuple[str, int] | None
     consts: tuple = ()
+    view: bool = False
 
     def text(self, reg: str, consts: list[str]) -> str:
         """``expr`` with the register written ``reg`` and the constants ``consts``."""
@@ -289,7 +292,7 @@ def plain_text(o: Operand, as_f32: bool = False) -> Source | None:
         return None
     f32 = ".view(np.float32)" if as_f32 else ""
     if o.kind in ("v", "s"):
-        return Source("{r}" + f32, (o.kind, o.index))
+        return Source("{r}" + f32, (o.kind, o.index), view=True)
     if o.kind == "const":
         c = np.uint32(o.bits32)
         return Source("{k0}", None, (c.view(np.float32) if as_f32 else c,))
@@ -345,13 +348,24 @@ class Inline:
     ``namespace`` (the names the text uses; ``pure``: those of its functions
     whose result depends on their arguments alone, which a stretch may call
     once for constant arguments). It is made from the instruction's form
-    alone (``form_key``): ``fuse`` caches stretch texts by the forms."""
+    alone (``form_key``): ``fuse`` caches stretch texts by the forms. An
+    instruction writing two VGPRs (a packed f32 op) has an ``Inline`` per
+    VGPR: ``then``, the next one's, runs after this one; the decoder orders
+    them so that none writes a register a later one reads."""
 
     expr: str
     dest: int
     sources: tuple[Source, ...]
     namespace: dict
     pure: frozenset = frozenset()
+    then: Inline | None = None
+
+    def parts(self) -> list[Inline]:
+        """This statement and those chained after it (``then``), in order."""
+        out = [self]
+        while out[-1].then is not None:
+            out.append(out[-1].then)
+        return out
 
 
 def inline_of(ins: Instr) -> Inline | None:

@@ -197,6 +197,16 @@ def fma_f32(a, b, c, scale=None) -> np.ndarray:
 
 # ---- f32 arithmetic ----------------------------------------------------------------------
 
+def _any_nan(x: np.ndarray) -> bool:
+    """Whether float ``x`` (any shape) holds a NaN: its sum of squares is NaN
+    exactly then (no square is negative, so no inf - inf arises; an overflow
+    is inf), and a dot product (BLAS) costs half of a ``minimum`` reduction
+    on a batch's few waves."""
+    flat = x.ravel()
+    sq = flat.dot(flat)
+    return sq != sq
+
+
 def _first_nan(fn):
     """``fn(a, b)`` (a float32 add, subtract or multiply of S0 ``a`` and S1
     ``b``: arrays or scalars that broadcast) with a definite NaN: where an
@@ -208,8 +218,7 @@ def _first_nan(fn):
     numpy's default NaN."""
     def op(a, b) -> np.ndarray:
         r = fn(a, b)
-        low = np.minimum.reduce(r, axis=None)  # NaN if any element is
-        if low == low:
+        if not _any_nan(r):
             return r
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
         quiet = np.uint32(0x00400000)
@@ -355,8 +364,7 @@ def _max2(a: np.ndarray, b: np.ndarray, want_max: bool) -> np.ndarray:
     is ignored, +0 is above -0."""
     pick = np.maximum if want_max else np.minimum
     r = pick(a, b)
-    low = np.minimum.reduce(r, axis=None)  # NaN where either operand has one (pick propagates it)
-    if low == low:
+    if not _any_nan(r):  # (pick propagates a NaN operand)
         # numpy's maximum/minimum order numbers as IEEE does; of two equal operands
         # they return one by their order, so the two orders differ only for zeros
         # of opposite signs, where the ISA wants +0 for max (the AND of the two
@@ -627,16 +635,15 @@ def _f16_source(w: Wave, ins: Instr, i: int) -> np.ndarray:
 def _f16_round(x: np.ndarray, quiet: bool = False) -> np.ndarray:
     """uint16 fp16 bit patterns of float32 ``x`` (any shape): round to nearest
     even, fp16 denormals kept, overflow to infinity, NaNs quiet (``quiet``:
-    ``x``'s NaNs are already, as ``_MUL``'s results are, so nothing is checked)."""
-    with np.errstate(over="ignore"):
-        h = x.astype(np.float16).view(np.uint16)
+    ``x``'s NaNs are already, as ``_MUL``'s results are, so nothing is checked).
+    An overflow warns unless the caller turned warnings off, as a launch does
+    for its cores and handlers (an ``errstate`` here cost a third of a call)."""
+    h = x.astype(np.float16).view(np.uint16)
     if quiet:
         return h
-    # One reduction finds a NaN (minimum propagates it); the conversion keeps a
-    # NaN's top payload bits (the quiet bit among them), so only a signalling
-    # one needs its quiet bit set.
-    low = np.minimum.reduce(x, axis=None)
-    if low != low:
+    # The conversion keeps a NaN's top payload bits (the quiet bit among them),
+    # so only a signalling one needs its quiet bit set.
+    if _any_nan(x):
         nan = x != x
         h[nan] |= np.uint16(0x0200)
     return h
@@ -728,8 +735,7 @@ def _bf16_round(x: np.ndarray) -> np.ndarray:
     even; NaN keeps sign and top payload bits with the quiet bit set."""
     b = _bits(x)
     out = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-    low = np.minimum.reduce(x, axis=None)  # NaN if any is
-    if low != low:
+    if _any_nan(x):
         nan = x != x
         out[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
     return out
@@ -905,11 +911,36 @@ def _pk_f32_reader(o: Operand, sel: int, sel_hi: int, neg_lo: int, neg_hi: int):
     return lambda w: (getattr(w, regs)[key] ^ neg).view(np.float32)
 
 
-def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
+def _pk_inline(ins: Instr, plan: tuple, name: str, fn) -> Inline | None:
+    """The ``Inline`` form of a packed f32 op (``_pk_plan``'s ``plan``; its
+    core computes ``fn``, called ``name`` in a stretch): a statement per
+    result VGPR, ``fn`` of the source registers its selects pick (an SGPR
+    pair's register per wave, a constant's low word), the one that overwrites
+    no source of the other first; None where each overwrites a source of the
+    other, or a source is negated."""
+    if any(neg_lo or neg_hi for _, _, neg_lo, neg_hi in plan):
+        return None
+    d, srcs = ins.ops[0].index, ins.ops[1:]
+    # The sources of the low (half 0) and the high (half 1) result.
+    texts = [tuple(t for o, p in zip(srcs, plan)
+                   if (t := plain_text(dataclasses.replace(o, index=o.index + p[half]), as_f32=True)) is not None)
+             for half in (0, 1)]
+    reads = [{t.reg[1] for t in half if t.reg is not None and t.reg[0] == "v"} for half in texts]
+    if len(texts[0]) < len(srcs) or (d + 1 in reads[0] and d in reads[1]):
+        return None
+    args = ", ".join("{" + "abc"[k] + "}" for k in range(len(srcs)))
+    lo, hi = (Inline(f"{name}({args}).view(np.uint32)", d + half, texts[half], {"np": np, name: fn})
+              for half in (0, 1))
+    return dataclasses.replace(hi, then=lo) if d in reads[1] else dataclasses.replace(lo, then=hi)
+
+
+def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False, name: str = ""):
     """The batched decoder of a packed op (``_pk_f32``, or ``v_pk_mul_f16`` with
     ``f16``): each source's selects and negations bound as rows ``[2, ...]``
     (axis 1 of a view's ``[n, 2, 64]``), for the forms without ``clamp`` that
-    read at least one VGPR (SGPRs and constants too for f32)."""
+    read at least one VGPR (SGPRs and constants too for f32). With ``name``
+    (what a fused stretch calls ``fn`` by), an f32 form records its ``Inline``
+    form (``_pk_inline``: ``fn`` of one result's sources)."""
     def decode(ins: Instr) -> Core | None:
         try:
             _validate(ins, n + 1, frozenset(mods), False)
@@ -940,6 +971,9 @@ def _pk_decoder(n: int, fn, mods: tuple, f16: bool = False):
                 continue
             readers.append(_pk_f32_reader(o, sel, sel_hi, neg_lo, neg_hi))
         d = dst.index
+        inline = _pk_inline(ins, plan, name, fn) if name else None
+        if inline is not None:
+            ins.__dict__["_inline"] = inline
         if f16 and all(p == (0, 1, 0, 0) for p in plan):
             ia, ib = srcs[0].index, srcs[1].index
             ins.__dict__["_inline"] = Inline("_f16_products({a}, {b})", d,
@@ -971,8 +1005,11 @@ _PK_MODS = ("op_sel", "op_sel_hi", "neg_lo", "neg_hi", "clamp")
 _vop("v_pk_add_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, _ADD))
 _vop("v_pk_mul_f32", nops=3, mods=_PK_MODS)(_pk_f32(2, _MUL))
 _vop("v_pk_fma_f32", nops=4, mods=_PK_MODS)(_pk_f32(3, fma_f32))
-batched("v_pk_add_f32")(_pk_decoder(2, _ADD, _PK_MODS))
-batched("v_pk_mul_f32")(_pk_decoder(2, _MUL, _PK_MODS))
+batched("v_pk_add_f32")(_pk_decoder(2, _ADD, _PK_MODS, name="_ADD"))
+batched("v_pk_mul_f32")(_pk_decoder(2, _MUL, _PK_MODS, name="_MUL"))
+# No Inline form for the fma: fma_f32 is a dozen numpy operations, and twice
+# that (a statement per result) costs more than the core's one pass over both
+# results and the copies a stretch writes back and reloads around it.
 batched("v_pk_fma_f32")(_pk_decoder(3, fma_f32, _PK_MODS))
 
 
@@ -998,9 +1035,11 @@ batched("v_pk_mul_f16")(_pk_decoder(2, None, _PK_MODS[:-1], f16=True))
 # ---- batched forms of the exponential and the conversions ----------------------------------
 
 def _exp_core(x: np.ndarray) -> np.ndarray:
-    """float32 ``2**x``: float64 exp2 rounded once (``_exp`` without a perturbation)."""
-    with np.errstate(over="ignore"):
-        return np.exp2(x.astype(np.float64)).astype(np.float32)
+    """float32 ``2**x``: float64 exp2 rounded once (``_exp`` without a perturbation).
+    Cores run with floating-point warnings off (``launch``), so an overflow
+    to inf sets no ``errstate`` here (whose entry and exit cost about what
+    the conversion does on a batch's few waves)."""
+    return np.exp2(x.astype(np.float64)).astype(np.float32)
 
 
 _exp_plain = _decoder(1, _exp_core, True)
