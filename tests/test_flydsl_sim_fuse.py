@@ -76,14 +76,16 @@ def test_every_inlined_integer_op_computes_its_cores_bits(name, nsrc):
 
 
 def test_every_bitop3_truth_tables_inline_form_computes_its_cores_bits():
-    # Every table, chained in one stretch (each reading the one before), with an
-    # SGPR and then a constant among the sources: a wrong text (``_bitop3_text``)
-    # or a fold of it shows as a mismatch.
-    for src in ("v2, s4, v1", "-7, v1, v3"):
-        instrs = [parse_instruction(f"v_bitop3_b32 v1, {src} bitop3:{t:#x}") for t in range(256)]
-        assert all(decode_batched(ins) is not None and inline_of(ins) is not None for ins in instrs)
-        text = _stretch_matches_cores(instrs, *_files())
-        assert "_fz_core" not in text  # every one inlined
+    # Every table, eight to a stretch, each writing its own register (which it
+    # also reads), with an SGPR or a constant among the sources: a wrong text
+    # (``_bitop3_text``) or a fold of it shows as a mismatch.
+    for src in ("v9, s4, v{d}", "-7, v{d}, v10"):
+        for first in range(0, 256, 8):
+            instrs = [parse_instruction(f"v_bitop3_b32 v{1 + j}, {src.format(d=1 + j)} bitop3:{first + j:#x}")
+                      for j in range(8)]
+            assert all(decode_batched(ins) is not None and inline_of(ins) is not None for ins in instrs)
+            text = _stretch_matches_cores(instrs, *_files())
+            assert "_fz_core" not in text  # every one inlined
 
 
 def _stretch_matches_cores(instrs, s, v) -> str:
