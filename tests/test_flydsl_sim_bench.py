@@ -31,8 +31,15 @@ def test_the_bench_prints_both_tables_with_their_floors(capsys):
         if os.environ.get("NVFP4_REQUIRE_COMPILE") == "1":
             pytest.fail(f"NVFP4_REQUIRE_COMPILE=1 but {why}")
         pytest.skip(why)
-    assert bench.main(["--arch", "gfx950"]) == 0
+    assert bench.main(["--arch", "gfx950", "--rounds", "2"]) == 0
     out = capsys.readouterr().out
-    assert "floor: numpy" in out and "v_mfma_f32_16x16x32_bf16" in out
+    assert "floor: numpy" in out and "v_mfma_f32_16x16x32_bf16" in out and "best of 2 each" in out
     row = out.splitlines()[-1].split()
-    assert row[0] == "gfx950" and int(row[2]) > 10_000 and int(row[3]) >= int(row[2])  # steps, wave-instructions
+    assert row[0] == "gfx950" and float(row[2]) > 0  # the floor, in ms
+    assert int(row[3]) > 10_000 and int(row[4]) >= int(row[3])  # steps, wave-instructions
+    assert float(row[7]) == pytest.approx(float(row[1]) / float(row[2]) * 1e3, rel=0.05)  # x floor
+
+
+def test_the_bench_refuses_fewer_than_one_round(capsys):
+    assert bench.main(["--arch", "gfx950", "--rounds", "0"]) == 2
+    assert "--rounds must be at least 1, got 0" in capsys.readouterr().err

@@ -13,8 +13,11 @@ Two tables, each against a floor measured in the same run:
   and the ratio to the floor, the same problem through
   ``nvfp4_suite.reference.emulate`` (numpy, the seed's arithmetic).
 
-Times are CPU seconds of this process (``time.process_time``), the best of a
-few runs, so that other processes on the machine move them little.
+Times are CPU seconds of this process (``time.process_time``). A launch and
+its floor are timed alternately, ``--rounds`` times each, and each figure is
+the best of its rounds: a machine whose speed drifts (other processes, clock
+changes) moves both alike, where a floor timed once before all the launches
+moved the ratio by a third either way.
 
 The golden catalog's time per target is measured by
 ``python -m nvfp4_suite.vectors.sim_bench --golden``, which runs the check engine.
@@ -63,9 +66,6 @@ def bench_problem():
     return random_problem(0, reqs=1, topk=16, seq_lens=[16 * 128], invalid_fraction=0.0)
 
 
-def emulate_floor(problem, splits: int = 1, repeat: int = 3) -> float:
-    """Seconds of the fastest of ``repeat`` ``reference.emulate`` runs of ``problem``."""
-    return min(_timed(lambda: emulate(problem, splits=splits)) for _ in range(repeat))
 
 
 def instruction_us(arch: str, text: str, n: int = 2000) -> float:
@@ -85,14 +85,20 @@ def instruction_us(arch: str, text: str, n: int = 2000) -> float:
     return min(_timed(loop) for _ in range(3)) / n * 1e6
 
 
-def launch_figures(arch: str, problem, splits: int = 1) -> dict:
-    """One launch of ``problem`` on ``arch`` (best of two after a warm-up):
-    ``seconds``, ``steps`` (simulator instruction steps), ``wave_instructions``."""
+def launch_figures(arch: str, problem, splits: int = 1, rounds: int = 5) -> dict:
+    """One launch of ``problem`` on ``arch`` after a warm-up, and its floor
+    (``reference.emulate`` of the same problem), timed alternately ``rounds``
+    times: ``seconds`` and ``floor`` (the best of each), ``steps`` (simulator
+    instruction steps) and ``wave_instructions`` of one launch."""
     b = FlydslSimBackend(arch)
     b(problem, splits=splits)
     before = (b.instructions, b.steps)
-    t = min(_timed(lambda: b(problem, splits=splits)) for _ in range(2))
-    return {"seconds": t, "wave_instructions": (b.instructions - before[0]) // 2, "steps": (b.steps - before[1]) // 2}
+    launch, floor = [], []
+    for _ in range(rounds):
+        floor.append(_timed(lambda: emulate(problem, splits=splits)))
+        launch.append(_timed(lambda: b(problem, splits=splits)))
+    return {"seconds": min(launch), "floor": min(floor), "wave_instructions": (b.instructions - before[0]) // rounds,
+            "steps": (b.steps - before[1]) // rounds}
 
 
 def main(argv=None) -> int:
@@ -101,6 +107,7 @@ def main(argv=None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--splits", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5, help="launches and floors timed alternately per target")
     ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")
     args = ap.parse_args(argv)
     archs = args.arch or list(ARCHS)
@@ -108,8 +115,10 @@ def main(argv=None) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 2
+    if args.rounds < 1:
+        print(f"--rounds must be at least 1, got {args.rounds}", file=sys.stderr)
+        return 2
     problem = bench_problem()
-    floor = emulate_floor(problem, args.splits)
     if not args.no_instructions:
         # The floor of an instruction: numpy's cheapest whole-wave operation.
         a, b = np.arange(64, dtype=np.uint32), np.arange(64, dtype=np.uint32)
@@ -121,15 +130,15 @@ def main(argv=None) -> int:
                 if arch in where:
                     us = instruction_us(arch, text)
                     print(f"{arch:8} {us:8.2f} {us / np_us:8.1f}  {text}")
-    print(f"per launch: 1 row, Hkv 1, TOPK 16, 16 blocks, splits {args.splits}; "
-          f"floor (nvfp4_suite.reference.emulate) {floor * 1e3:.1f} ms")
-    print(f"{'target':8} {'launch s':>9} {'steps':>9} {'wave-instr':>11} {'instr/s':>10} {'wave-instr/s':>13} "
-          f"{'x floor':>8}")
+    print(f"per launch: 1 row, Hkv 1, TOPK 16, 16 blocks, splits {args.splits}; floor: "
+          f"nvfp4_suite.reference.emulate, timed alternately with the launch, best of {args.rounds} each")
+    print(f"{'target':8} {'launch s':>9} {'floor ms':>9} {'steps':>9} {'wave-instr':>11} {'instr/s':>10} "
+          f"{'wave-instr/s':>13} {'x floor':>8}")
     for arch in archs:
-        f = launch_figures(arch, problem, args.splits)
+        f = launch_figures(arch, problem, args.splits, args.rounds)
         t = f["seconds"]
-        print(f"{arch:8} {t:9.3f} {f['steps']:9d} {f['wave_instructions']:11d} {f['steps'] / t:10.0f} "
-              f"{f['wave_instructions'] / t:13.0f} {t / floor:8.1f}")
+        print(f"{arch:8} {t:9.3f} {f['floor'] * 1e3:9.1f} {f['steps']:9d} {f['wave_instructions']:11d} "
+              f"{f['steps'] / t:10.0f} {f['wave_instructions'] / t:13.0f} {t / f['floor']:8.1f}")
     return 0
 
 
