@@ -16,10 +16,11 @@ instructions as the steps they are. Where a core leaves its instruction to each 
 (returns False), the step loop takes over from there. A stretch's function
 is made at its ``WARMUP``-th use.
 
-A stretch runs only where the view's rows are evenly spaced (``wave.BatchView``
-makes those a view of the files): it binds each SGPR once, as a view of the
-files that the scalar cores' writes reach, which the gathered copies of a
-scattered run (``wave.Rows``) are not.
+A stretch runs only where the view's registers are arrays: evenly spaced
+rows (``wave.BatchView`` makes those a view of the files) or a scattered
+run's gathered copy (``BatchView.gathered``). It binds each SGPR once, as a
+view of those arrays, which the scalar cores' writes reach; the copies that
+``wave.Rows`` makes at each access would not see them.
 """
 
 from __future__ import annotations

@@ -299,7 +299,7 @@ class Kernel:
                                 or (run.full is None and run.exec_full(pc))):
                             if view is None:
                                 view = run.view(pc)
-                            # Rows that are a view of the files only (see ``fuse``).
+                            # Registers that are arrays only: not ``Rows`` (see ``fuse``).
                             stretch = stretches.get(pc, stop) if type(view.vb) is np.ndarray else None
                         if stretch is None:
                             plain = stop
