@@ -350,7 +350,7 @@ def _buffer_store_decoder(ins: Instr) -> Core | None:
             data = np.take_along_axis(data[keep], src[..., None], axis=1)
             waves = [w for w, k in zip(waves, keep.tolist()) if k]
             addrs = base[:, None] + lane  # int64, as in_range's
-            fits = addrs, view.group.memory.span(addrs, size * n) if waves else None
+            fits = (addrs, view.group.memory.span(addrs, size * n) if waves else None)
         addrs, a = fits
         if not waves:
             _issue_all(view, ins)

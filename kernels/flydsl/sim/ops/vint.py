@@ -33,6 +33,7 @@ Decisions, and where hardware might differ:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -377,28 +378,25 @@ def _bitop3_text(table: int) -> str:
     return best
 
 
-# Each truth table's function ``f(a, b, c)`` (uint32 arrays), made when first used.
-_BITOP3: dict[int, Callable[..., Any]] = {}
-
-
-def _bitop3_fn(table: int) -> Callable[..., Any]:
-    fn = _BITOP3.get(table)
-    if fn is None:
-        fn = _BITOP3[table] = _op_fn(_bitop3_text(table), 3)
-    return fn
+@functools.lru_cache(maxsize=None)
+def _bitop3(table: int) -> tuple[str, Callable[..., Any]]:
+    """A truth table's text (``_bitop3_text``) and its function ``f(a, b, c)``
+    (uint32 arrays), made once per table."""
+    text = _bitop3_text(table)
+    return text, _op_fn(text, 3)
 
 
 @_vop("v_bitop3_b32", nops=4, mods=("bitop3",))
 def bitop3_b32(w: Wave, ins: Instr) -> None:
     """``v_bitop3_b32 d, s0, s1, s2 bitop3:T``: bit j of d is bit
     ``s0[j] << 2 | s1[j] << 1 | s2[j]`` of the truth table T."""
-    w.vset(ins, np.broadcast_to(_bitop3_fn(ins.mods.get("bitop3", 0))(*_srcs(w, ins, 1, 3)), (LANES,)))
+    w.vset(ins, np.broadcast_to(_bitop3(ins.mods.get("bitop3", 0))[1](*_srcs(w, ins, 1, 3)), (LANES,)))
 
 @batched("v_bitop3_b32")
 def _bitop3_decoder(ins: Instr) -> Core | None:
     """The batched decoder of ``v_bitop3_b32``: its truth table's text (``_bitop3_text``) as a ternary op's."""
-    table = ins.mods.get("bitop3", 0)
-    return _decoder(_bitop3_fn(table), _bitop3_text(table), 3, False, frozenset({"bitop3"}))(ins)
+    text, fn = _bitop3(ins.mods.get("bitop3", 0))
+    return _decoder(fn, text, 3, False, frozenset({"bitop3"}))(ins)
 
 
 @_vop("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32", nops=3)
