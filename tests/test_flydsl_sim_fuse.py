@@ -5,6 +5,7 @@ core and stopped by the budget, and whole launches of the kernel (every
 register, memory byte, count and memory-model complaint) with and without
 fusing."""
 
+import re
 import types
 
 import numpy as np
@@ -400,3 +401,80 @@ def test_every_fusable_core_of_the_compiled_kernels_writes_no_vgpr_but_those_it_
             assert np.array_equal(v[:, ~mine], before[:, ~mine]), ins.text
             checked += 1
     assert checked > 100
+
+
+# ---- groups: MFMAs run as one call ---------------------------------------------------------
+
+def _mfma(d: int, a: int, b: int, c) -> str:
+    return f"v_mfma_f32_16x16x16_bf16 v[{d}:{d + 3}], v[{a}:{a + 1}], v[{b}:{b + 1}], " + \
+        (c if isinstance(c, str) else f"v[{c}:{c + 3}]")
+
+
+# Stretches of MFMAs and other instructions, and the groups ``_groups`` finds
+# (places): PV's independent MFMAs with unrelated instructions between; a
+# chain; instructions between that write an earlier member's A and B, which
+# a later member reads (each member reads its sources at its place), as the
+# compiler reuses registers; an instruction that reads an earlier member's D
+# and one that writes it, each closing the group so far; an MFMA reading an
+# earlier one's D as A, which starts a group of its own.
+_GROUPS = {
+    "pv": ([_mfma(0, 100, 200, 0), "v_add_u32_e32 v40, v41, v42", _mfma(4, 102, 200, 4),
+            "v_xor_b32_e32 v104, v41, v42", _mfma(8, 104, 200, 8), _mfma(12, 106, 200, 12)], [(0, 2, 4, 5)]),
+    "chain": ([_mfma(0, 100, 200, "0"), "v_add_u32_e32 v40, v41, v42", _mfma(0, 102, 202, 0),
+               _mfma(4, 104, 204, 0)], [(0, 2, 3)]),
+    "sources rewritten": ([_mfma(0, 100, 200, "0"), "v_xor_b32_e32 v101, v41, v42", "v_add_u32_e32 v200, v101, v9",
+                           _mfma(0, 100, 200, 0), "v_mov_b32_e32 v100, v7", _mfma(4, 100, 202, 0)], [(0, 3, 5)]),
+    "result read": ([_mfma(0, 100, 200, 0), _mfma(4, 102, 200, 4), "v_add_u32_e32 v40, v5, v42",
+                     _mfma(8, 104, 200, 8), _mfma(12, 106, 200, 12)], [(0, 1), (3, 4)]),
+    "result written": ([_mfma(0, 100, 200, 0), _mfma(4, 102, 200, 4), "v_mov_b32_e32 v1, v42",
+                        _mfma(8, 104, 200, 8)], [(0, 1)]),
+    "reads a result": ([_mfma(0, 100, 200, 0), _mfma(4, 102, 200, 4), _mfma(8, 2, 200, 8),
+                        _mfma(12, 106, 200, 12)], [(0, 1), (2, 3)]),
+}
+
+
+def _mfma_files(n: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Files of ``n`` waves with 512 VGPRs, bf16 pairs of a few binades (as the kernel's)."""
+    rng = np.random.default_rng(seed)
+    v = ((rng.integers(0x3C00, 0x4100, (n, 512, 64), dtype=np.uint32) | 0x8000 * rng.integers(
+        0, 2, (n, 512, 64), dtype=np.uint32)) << 16) | rng.integers(0x3C00, 0x4100, (n, 512, 64), dtype=np.uint32)
+    return rng.integers(0, 2**32, (n, 129), dtype=np.uint32), v
+
+
+@pytest.mark.parametrize("name", list(_GROUPS))
+def test_groups_are_mfmas_whose_moves_to_the_last_ones_place_change_nothing(name):
+    from nvfp4_suite.kernels.flydsl.sim.fuse import _groups
+
+    texts, want = _GROUPS[name]
+    instrs = [parse_instruction(t) for t in texts]
+    assert _groups(instrs) == want
+    # And the stretch computes what its cores compute one after another, one call per group.
+    text = _stretch_matches_cores(instrs, *_mfma_files())
+    singles = sum(t.startswith("v_mfma") for t in texts) - sum(len(g) for g in want)
+    assert text.count(".run(w, ") == len(want) and text.count(".take(") == sum(len(g) for g in want)
+    assert len(re.findall(r"_fz_core\d+\(w\)", text)) == singles
+
+
+def test_a_core_that_declines_between_members_runs_the_members_before_it_first():
+    """Members wait for their group's last place; where a core between declines
+    (returns False), the stretch runs the members before it, then returns
+    its place: the registers are then as the cores before it leave them, one
+    after another (the second member's A rewritten after it, as the first
+    one's C is: each reads its sources at its place)."""
+    texts = [_mfma(0, 100, 200, 0), "v_add_u32_e32 v2, v41, v42", _mfma(4, 102, 200, 4),
+             "v_xor_b32_e32 v102, v41, v42", "v_exp_f32_e32 v44, v45", _mfma(8, 104, 200, 8)]
+    instrs = [parse_instruction(t) for t in texts]
+    cores = [decode_batched(ins) for ins in instrs]
+    cores[4] = lambda w: False
+    n = len(instrs)
+    st = Stretches(instrs, cores, [False] * n, [False] * n, [False] * n)
+    st.warmup = 1
+    s, v = _mfma_files()
+    want = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+    got = types.SimpleNamespace(sb=s.copy(), vb=v.copy())
+    with np.errstate(all="ignore"):
+        for core in cores[:4]:
+            core(want)
+        assert st.get(0, n)(got) == 4
+    assert np.array_equal(got.vb, want.vb) and np.array_equal(got.sb, want.sb)
+    assert "_fz_core5.run(w, 2)" in st.source(0, n)[0]

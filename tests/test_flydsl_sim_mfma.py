@@ -191,7 +191,8 @@ def test_mfma_exactness_shortcut_stops_one_bit_short(k):
     ties it to 1.0, where the exact sum is past the midpoint (1 + 2**-23). The
     terms' lowest bits (2**-53) are one below what makes a sum under 2 exact
     in float64 (2**-52), so the shortcut that skips the exact sum must not
-    take this element (a threshold one bit lower would)."""
+    take this element (one that ignored the products' lowest bits would;
+    ``test_shown_exact_stops_at_its_thresholds`` pins the threshold)."""
     a = np.zeros((16, k), BF16)
     b = np.zeros((k, 16), BF16)
     a[0, 0], b[0, 0] = 2.0 ** -12, 2.0 ** -12
@@ -206,10 +207,11 @@ def test_mfma_exactness_shortcut_needs_c_above_its_threshold(k):
     """1 + 2**-24 - 2**-30 from products plus C = 2**-30 + 2**-53 is 1 + 2**-24 +
     2**-53, past the midpoint (1 + 2**-23), where float64 ties it back to the
     midpoint and float32 to 1.0. Every product is a multiple of 2**-30, far
-    above what a sum under 2 needs (2**-52); C (its lowest bit 2**-53) is
-    below the 2**(top - 30) = 2**-29 that shows a C a multiple of 2**-52, so
-    the shortcut for all elements at once must not take it (a threshold one
-    bit lower would). Every other C is 0, so this C is the smallest."""
+    above what the shortcut needs of the products; C (its lowest bit
+    2**-53) is below the 2**(top - 30) that shows a C a multiple of
+    2**(top - 53), so the shortcut for all elements at once must not take it
+    (one that ignored C would; ``test_shown_exact_stops_at_its_thresholds``
+    pins the threshold). Every other C is 0, so this C is the smallest."""
     a = np.zeros((16, k), BF16)
     b = np.zeros((k, 16), BF16)
     a[0, :3] = 1.0, 2.0 ** -12, -2.0 ** -15
@@ -349,3 +351,217 @@ def test_mfma_core_over_more_waves_than_a_chunk_matches_each_wave(text):
     from sim_cores import assert_core_matches_handler
 
     assert_core_matches_handler(text, "gfx950" if "x32" in text else "gfx942", n=70)
+
+
+# ---- bounds and groups ------------------------------------------------------------------------
+
+def _lsb_exponent(x: float) -> int:
+    """The exponent of the lowest set bit of a finite nonzero float (x = odd * 2**e)."""
+    num, den = abs(Fraction(x)).as_integer_ratio()
+    return (num & -num).bit_length() - 1 - (den.bit_length() - 1)
+
+
+def test_extremes_bound_every_bf16_values_lowest_bit_and_every_sum_of_magnitudes():
+    """Exhaustive over the bf16 patterns as A's values (B all 1 + 2**-7, 8
+    significant bits, then the pattern as B's): ``low`` is at most the lowest
+    set bit of every product (found by exact rational arithmetic), reached
+    where the value has 8 significant bits too, and ``big`` is k max|A|
+    max|B|; on mixed
+    values, ``low`` is at most every product's lowest bit and ``big`` at least
+    every element's exact sum of magnitudes."""
+    from nvfp4_suite.kernels.flydsl.sim.ops.mfma import _extremes
+
+    k = 16
+    other = 0x3F81  # 1 + 2**-7
+    tight = 0
+    for p in range(1 << 16):
+        v = float(np.uint16(p).view(BF16))
+        if not np.isfinite(v) or v == 0:
+            continue
+        prod = v * (1 + 2.0 ** -7)  # exact in float64
+        for a_half, b_half in ((p, other), (other, p)):
+            ab = np.empty((1, k, 32), np.uint16)
+            ab[..., :16], ab[..., 16:] = a_half, b_half
+            low, big = _extremes(ab.reshape(1, -1), k)
+            assert low <= _lsb_exponent(prod), hex(p)
+            assert big == k * abs(prod)
+        tight += low == _lsb_exponent(prod)
+    # Tight where the last significand bit is set: 254 normal exponents and the
+    # subnormals, 64 significands each, both signs.
+    assert tight == 2 * 254 * 64 + 2 * 64
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a = (rng.standard_normal((16, k)) * np.exp2(rng.integers(-40, 40, (16, k)))).astype(BF16)
+        b = (rng.standard_normal((k, 16)) * np.exp2(rng.integers(-40, 40, (k, 16)))).astype(BF16)
+        a[rng.random(a.shape) < 0.2] = 0
+        ab = np.concatenate([a.T, b], axis=1).view(np.uint16).reshape(1, -1)
+        low, big = _extremes(ab, k)
+        af, bf = a.astype(np.float64), b.astype(np.float64)
+        prods = [af[i, kk] * bf[kk, j] for i in range(16) for j in range(16) for kk in range(k)]
+        assert low <= min(_lsb_exponent(x) for x in prods if x != 0)
+        assert big >= max(sum(abs(Fraction(float(af[i, kk] * bf[kk, j]))) for kk in range(k))
+                          for i in range(16) for j in range(16))
+
+
+def test_shown_exact_stops_at_its_thresholds():
+    """``_shown_exact``'s two thresholds, each at and one bit past: products'
+    lowest bit ``low >= top - 53``, and every nonzero C at least ``2**(top -
+    30)`` (here ``most`` is below 2, top 1); a non-finite ``most`` fails.
+    Where ``low`` (from the magnitudes) falls short, the values' own lowest
+    bits decide: ``AB``'s are 2**-54 (short), ``ONES``' 2**0."""
+    from nvfp4_suite.kernels.flydsl.sim.ops.mfma import _shown_exact
+
+    AB = np.full((1, 16 * 32), np.uint16(np.float32(2.0 ** -27).view(np.uint32) >> 16))
+    ONES = np.full((1, 16 * 32), np.uint16(0x3F80))
+    assert _shown_exact(-60, 1.5, np.zeros((1, 16, 16), np.uint32), ONES, 16)
+    assert not _shown_exact(-60, 1.5, np.zeros((1, 16, 16), np.uint32), AB, 16)
+    c = np.zeros((1, 16, 16), np.float32)
+    c[0, 3, 4] = 2.0 ** -29
+    bits = c.view(np.uint32)
+    assert _shown_exact(-52, 1.5, bits, AB, 16) and not _shown_exact(-53, 1.5, bits, AB, 16)
+    c[0, 3, 4] = np.nextafter(np.float32(2.0 ** -29), np.float32(0))
+    assert not _shown_exact(-52, 1.5, bits, AB, 16)
+    c[0, 3, 4] = -0.0  # zeros of either sign are multiples of anything
+    assert _shown_exact(-52, 1.5, bits, AB, 16)
+    assert not _shown_exact(-52, float("inf"), bits, AB, 16) and not _shown_exact(-52, float("nan"), bits, AB, 16)
+
+
+def _group_reference(cases, parents):
+    """Each MFMA's exact product rounded once (``_reference``), in order, C the
+    given one's or the parent's result: float32 ``[m, 16, 16]``."""
+    out = []
+    given = iter(c for (_, _, c), p in zip(cases, parents) if p is None)
+    for (a, b, _), p in zip(cases, parents):
+        out.append(_reference(a, b, next(given) if p is None else out[p]))
+    return np.stack(out)
+
+
+def _ab(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``mfma_f32_bf16``'s ``[32 k]`` bits of A, B: row kk is A's column kk, then B's row kk."""
+    return np.concatenate([np.asarray(a, BF16).T, np.asarray(b, BF16)], axis=1).view(np.uint16).reshape(-1)
+
+
+@pytest.mark.parametrize("k", [16, 32])
+@pytest.mark.parametrize("parents", [(None, 0, 1, 2), (None, None, 0, 1, 2, 3), (None, None, None),
+                                     (None, 0, None, 2, 1)], ids=["chain", "two-chains", "independent", "mixed"])
+@pytest.mark.parametrize("values", ["kernel", "hard"])
+def test_a_group_of_mfmas_equals_each_exact_product_rounded_once_in_order(k, parents, values, monkeypatch):
+    """``mfma_group_f32_bf16`` over two waves: each MFMA's result is its exact
+    product plus its C (given, or its parent's result) rounded once. Values
+    as the kernel's (bf16 within a few binades, fp32 C), which the shortcut for
+    all at once takes, and the hard cases (ties, specials, signed zeros,
+    spreads), which it must not (each MFMA then goes its own way)."""
+    from nvfp4_suite.kernels.flydsl.sim.ops import mfma
+
+    m = len(parents)
+    rng = np.random.default_rng(m * k)
+    waves = []
+    for w in range(2):
+        if values == "hard":
+            hard = _hard_cases(k)
+            cases = [hard[(w + j) % len(hard)] for j in range(m)]
+        else:
+            # Magnitudes within a few binades (no tiny values, whose low bits the
+            # shortcut cannot cover), both signs.
+            def mags(shape, lo, hi, dtype):
+                return (rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(lo, hi, shape))).astype(dtype)
+            cases = [(mags((16, k), -2, 2, BF16), mags((k, 16), -2, 2, BF16), mags((16, 16), -4, 4, np.float32))
+                     for _ in range(m)]
+        waves.append(cases)
+    ab = np.stack([np.stack([_ab(a, b) for a, b, _ in cases]) for cases in waves])
+    c = np.stack([np.stack([np.asarray(cc, np.float32) for (_, _, cc), p in zip(cases, parents) if p is None])
+                  for cases in waves]).view(np.uint32)
+    calls = []
+    accumulate = mfma._accumulate
+    monkeypatch.setattr(mfma, "_accumulate", lambda *a: calls.append(1) or accumulate(*a))
+    with np.errstate(all="ignore"):
+        got = mfma.mfma_group_f32_bf16(ab, k, c, parents)
+        want = [_group_reference(cases, parents) for cases in waves]
+    for w in range(2):
+        for j in range(m):
+            _same(got[w, j], want[w][j])
+    assert bool(calls) == (values == "hard")  # the shortcut for all at once, or not
+
+
+def _group_texts(k: int) -> dict[str, list[str]]:
+    """Groups of MFMAs ``_parents`` takes, as a stretch holds them: a chain with
+    a constant C first and a last D elsewhere; two interleaved chains; PV's
+    independent ones (one B, C their own D); a mix whose last D is an
+    earlier A's and C's registers (read before it is written)."""
+    r = k // 8
+    name = SHAPES[k][1]
+
+    def mf(d, a, b, c):
+        return f"{name} v[{d}:{d + 3}], v[{a}:{a + r - 1}], v[{b}:{b + r - 1}], " + \
+            (c if isinstance(c, str) else f"v[{c}:{c + 3}]")
+    return {
+        "chain": [mf(0, 100, 200, "0"), mf(0, 108, 208, 0), mf(0, 116, 216, 0), mf(4, 124, 224, 0)],
+        "interleaved": [mf(0, 100, 200, "0"), mf(4, 108, 208, "1.0"), mf(0, 116, 216, 0), mf(4, 124, 224, 4),
+                        mf(8, 132, 232, 4)],
+        "pv": [mf(d, 100 + 8 * j, 200, d) for j, d in enumerate(range(0, 32, 4))],
+        "mixed": [mf(0, 100, 200, 40), mf(4, 108, 208, 44), mf(0, 116, 216, 0), mf(100, 124, 224, 4)],
+    }
+
+
+@pytest.mark.parametrize("k", [16, 32])
+@pytest.mark.parametrize("shape", ["chain", "interleaved", "pv", "mixed"])
+@pytest.mark.parametrize("values", ["kernel", "hard"])
+def test_a_group_core_leaves_every_register_its_members_cores_leave_one_after_another(k, shape, values):
+    """The core of a group (``wave.grouped``) over waves in consecutive rows,
+    every other row, uneven rows and more waves than a chunk holds, against
+    the members' own cores run one after another (each shown exact above),
+    on the kernel's kind of values and on the hard bit patterns."""
+    from sim_cores import registers
+
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import BatchView, Wave, decode_batched, grouping_of
+
+    arch = SHAPES[k][0]
+    instrs = tuple(parse_instruction(t) for t in _group_texts(k)[shape])
+    grouping = grouping_of(instrs[0])
+    assert grouping is not None
+    for j in range(1, len(instrs)):
+        assert grouping.fits(instrs[:j], instrs[j])
+    group_core, cores = grouping.make(instrs), [decode_batched(ins) for ins in instrs]
+    group = make_test_wave(arch).group
+    rng = np.random.default_rng(k)
+    n = 70
+    sfile, vfile = registers(rng, n)
+    if values == "kernel":
+        # bf16 pairs of a few binades, both signs (no specials, no tiny values).
+        sign = np.uint32(0x8000) * rng.integers(0, 2, vfile.shape, dtype=np.uint32)
+        vfile[:] = ((rng.integers(0x3C00, 0x4100, vfile.shape, dtype=np.uint32) | sign) << 16) \
+            | rng.integers(0x3C00, 0x4100, vfile.shape, dtype=np.uint32)
+    for rows in (list(range(n)), list(range(0, 9, 2)), [0, 1, 5]):
+        got_s, got_v, want_s, want_v = sfile.copy(), vfile.copy(), sfile.copy(), vfile.copy()
+        with np.errstate(all="ignore"):
+            for core in cores:
+                core(BatchView(want_s, want_v, [Wave(group, i, (want_s, want_v, i)) for i in rows]))
+            group_core(BatchView(got_s, got_v, [Wave(group, i, (got_s, got_v, i)) for i in rows]))
+        assert np.array_equal(got_v, want_v), (shape, rows, np.argwhere(got_v != want_v)[:4].tolist())
+        assert np.array_equal(got_s, want_s)
+
+
+@pytest.mark.parametrize("texts,why", [
+    (["v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], 0", "v_mfma_f32_16x16x16_bf16 v[8:11], v[2:3], v[6:7], 0"],
+     "as A or B"),
+    (["v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], 0", "v_mfma_f32_16x16x16_bf16 v[8:11], v[12:13], v[0:1], 0"],
+     "as A or B"),
+    (["v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], 0",
+      "v_mfma_f32_16x16x16_bf16 v[8:11], v[12:13], v[14:15], v[2:5]"], "part of"),
+    (["v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], 0", "v_mfma_f32_16x16x16_bf16 v[2:5], v[12:13], v[14:15], 0",
+      "v_mfma_f32_16x16x16_bf16 v[8:11], v[12:13], v[14:15], v[0:3]"], "part of"),
+])
+def test_a_group_is_refused_where_an_mfma_reads_an_earlier_ones_result_but_as_its_whole_c(texts, why):
+    """An MFMA that reads an earlier member's D as A or B, or a part of its C
+    that an earlier one wrote (its last writer's D not all of it), does not
+    fit the group, and a group holding it is refused."""
+    from nvfp4_suite.kernels.flydsl.sim.program import parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import grouping_of
+
+    instrs = tuple(parse_instruction(t) for t in texts)
+    grouping = grouping_of(instrs[0])
+    assert all(grouping.fits(instrs[:j], instrs[j]) for j in range(1, len(instrs) - 1))
+    assert not grouping.fits(instrs[:-1], instrs[-1])
+    with pytest.raises(SimError, match=why):
+        grouping.make(instrs)

@@ -16,6 +16,13 @@ instructions as the steps they are. Where a core leaves its instruction to each 
 (returns False), the step loop takes over from there. A stretch's function
 is made at its ``WARMUP``-th use.
 
+MFMAs of a stretch run as groups (``_groups``, ``wave.grouped``): each
+member's sources are read at its own place (``take``), and all of them are
+computed at the last member's place in one call (``run``), their products
+in one matrix product, a chain's accumulations (each C the one before's D)
+one after another; nothing between may name a member's result. One call over
+a group costs about what two or three single MFMAs did.
+
 A stretch runs only where the view's registers are arrays: evenly spaced
 rows (``wave.BatchView`` makes those a view of the files) or a scattered
 run's gathered copy (``BatchView.gathered``). It binds each SGPR once, as a
@@ -33,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 from .program import Instr
-from .wave import BATCHED, Core, Inline, Memo, form_key, inline_of, reg_text, vgprs_written
+from .wave import BATCHED, Core, GroupCore, Inline, Memo, form_key, grouping_of, inline_of, reg_text, vgprs_written
 
 # Scalar memory instructions (their cores read memory, or may leave it to the handlers).
 _SCALAR_MEMORY = ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_atomic", "s_dcache", "s_memtime",
@@ -109,12 +116,21 @@ class Stretches:
         key = tuple((form_key(ins), inline_of(ins) is not None) for ins in instrs)
         hit = _SOURCES.get(key)
         if hit is None:
-            text, glob = _Writer(instrs, self.cores[start:stop]).text()
-            slots = tuple(k for k in range(len(instrs)) if f"{_CORE}{k}" in glob)
-            _SOURCES.put(key, (text, {k: v for k, v in glob.items() if not k.startswith(_CORE)}, slots))
-            return text, glob
-        text, shared, slots = hit
-        return text, {**shared, **{f"{_CORE}{k}": self.cores[start + k] for k in slots}}
+            hit = _SOURCES.put(key, _Writer(instrs).text())
+        text, shared, calls = hit
+        return text, {**shared, **{name: self._core(start, places) for name, places in calls.items()}}
+
+    def _core(self, start: int, places: tuple[int, ...]) -> Core | GroupCore:
+        """The core a stretch from ``start`` calls for its instructions at ``places``:
+        one instruction's own, or a group's (``wave.grouped``)."""
+        if len(places) == 1:
+            core = self.cores[start + places[0]]
+            assert core is not None  # a fusable instruction's
+            return core
+        instrs = tuple(self.instrs[start + k] for k in places)
+        grouping = grouping_of(instrs[0])
+        assert grouping is not None  # _groups groups only those with one
+        return grouping.make(instrs)
 
     def _make(self, start: int, stop: int) -> StretchFn:
         text, glob = self.source(start, stop)
@@ -122,11 +138,13 @@ class Stretches:
         return glob["stretch"]
 
 
-# Stretch texts and their globals but the cores (``_CORE``, at their instructions'
-# places in the stretch ``slots``), by the instructions' forms and whether each
-# is inlined: the text is written from those alone (an ``Inline`` is made from
-# its instruction's form, ``wave.inline_of``; a core called is named by its
-# place, with the VGPRs its operands name), and so are the constants it names.
+# Stretch texts, their globals but the cores, and the cores they call (by name,
+# the places in the stretch of the instructions each executes: one, or a
+# group's), by the instructions' forms and whether each is inlined: the text
+# is written from those alone (an ``Inline`` is made from its instruction's
+# form, ``wave.inline_of``; a core called is named by its place, with the
+# VGPRs its operands name; groups are found from the forms, ``_groups``), and
+# so are the constants it names.
 # Writing the text was most of making a stretch once its code was cached (2.2
 # of 3.6 s for gfx942's golden catalog). 2,048 stretches hold a target's.
 _SOURCES = Memo(2048)
@@ -168,29 +186,50 @@ class _Writer:
     are 0-d arrays (numpy's operations with those cost less than with its
     scalars, and compute the same: NEP 50 types both alike), and an inlined
     instruction's subexpressions of constants alone are computed once, here
-    (``_folded``)."""
+    (``_folded``). A group of instructions (``_groups``) is one call, at its
+    last member's place."""
 
-    def __init__(self, instrs: list[Instr], cores: list[Core | None]):
-        self.instrs, self.cores = instrs, cores
+    def __init__(self, instrs: list[Instr]):
+        self.instrs = instrs
         self.lines = ["def stretch(w):", "    vb = w.vb", "    sb = w.sb"]
         self.glob: dict = {"np": np}
+        # The cores called, by name: the places of the instructions each executes.
+        self.calls: dict[str, tuple[int, ...]] = {}
         self.consts: set[str] = set()
         self.vloaded: set[int] = set()
         self.dirty: set[int] = set()
         self.sbound: set[int] = set()
         self.views: dict[str, str] = {}
 
-    def text(self) -> tuple[str, dict]:
-        for k, (ins, core) in enumerate(zip(self.instrs, self.cores)):
+    def text(self) -> tuple[str, dict, dict[str, tuple[int, ...]]]:
+        """The stretch's text, its globals but the cores, and the cores it calls
+        (``calls``)."""
+        group_of = {k: group for group in _groups(self.instrs) for k in group}
+        # A group whose last member is ahead: its core's name and the members taken.
+        waiting: tuple[str, int] | None = None
+        for k, ins in enumerate(self.instrs):
+            group = group_of.get(k)
+            if group is not None:
+                name = f"{_CORE}{group[-1]}"
+                self.calls[name] = group
+                # The member's sources as they are at its place (``wave.GroupCore``).
+                self._flush(sorted(_named(ins) & self.dirty))
+                self._emit(f"{name}.take({group.index(k)}, w)")
+                waiting = (name, group.index(k) + 1)
+                if k == group[-1]:
+                    self._emit(f"{name}.run(w, {len(group)})")
+                    self._reload(set().union(*(vgprs_written(self.instrs[j]) for j in group)))
+                    waiting = None
+                continue
             spec = inline_of(ins)
             if spec is not None and all(self._merge(part.namespace) for part in spec.parts()):
                 for part in spec.parts():
                     self._inline(part)
             else:
-                self._call(k, ins, core)
+                self._call(k, waiting)
         self._flush(sorted(self.dirty))
         self.lines.append("    return None")
-        return "\n".join(self.lines) + "\n", self.glob
+        return "\n".join(self.lines) + "\n", self.glob, self.calls
 
     def _emit(self, line: str) -> None:
         self.lines.append("    " + line)
@@ -245,21 +284,32 @@ class _Writer:
         self._emit(text if "{out}" in spec.expr else f"{dest}[...] = {text}")
         self.dirty.add(spec.dest)
 
-    def _call(self, k: int, ins: Instr, core: Core | None) -> None:
-        regs = {o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count)}
-        self._flush(sorted(regs & self.dirty))
+    def _call(self, k: int, waiting: tuple[str, int] | None) -> None:
+        """A call of the core of the instruction at place ``k``, after the
+        members taken so far of a group ending later (``waiting``: its core's
+        name and their count): where this core declines, those run before the
+        stretch returns."""
+        ins = self.instrs[k]
+        self._flush(sorted(_named(ins) & self.dirty))
         name = f"{_CORE}{k}"
-        self.glob[name] = core
+        self.calls[name] = (k,)
         self._emit(f"if {name}(w) is False:")
         rest = sorted(self.dirty)
         if rest:
             # The core changed nothing; the copies changed since their load go back.
             self._emit(f"    vb[:, {rest}] = np.stack(({', '.join(f'v{i}' for i in rest)},), 1)")
+        if waiting is not None:
+            # The stretch stops before this instruction: the members of a group
+            # taken before it run now (nothing between has named their results).
+            self._emit(f"    {waiting[0]}.run(w, {waiting[1]})")
         self._emit(f"    return {k}")
-        # Only the VGPRs the core writes change (``vgprs_written``; ``tests/test_flydsl_sim_fuse.py``
+        self._reload(set(vgprs_written(ins)))
+
+    def _reload(self, written: set[int]) -> None:
+        # Only the VGPRs a core writes change (``vgprs_written``; ``tests/test_flydsl_sim_fuse.py``
         # checks every core of the compiled kernels for that). The copies of those it
         # only read are still current.
-        for i in sorted(set(vgprs_written(ins)) & self.vloaded):
+        for i in sorted(written & self.vloaded):
             self._emit(f"v{i}[...] = vb[:, {i}]")
 
     def _flush(self, regs: list[int]) -> None:
@@ -277,7 +327,45 @@ class _Writer:
         return True
 
 
-# The globals naming the cores of the stretch's instructions: ``_CORE`` and the place.
+def _named(ins: Instr) -> set[int]:
+    """The VGPRs ``ins``'s operands name (what it may read or write)."""
+    return {o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count)}
+
+
+def _groups(instrs: list[Instr]) -> list[tuple[int, ...]]:
+    """The groups of a stretch's instructions (places, ascending; two or more
+    each) that its function runs as one call at the last member's place
+    (``wave.grouped``), each member's sources read at its own place:
+    instructions, none inlined, whose mnemonic's ``Grouping`` fits each to
+    the ones before it, where no instruction between a member and the last
+    one names a VGPR the member writes (it would see that VGPR before the
+    member's result, or have its own write overwritten by it). Greedy, in
+    order: an instruction that does not fit, or names such a VGPR, closes
+    the group so far."""
+    groups: list[tuple[int, ...]] = []
+    group: tuple[int, ...] = ()
+    written: set[int] = set()  # what the group's members write
+    for k, ins in enumerate(instrs):
+        regs = _named(ins)
+        grouping = grouping_of(ins) if inline_of(ins) is None else None
+        if group and grouping is not None and grouping_of(instrs[group[0]]) is grouping \
+                and grouping.fits(tuple(instrs[j] for j in group), ins):
+            group += (k,)
+            written |= set(vgprs_written(ins))
+            continue
+        if group and (grouping is not None or regs & written):
+            if len(group) > 1:
+                groups.append(group)
+            group, written = (), set()
+        if grouping is not None:
+            group, written = (k,), set(vgprs_written(ins))
+    if len(group) > 1:
+        groups.append(group)
+    return groups
+
+
+# The globals naming the cores a stretch calls: ``_CORE`` and the place of the
+# call (a group's last member's).
 _CORE = "_fz_core"
 _PLACEHOLDER = re.compile(r"\b__[ABCOK]\d*\b")
 _FOLDS: dict[tuple, tuple[str, list]] = {}

@@ -28,7 +28,7 @@ that wave).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -132,6 +132,56 @@ def vgprs_written(ins: Instr) -> list[int]:
     that is a VGPR), or every VGPR operand's for a ``writes_all`` decoder's."""
     ops = ins.ops if (ins.base if ins.base in BATCHED else ins.mnemonic) in WRITE_ALL else ins.ops[:1]
     return sorted({o.index + j for o in ops if o.kind == "v" for j in range(o.count)})
+
+
+class Grouping(NamedTuple):
+    """How instructions of one mnemonic run several at once (``grouped``):
+    ``make(instrs)``, the core of the instructions ``instrs`` (a tuple), and
+    ``fits(group, ins)``, whether ``ins`` may join the tuple ``group``."""
+    make: Callable[[tuple[Instr, ...]], "GroupCore"]
+    fits: Callable[[tuple[Instr, ...], Instr], bool]
+
+
+class GroupCore(Protocol):
+    """A group's core (``grouped``): ``core(view)`` executes all its
+    instructions; ``take(j, view)`` reads instruction ``j``'s sources (every
+    earlier one's taken first), and ``run(view, count)`` executes the first
+    ``count`` taken and writes their results."""
+    def __call__(self, view: "BatchView", /) -> None: ...
+
+    def take(self, j: int, view: "BatchView", /) -> None: ...
+
+    def run(self, view: "BatchView", count: int, /) -> None: ...
+
+
+# By mnemonic without the encoding suffix (``grouped``).
+GROUPED: dict[str, Grouping] = {}
+
+
+def grouped(*names: str, fits: Callable[[tuple[Instr, ...], Instr], bool]
+            ) -> Callable[[Callable[[tuple[Instr, ...]], GroupCore]], Callable[[tuple[Instr, ...]], GroupCore]]:
+    """Register the decorated ``make(instrs)`` for each mnemonic in ``names``
+    (which must have a batched decoder too) with ``fits``. ``make`` returns
+    the ``GroupCore`` of ``instrs`` (each of those mnemonics, with a batched
+    core; each but the first fitted to the ones before it, ``fits``): on a
+    view with a full EXEC it computes what their cores compute one after
+    another, each reading its sources where ``take`` runs, and it never
+    leaves them to the handlers. A fused stretch takes each member at its
+    place and runs the group at the last one's, as one call (``fuse``): one
+    call over ``n * len(instrs)`` items costs a fraction of ``len(instrs)``
+    calls over ``n`` waves."""
+    def deco(make: Callable[[tuple[Instr, ...]], GroupCore]) -> Callable[[tuple[Instr, ...]], GroupCore]:
+        for n in names:
+            if n in GROUPED:
+                raise ValueError(f"grouping for {n} registered twice")
+            GROUPED[n] = Grouping(make, fits)
+        return make
+    return deco
+
+
+def grouping_of(ins: Instr) -> Grouping | None:
+    """How ``ins``'s mnemonic runs grouped (``grouped``), or None."""
+    return GROUPED.get(ins.base) or GROUPED.get(ins.mnemonic)
 
 
 def core_op(*names: str) -> Callable[[Callable[[Instr], Core]], Callable[[Instr], Core]]:

@@ -61,7 +61,9 @@ def _src(o: Operand, width: int) -> Src:
     if o.kind == "s":
         i = o.index
         if width == 64:
-            return lambda w: np.ascontiguousarray(w.sb[:, i:i + 2]).view(np.uint64)[:, 0]
+            # A view of each row's pair as one uint64 (its two words adjacent: a
+            # view, not a copy; a later write to the pair shows through it).
+            return lambda w: w.sb[:, i:i + 2].view(np.uint64)[:, 0]
         return lambda w: w.sb[:, i].astype(np.uint64)
     if o.kind == "const":
         c = np.array([o.bits64 if width == 64 else o.bits32], np.uint64)
@@ -78,7 +80,11 @@ def _dst(o: Operand, width: int) -> Callable[[Any, np.ndarray], None]:
     i = o.index
     if width == 64:
         def put64(w, r: np.ndarray) -> None:
-            w.sb[:, i:i + 2] = np.ascontiguousarray(r, np.uint64).view(np.uint32).reshape(-1, 2)
+            sb = w.sb
+            if type(sb) is np.ndarray:
+                sb[:, i:i + 2].view(np.uint64)[:, 0] = r
+            else:
+                sb[:, i:i + 2] = np.ascontiguousarray(r, np.uint64).view(np.uint32).reshape(-1, 2)
         return put64
 
     def put32(w, r: np.ndarray) -> None:
