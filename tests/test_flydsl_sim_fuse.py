@@ -442,7 +442,7 @@ def _mfma_files(n: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("name", list(_GROUPS))
-def test_groups_are_mfmas_whose_moves_to_the_last_ones_place_change_nothing(name):
+def test_a_group_ends_before_an_instruction_naming_a_members_result_and_computes_its_cores_bits(name):
     from nvfp4_suite.kernels.flydsl.sim.fuse import _groups
 
     texts, want = _GROUPS[name]
@@ -457,13 +457,16 @@ def test_groups_are_mfmas_whose_moves_to_the_last_ones_place_change_nothing(name
 
 def test_a_core_that_declines_between_members_runs_the_members_before_it_first():
     """Members wait for their group's last place; where a core between declines
-    (returns False), the stretch runs the members before it, then returns
-    its place: the registers are then as the cores before it leave them, one
-    after another (the second member's A rewritten after it, as the first
-    one's C is: each reads its sources at its place)."""
-    texts = [_mfma(0, 100, 200, 0), "v_add_u32_e32 v2, v41, v42", _mfma(4, 102, 200, 4),
+    (returns False), the stretch runs the members taken before it, then
+    returns its place: the registers are then as the cores before it leave
+    them, one after another (each member's A rewritten after its place: each
+    reads its sources there)."""
+    from nvfp4_suite.kernels.flydsl.sim.fuse import _groups
+
+    texts = [_mfma(0, 100, 200, 0), "v_add_u32_e32 v100, v41, v42", _mfma(4, 102, 200, 4),
              "v_xor_b32_e32 v102, v41, v42", "v_exp_f32_e32 v44, v45", _mfma(8, 104, 200, 8)]
     instrs = [parse_instruction(t) for t in texts]
+    assert _groups(instrs) == [(0, 2, 5)]
     cores = [decode_batched(ins) for ins in instrs]
     cores[4] = lambda w: False
     n = len(instrs)
@@ -477,4 +480,4 @@ def test_a_core_that_declines_between_members_runs_the_members_before_it_first()
             core(want)
         assert st.get(0, n)(got) == 4
     assert np.array_equal(got.vb, want.vb) and np.array_equal(got.sb, want.sb)
-    assert "_fz_core5.run(w, 2)" in st.source(0, n)[0]
+    assert "_fz_core5.run(w, 2)\n        return 4" in st.source(0, n)[0]

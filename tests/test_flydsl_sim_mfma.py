@@ -366,9 +366,8 @@ def test_extremes_bound_every_bf16_values_lowest_bit_and_every_sum_of_magnitudes
     significant bits, then the pattern as B's): ``low`` is at most the lowest
     set bit of every product (found by exact rational arithmetic), reached
     where the value has 8 significant bits too, and ``big`` is k max|A|
-    max|B|; on mixed
-    values, ``low`` is at most every product's lowest bit and ``big`` at least
-    every element's exact sum of magnitudes."""
+    max|B|. On mixed values, ``low`` is at most every product's lowest bit
+    and ``big`` at least every element's exact sum of magnitudes."""
     from nvfp4_suite.kernels.flydsl.sim.ops.mfma import _extremes
 
     k = 16
@@ -486,8 +485,8 @@ def test_a_group_of_mfmas_equals_each_exact_product_rounded_once_in_order(k, par
 def _group_texts(k: int) -> dict[str, list[str]]:
     """Groups of MFMAs ``_parents`` takes, as a stretch holds them: a chain with
     a constant C first and a last D elsewhere; two interleaved chains; PV's
-    independent ones (one B, C their own D); a mix whose last D is an
-    earlier A's and C's registers (read before it is written)."""
+    independent ones (one B, C their own D); a mix whose last D holds the
+    first one's A (read before it is written)."""
     r = k // 8
     name = SHAPES[k][1]
 
