@@ -436,7 +436,7 @@ def _group_reference(cases, parents):
 
 
 def _ab(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``mfma_f32_bf16``'s ``[32 k]`` bits of A, B: row kk is A's column kk, then B's row kk."""
+    """``mfma_group_f32_bf16``'s ``[32 k]`` bits of A, B: row kk is A's column kk, then B's row kk."""
     return np.concatenate([np.asarray(a, BF16).T, np.asarray(b, BF16)], axis=1).view(np.uint16).reshape(-1)
 
 

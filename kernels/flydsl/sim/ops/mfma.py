@@ -115,49 +115,22 @@ def float64_sum_is_exact(terms: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
         return (np.fmod(terms, unit[..., None]) == 0).all(axis=-1)
 
 
-def mfma_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray) -> np.ndarray:
-    """float32 ``[n, 16, 16]``: ``A @ B + C`` of ``n`` independent MFMAs (one per
-    wave) of depth ``k``, each element rounded once, every NaN the canonical
-    0x7FC00000. ``ab``: uint16 ``[n, 32 k]``, each wave's ``[k, 32]`` bf16 bit
-    patterns, flattened: row ``kk`` holds column ``kk`` of A (``A[0..15,
-    kk]``) then row ``kk`` of B (``B[kk, 0..15]``); ``c``: uint32 ``[n or 1,
-    16, 16]`` (any strides), C as fp32 bit patterns. A's rows, C's and the
-    result's are in the same order, whichever it is.
-
-    One matrix product gives the float64 sums (bf16 products are exact in
-    float64). Where every term of an element is a multiple of ``2**(top -
-    53)``, ``sum|terms| < 2**top``, the float64 sum is exact
-    (``float64_sum_is_exact``'s argument) and rounding it is the answer. The
-    usual case (the kernel's) is shown for all ``n`` MFMAs at once with one
-    ``top``, from the largest magnitudes of A, B and C (``_shown_exact``);
-    otherwise element by element, from the sums of magnitudes (a second
-    matrix product), the lowest set bits of A's rows and B's columns (a
-    product's is the sum of its factors') and C's size (``_c_fits``).
-    Elsewhere the float64 sum (any order) is within ``bound = 2 (k + 1) u
-    sum|terms|`` of the exact sum; where that interval rounds to one fp32
-    value (almost always) that value is the answer. The test rounds ``s -/+
-    2 bound``: the float64 rounding of those (at most ``u (|s| + 2 bound)``,
-    below ``bound``) keeps them outside the interval, so the test is
-    conservative. An element whose interval may hold an fp32 rounding
-    boundary is shown exact by its own terms' lowest set bits, or else
-    summed again exactly (``round_sum_to_f32``, unless
-    ``float64_sum_is_exact`` shows the float64 sum already is). So the
-    result does not depend on the order numpy's matrix product adds in."""
-    amat, bmat, s = _products(ab, k)
-    return _accumulate(ab, k, amat, bmat, s, c, *_extremes(ab, k))
-
-
 def mfma_group_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray, parents: tuple[int | None, ...]) -> np.ndarray:
-    """float32 ``[n, m, 16, 16]``: for each of ``n`` waves, ``m`` MFMAs of depth
-    ``k`` where MFMA ``j``'s C is the result of MFMA ``parents[j]`` (an
-    earlier one) or, where that is None, the next of ``c`` (uint32 ``[n or
-    1, r, 16, 16]``, any strides: the ``r`` such Cs in order), each computed
-    as ``mfma_f32_bf16`` computes it. ``ab``: uint16 ``[n, m, 32 k]``, each
-    MFMA's A and B as there. Every product is formed in one matrix product;
-    the accumulations, which round each result, run level by level (a level:
-    the MFMAs whose parents are all in earlier levels), each as one float64
-    addition and a rounding where every sum is shown exact at once, else as
-    ``mfma_f32_bf16`` does.
+    """float32 ``[n, m, 16, 16]``: for each of ``n`` waves, ``m`` MFMAs ``A @ B +
+    C`` of depth ``k`` where MFMA ``j``'s C is the result of MFMA
+    ``parents[j]`` (an earlier one) or, where that is None, the next of
+    ``c`` (uint32 ``[n or 1, r, 16, 16]``, any strides: the ``r`` such Cs in
+    order, fp32 bit patterns), each element rounded once, every NaN the
+    canonical 0x7FC00000. ``ab``: uint16 ``[n, m, 32 k]``, each MFMA's
+    ``[k, 32]`` bf16 bit patterns, flattened: row ``kk`` holds column ``kk``
+    of A (``A[0..15, kk]``) then row ``kk`` of B (``B[kk, 0..15]``). A's
+    rows, C's and the result's are in the same order, whichever it is.
+
+    Every product is formed in one matrix product; the accumulations, which
+    round each result, run level by level (a level: the MFMAs whose parents
+    are all in earlier levels), each as one float64 addition and a rounding
+    where every sum is shown exact at once, else as ``_accumulate`` computes
+    the level's MFMAs.
 
     The test for all at once, with ``low`` and ``big`` all the MFMAs'
     ``_extremes``: every product is a multiple of ``2**low``. Where every C
@@ -214,8 +187,8 @@ def _levels(parents: tuple[int | None, ...]) -> list[tuple]:
 
 
 def _products(ab: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(A, B, sums)`` of ``n`` MFMAs (``ab``: uint16 ``[n, 32 k]`` as in
-    ``mfma_f32_bf16``): A float64 ``[n, 16, k]`` and B ``[n, k, 16]``, their
+    """``(A, B, sums)`` of ``n`` MFMAs (``ab``: uint16 ``[n, 32 k]``, rows as in
+    ``mfma_group_f32_bf16``): A float64 ``[n, 16, k]`` and B ``[n, k, 16]``, their
     values (a transposed view of one gather, as BLAS takes it, and a view),
     and ``sums`` float64 ``[n, 16, 16]``, the float64 sums of each
     element's products."""
@@ -234,7 +207,7 @@ def _products(ab: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def _extremes(ab: np.ndarray, k: int) -> tuple[int, float]:
     """``(low, big)`` of MFMAs of depth ``k`` (``ab``: uint16 ``[..., 32 k]``,
-    ``mfma_f32_bf16``'s rows): a lower bound on the exponent of every
+    ``mfma_group_f32_bf16``'s rows): a lower bound on the exponent of every
     product's lowest set bit, and ``k max|A| max|B|``, an upper bound on
     every element's sum of products' magnitudes (infinite or NaN where a
     value is). A bf16 of exponent field ``e`` is a multiple of ``2**(max(e, 1)
@@ -284,7 +257,7 @@ def _shown_exact(low: int, most: float, c: np.ndarray, ab: np.ndarray, k: int) -
 def _lowest(ab: np.ndarray, k: int) -> int:
     """The exponent of the lowest set bit of any of A's values plus that of any
     of B's over MFMAs of depth ``k`` (``ab``: uint16 ``[..., 32 k]``, as in
-    ``mfma_f32_bf16``): a lower bound on every product's, above ``_extremes``'
+    ``mfma_group_f32_bf16``): a lower bound on every product's, above ``_extremes``'
     where the values have fewer than 8 significant bits (``_NO_LSB`` counts
     where A's or B's are all zero, infinite or NaN)."""
     lsb = np.minimum.reduce(_BF16_LSB.take(ab.reshape(-1, 32 * k), mode="clip"), axis=0)
@@ -294,9 +267,30 @@ def _lowest(ab: np.ndarray, k: int) -> int:
 
 def _accumulate(ab: np.ndarray, k: int, amat: np.ndarray, bmat: np.ndarray, s: np.ndarray, c: np.ndarray,
                 low: int, big: float) -> np.ndarray:
-    """float32 ``[n, 16, 16]``: ``mfma_f32_bf16``'s results from its products
-    (``_products``: ``amat``, ``bmat`` and the sums ``s``, which this adds
-    C to in place), ``c`` and ``_extremes``' ``low`` and ``big`` of ``ab``."""
+    """float32 ``[n, 16, 16]``: the results of ``n`` independent MFMAs (``ab``:
+    uint16 ``[n, 32 k]``, rows as ``mfma_group_f32_bf16``'s) from their
+    products (``_products``: ``amat``, ``bmat`` and the sums ``s``, which
+    this adds C to in place), their C ``c`` (uint32 ``[n or 1, 16, 16]``)
+    and ``_extremes``' ``low`` and ``big`` of ``ab``.
+
+    Where every term of an element is a multiple of ``2**(top - 53)``,
+    ``sum|terms| < 2**top``, the float64 sum is exact
+    (``float64_sum_is_exact``'s argument) and rounding it is the answer. The
+    usual case (the kernel's) is shown for all ``n`` MFMAs at once with one
+    ``top``, from the largest magnitudes of A, B and C (``_shown_exact``);
+    otherwise element by element, from the sums of magnitudes (a second
+    matrix product), the lowest set bits of A's rows and B's columns (a
+    product's is the sum of its factors') and C's size (``_c_fits``).
+    Elsewhere the float64 sum (any order) is within ``bound = 2 (k + 1) u
+    sum|terms|`` of the exact sum; where that interval rounds to one fp32
+    value (almost always) that value is the answer. The test rounds ``s -/+
+    2 bound``: the float64 rounding of those (at most ``u (|s| + 2 bound)``,
+    below ``bound``) keeps them outside the interval, so the test is
+    conservative. An element whose interval may hold an fp32 rounding
+    boundary is shown exact by its own terms' lowest set bits, or else
+    summed again exactly (``round_sum_to_f32``, unless
+    ``float64_sum_is_exact`` shows the float64 sum already is). So the
+    result does not depend on the order numpy's matrix product adds in."""
     with np.errstate(invalid="ignore", over="ignore"):
         cval = c.view(np.float32)
         s += cval
@@ -326,7 +320,7 @@ def _accumulate(ab: np.ndarray, k: int, amat: np.ndarray, bmat: np.ndarray, s: n
 
 def _refine(out: np.ndarray, ab: np.ndarray, k: int, amat: np.ndarray, bmat: np.ndarray, s: np.ndarray,
             abs_sum: np.ndarray, cval: np.ndarray) -> None:
-    """``mfma_f32_bf16``'s elements not shown exact at once, element by element
+    """``_accumulate``'s elements not shown exact at once, element by element
     (its docstring): ``out`` (float32 ``[n, 16, 16]``, the float64 sums
     rounded) corrected in place where the float64 sum ``s`` may round
     otherwise than the exact sum. ``amat`` float64 ``[n, 16, k]``, ``bmat``
@@ -383,7 +377,7 @@ def _c_fits(cabs: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
 
 def _factors(k: int) -> np.ndarray:
     """intp ``[256, 2k]``: for element ``16 i + j`` of an MFMA of depth ``k``, the
-    positions in ``mfma_f32_bf16``'s ``ab`` of its factors, A's row i then B's
+    positions in ``_accumulate``'s ``ab`` row of its factors, A's row i then B's
     column j."""
     i, j, kk = np.arange(16)[:, None, None], np.arange(16)[None, :, None], np.arange(k)
     return np.concatenate(np.broadcast_arrays(32 * kk + i, 32 * kk + 16 + j), axis=2).reshape(256, 2 * k)
@@ -465,7 +459,7 @@ class _Group:
         # Each MFMA's A (rows in D's order) and B halves in one gather from a
         # wave's whole register file (uint16 [512 regs * 128]) where the view has
         # it as an array; from its A and B blocks, concatenated, otherwise:
-        # mfma_f32_bf16's [k, 32] (A's column kk, then B's row kk).
+        # mfma_group_f32_bf16's [k, 32] (A's column kk, then B's row kk).
         at, bt = _LAYOUT[k][_D_ROWS].T, _LAYOUT[k].T
         self._ab = [np.concatenate([a.index * 2 * LANES + at, b.index * 2 * LANES + bt], axis=1).reshape(-1)
                     for _, a, b, _ in decs]
