@@ -482,6 +482,91 @@ def test_a_group_of_mfmas_equals_each_exact_product_rounded_once_in_order(k, par
     assert bool(calls) == (values == "hard")  # the shortcut for all at once, or not
 
 
+@pytest.mark.parametrize("k", [16, 32])
+def test_a_group_keeps_signed_zeros_however_the_matrix_product_sums_zeros(k, monkeypatch):
+    """A BLAS that starts its sums at +0 gives +0 where every product is -0
+    (numpy's here happens not to). Two chains of two MFMAs, each second one's
+    products all -0, so its result is -0 exactly where its C is:
+    - C given -0 (in half the elements) and the first one's products all -0
+      but in row 0 (so the sums' bound is not small);
+    - C given +0 and the first one's products a tiny negative, whose sum
+      rounds to -0 (below 2**-150).
+    The shortcut for all at once must not take either (a -0 given; every
+    sum below 2**-96), though each passes its other tests: with such a BLAS
+    the float64 additions would give +0."""
+    from nvfp4_suite.kernels.flydsl.sim.ops import mfma
+
+    products = mfma._products
+
+    def plus_zero_start(ab, k):
+        amat, bmat, s = products(ab, k)
+        return amat, bmat, 0.0 + s  # -0 + +0 is +0 (IEEE, round to nearest)
+    monkeypatch.setattr(mfma, "_products", plus_zero_start)
+    ones, neg0, tiny = np.ones((k, 16), BF16), np.full((16, k), -0.0, BF16), np.full((k, 16), 2.0 ** -80, BF16)
+    row0 = neg0.copy()
+    row0[0] = 1.0
+    c_neg = np.where(np.arange(256).reshape(16, 16) % 2 == 0, -0.0, 0.0).astype(np.float32)
+    for first, c, b2 in (((row0, ones), c_neg, ones), ((-tiny.T, tiny), np.zeros((16, 16), np.float32), tiny)):
+        cases = [(first[0], first[1], c), (neg0, b2, None)]
+        ab = np.stack([_ab(a, b) for a, b, _ in cases])[None]
+        got = mfma.mfma_group_f32_bf16(ab, k, c.view(np.uint32)[None, None], (None, 0))
+        want = _group_reference(cases, (None, 0))
+        assert np.signbit(want[1]).any()
+        for j in range(2):
+            _same(got[0, j], want[j])
+
+
+def test_a_chains_shortcut_bounds_its_sums_by_all_of_its_mfmas():
+    """A chain of three whose third sum, 32 + 2**-19 + 2**-48, float64 ties down
+    to the fp32 midpoint 32 + 2**-19 (and fp32 to 32), where the exact sum
+    rounds up to 32 + 2**-18. Its terms' lowest bits (2**-48) would do for
+    sums below 32, the bound one MFMA's operands give (16 max|A| max|B| =
+    16): the shortcut for all at once must bound the chain's sums by all
+    three (48), and so not take it."""
+    from nvfp4_suite.kernels.flydsl.sim.ops import mfma
+
+    k = 16
+    ones_a, ones_b = np.zeros((16, k), BF16), np.zeros((k, 16), BF16)
+    ones_a[0], ones_b[:, 0] = 1.0, 1.0  # element [0, 0]: 16
+    a, b = np.zeros((16, k), BF16), np.zeros((k, 16), BF16)
+    a[0, :3] = 2.0 ** -10, (1 + 2.0 ** -7) * 2.0 ** -17, -(1 + 2.0 ** -6) * 2.0 ** -17
+    b[:3, 0] = 2.0 ** -9, (1 + 2.0 ** -7) * 2.0 ** -17, 2.0 ** -17  # 2**-19 + 2**-48
+    c = np.zeros((16, 16), np.float32)
+    cases = [(ones_a, ones_b, c), (ones_a, ones_b, None), (a, b, None)]
+    got = mfma.mfma_group_f32_bf16(np.stack([_ab(x, y) for x, y, _ in cases])[None], k,
+                                   c.view(np.uint32)[None, None], (None, 0, 1))
+    want = _group_reference(cases, (None, 0, 1))
+    assert want[2][0, 0] == np.float32(32 + 2.0 ** -18)
+    for j in range(3):
+        _same(got[0, j], want[j])
+
+
+@pytest.mark.parametrize("k", [16, 32])
+def test_a_chain_that_overflows_carries_the_infinity_on(k, monkeypatch):
+    """2**64 * 2**64 = 2**128 rounds to +inf (and its negative to -inf); the next
+    MFMA adds the opposite 2**128 to it, and IEEE keeps the infinity. Every
+    term is a multiple of 2**128, so the shortcut for all at once takes the
+    chain (no MFMA goes its own way), and its float64 additions give the
+    model's results."""
+    from nvfp4_suite.kernels.flydsl.sim.ops import mfma
+
+    calls = []
+    accumulate = mfma._accumulate
+    monkeypatch.setattr(mfma, "_accumulate", lambda *a: calls.append(1) or accumulate(*a))
+    cases = []
+    for sign in (1.0, -1.0):
+        a, b = np.zeros((16, k), BF16), np.zeros((k, 16), BF16)
+        a[0, 0], a[1, 0], b[0, 0], b[0, 1] = 2.0 ** 64, 2.0 ** 64, sign * 2.0 ** 64, -sign * 2.0 ** 64
+        cases.append((a, b, np.zeros((16, 16), np.float32) if sign > 0 else None))
+    got = mfma.mfma_group_f32_bf16(np.stack([_ab(x, y) for x, y, _ in cases])[None], k,
+                                   np.zeros((1, 1, 16, 16), np.uint32), (None, 0))
+    want = _group_reference(cases, (None, 0))
+    assert want[1][0, 0] == np.inf and want[1][1, 1] == -np.inf
+    for j in range(2):
+        _same(got[0, j], want[j])
+    assert not calls
+
+
 def _group_texts(k: int) -> dict[str, list[str]]:
     """Groups of MFMAs ``_parents`` takes, as a stretch holds them: a chain with
     a constant C first and a last D elsewhere; two interleaved chains; PV's

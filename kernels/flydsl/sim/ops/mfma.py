@@ -141,12 +141,13 @@ def mfma_group_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray, parents: tuple[in
     it, so every element's sum of magnitudes, at every MFMA (at most ``m``
     deep), is below ``most = (max|c| + m big) * (1 + (m + 2) 2**-23)`` (the
     last factor covers the float64 roundings of this too): with ``unit``
-    its ``top - 53``, ``_shown_exact``'s argument holds for every MFMA. Below
-    ``2**127`` nothing overflows (no infinity, no NaN); from ``2**-96`` on,
-    ``top - 53 >= -149``, so no nonzero sum rounds to a zero. An exact zero
-    sum is -0 only where every term is -0, so where no element of ``c`` is
-    -0 no result is, and IEEE's float64 sums give +0 there too (+0 for an
-    exact cancellation, and for -0 plus +0)."""
+    its ``top - 53``, ``_shown_exact``'s argument holds for every MFMA. A
+    result that overflows to an infinity is the model's too, and so is the
+    infinity a later MFMA adds it to its finite products (IEEE). From
+    ``2**-96`` on, ``top - 53 >= -149``, so no nonzero sum rounds to a zero.
+    An exact zero sum is -0 only where every term is -0, so where no element
+    of ``c`` is -0 no result is, and IEEE's float64 sums give +0 there too
+    (+0 for an exact cancellation, and for -0 plus +0)."""
     n, m = ab.shape[:2]
     amat, bmat, s = _products(ab.reshape(n * m, 32 * k), k)
     amat, bmat, s = amat.reshape(n, m, 16, k), bmat.reshape(n, m, k, 16), s.reshape(n, m, 16, 16)
@@ -154,9 +155,10 @@ def mfma_group_f32_bf16(ab: np.ndarray, k: int, c: np.ndarray, parents: tuple[in
     out = np.empty((n, m, 16, 16), np.float32)
     levels = _levels(parents)
     most = (m * big + _largest(c)) * (1 + (m + 2) * 2.0 ** -23)
-    if 2.0 ** -96 <= most < 2.0 ** 127 and not (c == _NEG_ZERO).any() and _shown_exact(low, most, c, ab, k):
-        for mine, theirs in levels:
-            out[:, mine] = s[:, mine] + (c.view(np.float32) if theirs is None else out[:, theirs])
+    if most >= 2.0 ** -96 and not (c == _NEG_ZERO).any() and _shown_exact(low, most, c, ab, k):
+        with np.errstate(over="ignore"):  # an overflow to infinity is the model's (above)
+            for mine, theirs in levels:
+                out[:, mine] = s[:, mine] + (c.view(np.float32) if theirs is None else out[:, theirs])
         return out
     for mine, theirs in levels:
         # The level's MFMAs as n * len(mine) independent ones.
