@@ -158,3 +158,13 @@ def test_batched_forms_match_their_handlers(text):
 
     assert decode_batched(parse_instruction(text)) is not None
     assert_core_matches_handler(text)
+
+
+def test_vgprs_named_are_every_vgpr_operands_registers_and_no_others():
+    from nvfp4_suite.kernels.flydsl.sim.program import AGPR_BASE, parse_instruction
+    from nvfp4_suite.kernels.flydsl.sim.wave import vgprs_named
+
+    assert vgprs_named(parse_instruction("v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], a[6:7], v[0:3]")) == \
+        {0, 1, 2, 3, 4, 5, AGPR_BASE + 6, AGPR_BASE + 7}
+    assert vgprs_named(parse_instruction("v_cndmask_b32_e64 v1, v2, 7, s[20:21]")) == {1, 2}
+    assert vgprs_named(parse_instruction("s_and_b64 s[20:21], vcc, s[22:23]")) == set()

@@ -66,8 +66,6 @@ def bench_problem():
     return random_problem(0, reqs=1, topk=16, seq_lens=[16 * 128], invalid_fraction=0.0)
 
 
-
-
 def instruction_us(arch: str, text: str, n: int = 2000) -> float:
     """Microseconds per execution of instruction ``text`` on a full-EXEC wave of
     ``arch`` (registers filled with small random bf16/float32 bit patterns)."""
@@ -111,12 +109,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")
     args = ap.parse_args(argv)
     archs = args.arch or list(ARCHS)
+    if args.rounds < 1:
+        print(f"--rounds must be at least 1, got {args.rounds}", file=sys.stderr)
+        return 2
     missing = sim_missing(tuple(archs))
     if missing:
         print(missing, file=sys.stderr)
-        return 2
-    if args.rounds < 1:
-        print(f"--rounds must be at least 1, got {args.rounds}", file=sys.stderr)
         return 2
     problem = bench_problem()
     if not args.no_instructions:

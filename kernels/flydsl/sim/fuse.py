@@ -40,7 +40,19 @@ from typing import Callable
 import numpy as np
 
 from .program import Instr
-from .wave import BATCHED, Core, GroupCore, Inline, Memo, form_key, grouping_of, inline_of, reg_text, vgprs_written
+from .wave import (
+    BATCHED,
+    Core,
+    GroupCore,
+    Inline,
+    Memo,
+    form_key,
+    grouping_of,
+    inline_of,
+    reg_text,
+    vgprs_named,
+    vgprs_written,
+)
 
 # Scalar memory instructions (their cores read memory, or may leave it to the handlers).
 _SCALAR_MEMORY = ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_atomic", "s_dcache", "s_memtime",
@@ -211,9 +223,10 @@ class _Writer:
             group = group_of.get(k)
             if group is not None:
                 name = f"{_CORE}{group[-1]}"
-                self.calls[name] = group
+                if k == group[0]:
+                    self.calls[name] = group
                 # The member's sources as they are at its place (``wave.GroupCore``).
-                self._flush(sorted(_named(ins) & self.dirty))
+                self._flush(sorted(vgprs_named(ins) & self.dirty))
                 self._emit(f"{name}.take({group.index(k)}, w)")
                 waiting = (name, group.index(k) + 1)
                 if k == group[-1]:
@@ -290,7 +303,7 @@ class _Writer:
         name and their count): where this core declines, those run before the
         stretch returns."""
         ins = self.instrs[k]
-        self._flush(sorted(_named(ins) & self.dirty))
+        self._flush(sorted(vgprs_named(ins) & self.dirty))
         name = f"{_CORE}{k}"
         self.calls[name] = (k,)
         self._emit(f"if {name}(w) is False:")
@@ -327,11 +340,6 @@ class _Writer:
         return True
 
 
-def _named(ins: Instr) -> set[int]:
-    """The VGPRs ``ins``'s operands name (what it may read or write)."""
-    return {o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count)}
-
-
 def _groups(instrs: list[Instr]) -> list[tuple[int, ...]]:
     """The groups of a stretch's instructions (places, ascending; two or more
     each) that its function runs as one call at the last member's place
@@ -346,7 +354,7 @@ def _groups(instrs: list[Instr]) -> list[tuple[int, ...]]:
     group: tuple[int, ...] = ()
     written: set[int] = set()  # what the group's members write
     for k, ins in enumerate(instrs):
-        regs = _named(ins)
+        regs = vgprs_named(ins)
         grouping = grouping_of(ins) if inline_of(ins) is None else None
         if group and grouping is not None and grouping_of(instrs[group[0]]) is grouping \
                 and grouping.fits(tuple(instrs[j] for j in group), ins):

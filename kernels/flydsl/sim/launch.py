@@ -73,6 +73,7 @@ from .wave import (
     decode_both,
     exec_free,
     mask_to_int,
+    vgprs_named,
     vgprs_written,
 )
 
@@ -209,7 +210,6 @@ class Kernel:
         self.steps += n
         return n
 
-
     def span(self, pc: int) -> tuple[np.ndarray, np.ndarray] | None:
         """intp: the VGPRs that the instructions from ``pc`` to the next control
         instruction (inclusive) name, and those their cores may write
@@ -223,7 +223,7 @@ class Kernel:
             written: set[int] = set()
             for i in range(pc, len(self.program.instrs)):
                 ins = self.program.instrs[i]
-                use.update(o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count))
+                use.update(vgprs_named(ins))
                 written.update(vgprs_written(ins))
                 if self.control[i]:
                     break
@@ -393,15 +393,16 @@ class _Run:
     of those registers cost less than a gather or a scatter at each register
     access of each step (``Rows``), and fused stretches run on it."""
 
-    __slots__ = ("waves", "full", "_view", "_ctx", "_base", "_written")
+    __slots__ = ("waves", "full", "_view", "_ctx", "_gathered")
 
     def __init__(self, waves: list[Wave], ctx: tuple):
         self.waves = waves
         self.full: bool | None = None
         self._view: BatchView | None = None
         self._ctx = ctx  # the files and the span of a pc (``_Schedule``)
-        self._base: BatchView | None = None
-        self._written: np.ndarray | None = None
+        # Where the view is a gathered copy: the view of the files it copies, and
+        # the VGPRs to write back.
+        self._gathered: tuple[BatchView, np.ndarray] | None = None
 
     def view(self, pc: int) -> BatchView:
         """The ``BatchView`` of the run's waves, at ``pc``."""
@@ -412,17 +413,20 @@ class _Run:
             # and each wave's handlers, which read the files.
             regs = span(pc) if type(v.vb) is not np.ndarray and self.exec_full(pc, v) else None
             if regs is not None:
-                use, self._written, scratch = regs
-                self._base, v = v, v.gathered(use, scratch)
+                use, written, scratch = regs
+                self._gathered = (v, written)
+                v = v.gathered(use, scratch)
             self._view = v
         return self._view
 
     def sync(self) -> None:
         """Write a gathered view's written VGPRs back to the files (before each
         wave's handler reads them, and where the run stops) and drop it."""
-        if self._base is not None and self._view is not None and self._written is not None:
-            self._base.scatter(self._view, self._written)
-            self._base = self._view = self._written = None
+        if self._gathered is not None:
+            base, written = self._gathered
+            assert self._view is not None  # the copy, made with _gathered
+            base.scatter(self._view, written)
+            self._gathered = self._view = None
 
     def exec_full(self, pc: int, view: BatchView | None = None) -> bool:
         """Whether every wave's EXEC enables all 64 lanes (read from ``view``, or the run's at ``pc``)."""

@@ -127,6 +127,11 @@ def batched(*names: str, exec_free: bool = False, writes_all: bool = False
     return deco
 
 
+def vgprs_named(ins: Instr) -> set[int]:
+    """The VGPRs ``ins``'s operands name (all it may read or write)."""
+    return {o.index + j for o in ins.ops if o.kind == "v" for j in range(o.count)}
+
+
 def vgprs_written(ins: Instr) -> list[int]:
     """The VGPRs a batched core of ``ins`` may write: its first operand's (where
     that is a VGPR), or every VGPR operand's for a ``writes_all`` decoder's."""
