@@ -12,9 +12,6 @@ object (or zero-argument factory) that follows the protocol.
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Callable
 
 from .protocol import Backend, Capabilities, Launch, Limits, protocol_errors
@@ -65,7 +62,7 @@ def get_backend(spec: str) -> Backend:
     if not mod_name or not attr:
         raise BackendError(f"backend spec {spec!r}: expected module.path:attr with both parts non-empty")
     try:
-        module = _import_mutants() if mod_name == "mutants" else importlib.import_module(mod_name)
+        module = importlib.import_module(mod_name)
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - any failure to import is a setup error, reported as such
@@ -80,28 +77,6 @@ def get_backend(spec: str) -> Backend:
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "available")):
         obj = _make(obj, spec)
     return _check(obj, spec)
-
-
-def _import_mutants():
-    """The module of the registry's ``mutants:<attr>`` specs (nvfp4_suite.vectors.bugs):
-    tests/mutants.py of the suite's checkout, a test helper that is not installed,
-    loaded from that file (and shared, as ``mutants``, with the tests that import it)."""
-    if "mutants" in sys.modules:
-        return sys.modules["mutants"]
-    path = Path(__file__).resolve().parents[1] / "tests" / "mutants.py"
-    if not path.is_file():
-        raise ModuleNotFoundError(f"the mutants live in tests/mutants.py of the suite's checkout; "
-                                  f"this install has none ({path} is missing): install the suite "
-                                  "editable from its checkout")
-    spec = importlib.util.spec_from_file_location("mutants", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["mutants"] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules["mutants"]
-        raise
-    return module
 
 
 def _make(factory: Callable[[], Backend], spec: str) -> Backend:

@@ -20,10 +20,7 @@ import numpy as np
 
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, Exact, Geometry
 from nvfp4_suite.reference.layout import CacheLayout
-from nvfp4_suite.reference.problem import SLOT_LISTS, outside_slot_domain
-
-# The contract's largest slot count (reference/CONTRACT.md, TOPK_MAX; the validator refuses more).
-TOPK_MAX = 64
+from nvfp4_suite.reference.problem import SLOT_LISTS, TOPK_MAX, outside_slot_domain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +50,16 @@ class Limits:
 # the FlyDSL simulator): a generated problem must take seconds, not minutes.
 INTERPRETED_LIMITS = Limits(requests=2, kv_heads=2, topk=8, q_len=2)
 
+# Generated problems a check draws when not told how many: fewer for backends
+# that declare ``interpreted`` (each problem takes seconds there, not milliseconds).
+DEFAULT_EXAMPLES = 100
+INTERPRETED_EXAMPLES = 8
+# An isolated run stops minimising a failure after this many launch timeouts'
+# worth of seconds: every try may meet the same hang.
+SHRINK_BUDGET_TIMEOUTS = 10
+# The launch timeout a GPU backend declares: its first launch of a shape compiles.
+GPU_LAUNCH_TIMEOUT_S = 300.0
+
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
@@ -74,6 +81,15 @@ class Capabilities:
     ``nvfp4_suite.reference.layout.CacheLayout`` it reads: it then receives a
     ``LaidOutProblem`` whose ``cache`` holds the pool re-packed into that
     layout, from either canonical layout (``layouts`` is then not consulted).
+    interpreted: it executes every instruction in Python (an interpreter, a
+    simulator): a check that is not told how many generated problems to draw
+    draws ``INTERPRETED_EXAMPLES`` instead of ``DEFAULT_EXAMPLES``.
+    launch_timeout_s: seconds one launch may take when a check runs it in a
+    worker process (``--isolate``); a GPU backend whose first launch
+    compiles declares more than the default. shrink_budget_s: seconds
+    minimising a generated failure may take (None: until hypothesis is done;
+    an isolated run stops after ``SHRINK_BUDGET_TIMEOUTS`` launch timeouts
+    whichever is smaller).
     """
 
     layouts: tuple[str, ...] = LAYOUTS
@@ -85,8 +101,19 @@ class Capabilities:
     limits: Limits = Limits()
     slot_lists: str = "any"
     cache_layout: CacheLayout | None = None
+    interpreted: bool = False
+    launch_timeout_s: float = 60.0
+    shrink_budget_s: float | None = None
 
     def __post_init__(self):
+        if not isinstance(self.interpreted, bool):
+            raise ValueError(f"Capabilities.interpreted {self.interpreted!r}: must be True or False")
+        for field in ("launch_timeout_s", "shrink_budget_s"):
+            v = getattr(self, field)
+            if v is None and field == "shrink_budget_s":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"Capabilities.{field} {v!r}: must be a number of seconds > 0")
         if self.slot_lists not in SLOT_LISTS:
             raise ValueError(f"Capabilities.slot_lists {self.slot_lists!r}: must be one of {SLOT_LISTS}")
         if self.cache_layout is not None and not isinstance(self.cache_layout, CacheLayout):
@@ -230,13 +257,24 @@ ATTRIBUTES = ("name", "geometry", "capabilities", "available")
 
 
 def protocol_errors(obj) -> list[str]:
-    """What ``obj`` lacks to be a Backend: missing attributes, a non-callable,
-    a ``capabilities`` that is not a ``Capabilities``. Empty when it conforms."""
+    """What ``obj`` lacks to be a Backend, one phrase per fault: a missing
+    attribute, a ``name`` that is not a string, a ``geometry`` that is none of
+    None, ``Exact`` or ``Geometry``, a ``capabilities`` that is not a
+    ``Capabilities``, an ``available`` or an object that is not callable.
+    Empty when it conforms. Reading an attribute may raise (a property):
+    that propagates, for the caller to name."""
     errs = [f"missing attribute {a!r}" for a in ATTRIBUTES if not hasattr(obj, a)]
     if not callable(obj):
         errs.append("not callable (needs __call__(problem, *, splits=1, ...))")
+    if hasattr(obj, "name") and not isinstance(obj.name, str):
+        errs.append(f"name is a {type(obj.name).__name__} ({obj.name!r}), not a str")
+    if hasattr(obj, "geometry") and not (obj.geometry is None or isinstance(obj.geometry, (Exact, Geometry))):
+        errs.append(f"geometry is a {type(obj.geometry).__name__} ({obj.geometry!r}), not None, "
+                    "nvfp4_suite.reference.Exact or nvfp4_suite.reference.Geometry")
     if hasattr(obj, "capabilities") and not isinstance(obj.capabilities, Capabilities):
         errs.append(f"capabilities is a {type(obj.capabilities).__name__}, not a nvfp4_suite.kernels.Capabilities")
+    if hasattr(obj, "available") and not callable(obj.available):
+        errs.append(f"available is a {type(obj.available).__name__}, not a method (available() -> None or a reason)")
     return errs
 
 
@@ -275,9 +313,14 @@ described once in `kernels/protocol.py`; this section is generated from it by
   the largest generated problem it is given), `slot_lists` (its input domain:
   `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1) and
   `cache_layout` (None, or the `nvfp4_suite.reference.layout.CacheLayout` it
-  reads: it then receives `problem.cache` in that layout, section 2.6). The
-  checks draw only what it declares; golden cases outside its domain are
-  skipped, naming the axis.
+  reads: it then receives `problem.cache` in that layout, section 2.6),
+  `interpreted` (it executes in Python: a check draws 8 generated problems
+  unless told otherwise, not 100), `launch_timeout_s` (seconds one launch may
+  take in an isolated run; default 60, GPU backends that compile on their
+  first launch declare 300) and `shrink_budget_s` (seconds minimising a
+  failure may take; None: no limit). The checks draw only what it declares;
+  golden cases outside its domain are skipped, naming the axis. Nothing else
+  about a backend is read: not its call signature, not any other attribute.
 - `available()`: `None` when usable on this machine, otherwise the reason.
 - `__call__(problem, *, splits, ...)`: the output of one launch. It always
   receives `splits`; `xcds`, `order` and `out` only when its capabilities

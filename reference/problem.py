@@ -28,6 +28,8 @@ _F32_TINY = float(np.finfo(np.float32).tiny)
 _F32_MAX = float(np.finfo(np.float32).max)
 _SCORE_LIMIT = 2.0**30
 _SCALARS = ("num_kv_heads", "q_len", "sm_scale", "k_global_scale", "v_global_scale")
+# The contract's largest slot count (CONTRACT.md section 3): the validator refuses more.
+TOPK_MAX = 64
 
 
 LOG2E = 1.4426950408889634
@@ -301,8 +303,8 @@ class DecodeProblem:
             raise ShapeError(
                 f"topk.shape = {self.topk.shape}, expected [Hkv={hk}, rows={self.rows}, TOPK]"
             )
-        if not 1 <= self.TOPK <= 64:
-            raise ShapeError(f"topk.shape[2] = TOPK = {self.TOPK}, must be in 1..64")
+        if not 1 <= self.TOPK <= TOPK_MAX:
+            raise ShapeError(f"topk.shape[2] = TOPK = {self.TOPK}, must be in 1..{TOPK_MAX}")
         if self.block_table.shape[0] != self.reqs or self.block_table.shape[1] < 1:
             raise ShapeError(
                 f"block_table.shape = {self.block_table.shape}, expected [reqs={self.reqs}, max_blocks >= 1]"

@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 import pytest
-from mutants import bf16_truncate
+from nvfp4_suite.kernels.mutants import bf16_truncate
 from thirdparty import BUGS, LAYOUT, ThirdPartyKernel
 
 import nvfp4_suite.reference as R
@@ -24,8 +24,8 @@ from nvfp4_suite.reference.emulate import _emulate, split_schedule
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.layout import present
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors.cases import compact
-from nvfp4_suite.vectors.check import check_generated, check_golden
+from nvfp4_suite.vectors.catalog.cases import compact
+from nvfp4_suite.vectors.engine.check import check_generated, check_golden
 from nvfp4_suite.vectors.cli import main
 
 POSITION = Geometry(32, 8, True, "position")

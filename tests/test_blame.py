@@ -6,8 +6,8 @@ import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors import blame
-from nvfp4_suite.vectors.blame import Outcome
+from nvfp4_suite.vectors.engine import blame
+from nvfp4_suite.vectors.engine.blame import Outcome
 
 
 def _problem(topk_rows, seq_lens, q_len=1, hkv=1, layout="token_rows"):

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.bugs: the bug-class registry holds.
+"""nvfp4_suite.vectors.catalog.bugs: the bug-class registry holds.
 
 Every detectable mutant fails a golden case that carries its own class's
 flag, so the flags mean something: numpy mutants are searched over every
@@ -18,15 +18,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mutants
+from nvfp4_suite.kernels import mutants
 import pytest
 
 from nvfp4_suite.kernels import get_backend
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
-from nvfp4_suite.vectors import bugs, cases, catalog
-from nvfp4_suite.vectors.check import check_invalid
-from nvfp4_suite.vectors.harness import BackendCrash, run_case
-from nvfp4_suite.vectors.io import load_case
+from nvfp4_suite.vectors.catalog import bugs, cases
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.engine.check import check_invalid
+from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
+from nvfp4_suite.vectors.catalog.casefile import load_case
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +100,7 @@ def test_the_catalog_vocabulary_is_the_registry():
 
 
 def test_every_numpy_mutant_in_tests_mutants_is_registered():
-    defined = {f"mutants:numpy_{b}" for b in mutants.BUGS} | {f"mutants:seed_{b}" for b in mutants.ROUNDING_BUGS}
+    defined = {f"nvfp4_suite.kernels.mutants:numpy_{b}" for b in mutants.BUGS} | {f"nvfp4_suite.kernels.mutants:seed_{b}" for b in mutants.ROUNDING_BUGS}
     # Other backend classes there are mutants too, except the two correct kernels.
     defined |= {f"mutants:{n}" for n, obj in vars(mutants).items()
                 if isinstance(obj, type) and hasattr(obj, "available") and n not in ("NumpyKernel", "SeedKernel")}
@@ -243,7 +244,7 @@ def test_a_crash_of_the_kernel_counts_as_caught():
 
 
 def test_a_harness_error_is_not_counted_as_a_catch(monkeypatch):
-    import nvfp4_suite.vectors.harness as H
+    import nvfp4_suite.vectors.engine.harness as H
 
     def broken(*a, **kw):
         raise RuntimeError("harness comparison broke")
@@ -260,7 +261,7 @@ def test_a_harness_error_is_not_counted_as_a_catch(monkeypatch):
 
 def _bugs_cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.bugs", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.catalog.bugs", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, check=True).stdout
 
 
@@ -286,6 +287,6 @@ def test_the_contract_table_has_a_row_per_class_naming_each_of_its_mutants():
 
 def test_gpu_check_takes_the_triton_mutants_from_the_registry():
     script = (ROOT / "kernels" / "gpu_check.sh").read_text()
-    assert "python3 -m nvfp4_suite.vectors.bugs --mutants triton" in script
+    assert "python3 -m nvfp4_suite.vectors.catalog.bugs --mutants triton" in script
     for m in bugs.mutants("triton"):
         assert m.spec.split(":")[1] not in script, f"gpu_check.sh names {m.spec} itself"

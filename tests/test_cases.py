@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.cases: the compacted slot-list cases keep the catalog as strong for a
+"""nvfp4_suite.vectors.catalog.cases: the compacted slot-list cases keep the catalog as strong for a
 kernel that declares ``slot_lists="compacted"`` as it is for one that takes any list.
 
 Every bug class such a kernel can have keeps golden cases it runs (inside the
@@ -14,10 +14,11 @@ import pytest
 from nvfp4_suite.kernels import get_backend
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.problem import outside_slot_domain
-from nvfp4_suite.vectors import bugs, cases, catalog
-from nvfp4_suite.vectors.check import check_invalid
-from nvfp4_suite.vectors.harness import BackendCrash, run_case
-from nvfp4_suite.vectors.io import load_case
+from nvfp4_suite.vectors.catalog import bugs, cases
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.engine.check import check_invalid
+from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
+from nvfp4_suite.vectors.catalog.casefile import load_case
 
 # Classes no compacted input can show: a compacted list never has an invalid slot before a valid one.
 NOT_IN_DOMAIN = {"first-invalid-nan"}

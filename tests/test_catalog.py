@@ -15,10 +15,11 @@ import nvfp4_suite.reference as R
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors import cases, catalog
-from nvfp4_suite.vectors.check import check_golden
+from nvfp4_suite.vectors.catalog import cases
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.engine.check import check_golden
 from nvfp4_suite.vectors.cli import main
-from nvfp4_suite.vectors.io import load_case, save_case
+from nvfp4_suite.vectors.catalog.casefile import load_case, save_case
 
 # ``add`` into the built-in catalog (here: a copy of it) is explicit; the default is the project's catalog.
 ADD_BUILTIN = ["--catalog", "builtin", "--comment", "c", "--flags", "split-merge"]
@@ -425,7 +426,7 @@ def _with_meta(path, meta):
 
 
 def test_an_interrupted_add_leaves_no_file_behind(tmp_catalog, tmp_path, monkeypatch, capsys):
-    from nvfp4_suite.vectors import io as case_io
+    from nvfp4_suite.vectors.catalog import casefile as case_io
 
     src = tmp_path / "x.npz"
     save_case(src, random_problem(77, reqs=2, topk=3))

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.check: verdicts are never vacuous, unreadable cases are reported by case
+"""nvfp4_suite.vectors.engine.check: verdicts are never vacuous, unreadable cases are reported by case
 while the others run, golden cases are judged by their stored expectations."""
 
 import json
@@ -12,7 +12,7 @@ import nvfp4_suite.reference as R
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors.check import check_generated, check_golden, replay_launches
+from nvfp4_suite.vectors.engine.check import check_generated, check_golden, replay_launches
 from nvfp4_suite.vectors.cli import main
 
 
@@ -87,7 +87,7 @@ def test_a_manifest_of_another_generator_version_exits_2(small_catalog, capsys):
 def test_stored_expectations_that_drifted_from_the_reference_are_an_error_not_a_verdict(small_catalog, capsys):
     # A stored interval end moved by one bf16 step: the reference no longer
     # reproduces it, so no backend is judged against it.
-    from nvfp4_suite.vectors.io import load_case, save_case
+    from nvfp4_suite.vectors.catalog.casefile import load_case, save_case
 
     here, chosen = small_catalog
     path = here / chosen[0]["file"]
@@ -177,7 +177,7 @@ def test_replay_launches_follow_the_backends_capabilities():
 
 
 def test_minimising_reports_its_progress_and_ends_at_the_problem_it_reports():
-    from mutants import NumpyKernel
+    from nvfp4_suite.kernels.mutants import NumpyKernel
 
     lines = []
     run = check_generated(NumpyKernel("head_mod"), examples=20, seed=1, progress=lines.append,
@@ -195,8 +195,8 @@ def test_an_interrupted_minimisation_keeps_the_smallest_failing_problem_not_the_
     # may be larger. Interrupted after some tries, the smallest one seen must be kept.
     import hostile
 
-    from nvfp4_suite.vectors import interrupts
-    from nvfp4_suite.vectors.check import problem_size
+    from nvfp4_suite.vectors.engine import interrupts
+    from nvfp4_suite.vectors.engine.check import problem_size
 
     seen = []
 
@@ -223,7 +223,7 @@ def test_a_suite_error_that_does_not_repeat_is_hypothesis_flaky_error_not_a_verd
     import hostile
     from hypothesis.errors import Flaky
 
-    from nvfp4_suite.vectors import check
+    from nvfp4_suite.vectors.engine import check
 
     calls = []
 
@@ -240,7 +240,7 @@ def test_a_suite_error_that_does_not_repeat_is_hypothesis_flaky_error_not_a_verd
 
 
 def test_when_the_minimising_budget_runs_out_hypothesis_draws_nothing_more(tmp_path, monkeypatch):
-    import mutants
+    from nvfp4_suite.kernels import mutants
 
     # Before, tries past the budget passed unrun and hypothesis' shrinker went on
     # drawing them: a 3 s budget took minutes. Now the first try past it ends the run.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from catalog_helpers import copy_catalog
 
-from nvfp4_suite.vectors.lock import LOCK_NAME
+from nvfp4_suite.vectors.catalog.lock import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_unknown_backend_exits_2():
 
 def test_failing_backend_exits_1_saves_a_repro_and_replay_reproduces_it(tmp_path):
     env = {"NVFP4_REPRO_DIR": str(tmp_path), "PYTHONPATH": str(ROOT / "tests")}
-    r = _run("check", "--backend", "mutants:NumpyKernel", "--examples", "3", "--no-golden", env_extra=env)
+    r = _run("check", "--backend", "nvfp4_suite.kernels.mutants:NumpyKernel", "--examples", "3", "--no-golden", env_extra=env)
     assert r.returncode == 0, r.stdout + r.stderr
     spec = "test_cli_helpers:HeadMod"
     helper = tmp_path / "test_cli_helpers.py"
@@ -64,10 +64,10 @@ def _replay_lines(text):
 
 def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monkeypatch, capsys):
     from nvfp4_suite.vectors.cli import main
-    from nvfp4_suite.vectors.io import load_case
+    from nvfp4_suite.vectors.catalog.casefile import load_case
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
-    spec = "mutants:PlacementBug"
+    spec = "nvfp4_suite.kernels.mutants:PlacementBug"
     assert main(["check", "--backend", spec, "--examples", "20", "--no-golden"]) == 1
     out = capsys.readouterr().out
     saved = [ln.split("saved: ", 1)[1] for ln in out.splitlines() if ln.startswith("saved: ")]
@@ -94,11 +94,11 @@ def test_golden_failure_replay_commands_run_as_printed(monkeypatch, capsys):
     case = next(c for c in m["cases"] if c["result"] == "valid"
                 and {"splits": 2, "xcds": 8, "order": None} in c["launches"])
     monkeypatch.setattr(catalog, "load_manifest", lambda **kw: {**m, "cases": [case]})
-    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "0"]) == 1
+    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "0"]) == 1
     out = capsys.readouterr().out
     hints = _replay_lines(out)
     assert "0 of 1 cases passed, 1 failed" in out and len(hints) == 1, out
-    assert hints[0].endswith("--backend mutants:PlacementBug --splits 1 --xcds 8"), hints
+    assert hints[0].endswith("--backend nvfp4_suite.kernels.mutants:PlacementBug --splits 1 --xcds 8"), hints
     assert main(shlex.split(hints[0])[3:]) == 1 and "xcds=8" in capsys.readouterr().out
 
 
@@ -165,7 +165,7 @@ def test_serving_shape_needs_generated_problems(capsys):
 def _case_file(path, meta, problem=None):
     """Save a small problem (default a valid one) with ``meta`` at ``path``."""
     from nvfp4_suite.reference.examples import random_problem
-    from nvfp4_suite.vectors.io import save_case
+    from nvfp4_suite.vectors.catalog.casefile import save_case
 
     save_case(path, random_problem(6, reqs=2, topk=3) if problem is None else problem, meta=meta)
     return path
@@ -196,7 +196,7 @@ def test_printed_replay_commands_run_as_printed_from_a_folder_named_like_a_shell
     from nvfp4_suite.vectors.cli import main
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "my repro;touch pwned;x"))
-    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "20", "--no-golden"]) == 1
+    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "20", "--no-golden"]) == 1
     (cmd,) = _replay_lines(capsys.readouterr().out)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "tests"))
     r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -430,10 +430,10 @@ def small_builtin(tmp_path, monkeypatch):
 
 
 def _repro(folder, seed=77):
-    """A saved problem whose launch (splits 2, xcds 8) ``mutants:PlacementBug`` fails."""
+    """A saved problem whose launch (splits 2, xcds 8) ``nvfp4_suite.kernels.mutants:PlacementBug`` fails."""
     from nvfp4_suite.kernels.protocol import Launch
     from nvfp4_suite.reference.examples import random_problem
-    from nvfp4_suite.vectors.io import save_case
+    from nvfp4_suite.vectors.catalog.casefile import save_case
 
     src = folder / f"repro-{seed}.npz"
     save_case(src, random_problem(seed, reqs=2, topk=3), meta={"launches": [Launch(2, 8).to_json()]})
@@ -489,7 +489,7 @@ def test_check_catalog_judges_the_added_case_and_a_failing_backend_fails_it(smal
     out = capsys.readouterr().out
     assert f"catalog {proj} (--catalog {proj}):" in out
     assert f"catalog {proj}: 1 golden cases judged (0 failed)" in out.splitlines()[-2]
-    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "0", "--catalog", str(proj)]) == 1
+    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "0", "--catalog", str(proj)]) == 1
     out = capsys.readouterr().out
     assert f"  {proj}:000-prod-bug FAIL at 1 of 2 launches [split-merge]" in out, out
     hint = next(h for h in _replay_lines(out) if str(proj) in h)
@@ -505,7 +505,7 @@ def test_two_catalogs_in_one_run_each_name_their_cases(small_builtin, tmp_path, 
     a, b = tmp_path / "a", tmp_path / "b"
     assert _add_to(a, _repro(tmp_path, 77), "first") == 0 and _add_to(b, _repro(tmp_path, 78), "second") == 0
     capsys.readouterr()
-    assert main(["check", "--backend", "mutants:PlacementBug", "--examples", "0",
+    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "0",
                  "--catalog", str(a), "--catalog", str(b), "--catalog", str(a)]) == 1
     out = capsys.readouterr().out
     assert f"  {a}:000-first FAIL" in out and f"  {b}:000-second FAIL" in out, out
@@ -538,7 +538,7 @@ def test_a_damaged_project_catalog_is_an_error_that_hides_no_other_verdict(small
     assert f"  {proj}: ERROR: {proj / 'manifest.json'}: unreadable manifest" in out, out
     assert f"2 golden cases judged (0 failed), catalog {proj} unreadable; " in out.splitlines()[-1]
     # A failing backend is NOT CONFORMANT (exit 1) whatever else is unreadable.
-    assert main(check[:2] + ["mutants:PlacementBug"] + check[3:]) == 1
+    assert main(check[:2] + ["nvfp4_suite.kernels.mutants:PlacementBug"] + check[3:]) == 1
     assert "NOT CONFORMANT" in capsys.readouterr().out
     missing = tmp_path / "no-such-catalog"
     assert main(check[:-1] + [str(missing)]) == 2
@@ -574,7 +574,7 @@ def _json_report(path):
     """The report at ``path``, checked against the schema file in the package."""
     import json
 
-    from nvfp4_suite.vectors import report
+    from nvfp4_suite.vectors.cli import report
 
     data = json.loads(Path(path).read_text())
     assert report.validate(data, report.load_schema()) == []
@@ -589,7 +589,7 @@ def _timeless(text):
 
 @pytest.fixture
 def head_mod_fails(small_builtin, monkeypatch):
-    """``small_builtin`` with its valid case replaced by one ``mutants:numpy_head_mod`` fails."""
+    """``small_builtin`` with its valid case replaced by one ``nvfp4_suite.kernels.mutants:numpy_head_mod`` fails."""
     from nvfp4_suite.vectors import catalog
 
     m = catalog.load_manifest()
@@ -609,14 +609,14 @@ def test_json_report_of_a_failing_backend_lists_failing_cases_with_replay_comman
 
     small_builtin = head_mod_fails
 
-    args = ["check", "--backend", "mutants:numpy_head_mod", "--examples", "0"]
+    args = ["check", "--backend", "nvfp4_suite.kernels.mutants:numpy_head_mod", "--examples", "0"]
     assert main(args) == 1
     plain = capsys.readouterr().out
     assert main(args + ["--json", str(tmp_path / "r.json")]) == 1
     assert _timeless(capsys.readouterr().out) == _timeless(plain)  # the text report is unchanged
     data = _json_report(tmp_path / "r.json")
     assert (data["verdict"], data["exit_code"], data["command"]) == ("NOT CONFORMANT", 1, "check")
-    assert data["backend"]["spec"] == "mutants:numpy_head_mod" and data["backend"]["arithmetic"]
+    assert data["backend"]["spec"] == "nvfp4_suite.kernels.mutants:numpy_head_mod" and data["backend"]["arithmetic"]
     (cat,) = data["catalogs"]
     assert cat["label"] == "built-in"
     assert cat["manifest_sha256"] == hashlib.sha256((small_builtin / "manifest.json").read_bytes()).hexdigest()

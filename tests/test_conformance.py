@@ -26,11 +26,11 @@ def test_backend_conforms_on_generated_problems(spec):
 
 
 def test_a_failure_saves_one_repro_however_many_shrink_steps_it_took(tmp_path, monkeypatch):
-    from mutants import NumpyKernel
+    from nvfp4_suite.kernels.mutants import NumpyKernel
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     with pytest.raises(ConformanceFailure) as e:
-        check_generated_or_fail(NumpyKernel("head_mod"), "mutants:HeadMod", 20)
+        check_generated_or_fail(NumpyKernel("head_mod"), "nvfp4_suite.kernels.mutants:HeadMod", 20)
     saved = list(tmp_path.glob("*.npz"))
     assert len(saved) == 1 and f"saved: {saved[0]}" in str(e.value)
-    assert f"replay: python -m nvfp4_suite.vectors replay {saved[0]} --backend mutants:HeadMod" in str(e.value)
+    assert f"replay: python -m nvfp4_suite.vectors replay {saved[0]} --backend nvfp4_suite.kernels.mutants:HeadMod" in str(e.value)

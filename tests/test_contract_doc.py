@@ -23,7 +23,7 @@ from nvfp4_suite import reference
 from nvfp4_suite.kernels.flydsl import lanes, seed_index
 from nvfp4_suite.reference import formats, paged_cache, problem
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors import io as vio
+from nvfp4_suite.vectors.catalog import casefile as vio
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "reference" / "CONTRACT.md"
@@ -379,7 +379,7 @@ def test_readme_points_at_the_document_and_the_package_ships_it():
 
 
 def test_section_9_is_the_bug_registrys_table():
-    from nvfp4_suite.vectors.bugs import contract_section
+    from nvfp4_suite.vectors.catalog.bugs import contract_section
 
     assert contract_section() in DOC.read_text(encoding="utf-8")
 
@@ -452,7 +452,7 @@ def test_slot_list_domain_table_names_every_domain():
 
 def test_export_section_names_every_manifest_field_and_array(tmp_path, monkeypatch):
     from nvfp4_suite.reference import layout as L
-    from nvfp4_suite.vectors import export as E
+    from nvfp4_suite.vectors.catalog import export as E
 
     body = subsection(section("Golden vector file format"), "Exported catalogs")
     rows = set()

@@ -1,9 +1,9 @@
-"""nvfp4_suite.vectors.coverage: the conditions, their stated minimum shares
+"""nvfp4_suite.vectors.engine.coverage: the conditions, their stated minimum shares
 over the CI draws, and every registered numpy mutant caught by the generated
 check alone within a stated budget, on a problem reaching a condition its
 class needs.
 
-Mutants covered here: every ``mutants:*`` spec of ``nvfp4_suite.vectors.bugs``
+Mutants covered here: every ``mutants:*`` spec of ``nvfp4_suite.vectors.catalog.bugs``
 (numpy speed) except the undetectable ones and the two that only invalid
 input shows (``numpy_nan_scale_unchecked``, ``numpy_unvalidated``: the
 generator draws valid problems; golden invalid cases catch them,
@@ -19,9 +19,9 @@ import pytest
 from nvfp4_suite.kernels import get_backend
 from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS, Capabilities, Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors import bugs
-from nvfp4_suite.vectors.check import check_generated
-from nvfp4_suite.vectors.coverage import (
+from nvfp4_suite.vectors.catalog import bugs
+from nvfp4_suite.vectors.engine.check import check_generated
+from nvfp4_suite.vectors.engine.coverage import (
     CI_DRAWS,
     CI_SEED,
     NEEDS,
@@ -31,11 +31,11 @@ from nvfp4_suite.vectors.coverage import (
     launch_conditions,
     problem_conditions,
 )
-from nvfp4_suite.vectors.strategies import run_generated
+from nvfp4_suite.vectors.engine.strategies import run_generated
 
 # Problems the generated check may need to catch each covered mutant (the CI profile's 30 examples).
 BUDGET = 30
-INVALID_ONLY = {"mutants:numpy_nan_scale_unchecked", "mutants:numpy_unvalidated"}
+INVALID_ONLY = {"nvfp4_suite.kernels.mutants:numpy_nan_scale_unchecked", "nvfp4_suite.kernels.mutants:numpy_unvalidated"}
 COVERED = [m for m in bugs.mutants("numpy") if not m.undetectable and m.spec not in INVALID_ONLY]
 
 

@@ -11,7 +11,7 @@ import nvfp4_suite.reference as R
 from nvfp4_suite.reference.compare import compare_with_oracle, interval_vs_oracle
 from nvfp4_suite.reference.emulate import exp2_f32, fma_f32, split_schedule
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors.strategies import problems
+from nvfp4_suite.vectors.engine.strategies import problems
 
 
 @given(problems(), st.integers(1, 8))

@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 ENTRY_POINTS = {
     "nvfp4_suite.vectors": "vectors/__main__.py",
-    "nvfp4_suite.vectors.bugs": "vectors/bugs.py",
-    "nvfp4_suite.vectors.serving": "vectors/serving.py",
-    "nvfp4_suite.vectors.signatures": "vectors/signatures.py",
-    "nvfp4_suite.vectors.sim_sweep": "vectors/sim_sweep.py",
-    "nvfp4_suite.vectors.sim_bench": "vectors/sim_bench.py",
+    "nvfp4_suite.vectors.catalog.bugs": "vectors/bugs.py",
+    "nvfp4_suite.vectors.engine.serving": "vectors/serving.py",
+    "nvfp4_suite.vectors.engine.signatures": "vectors/signatures.py",
+    "nvfp4_suite.vectors.simulator.sweep": "vectors/sim_sweep.py",
+    "nvfp4_suite.vectors.simulator.bench": "vectors/sim_bench.py",
     "nvfp4_suite.kernels.protocol": "kernels/protocol.py",
     "nvfp4_suite.kernels.bench": "kernels/bench.py",
     "nvfp4_suite.kernels.triton.sweep": "kernels/triton/sweep.py",
@@ -48,7 +48,7 @@ def _m(module, *args, timeout=600, **env):
 
 
 # Modules run as `python -m` by the suite itself, never by a user: the isolation worker
-# (started by nvfp4_suite.vectors.isolate with a socket's file descriptor; tests/test_isolate.py runs it).
+# (started by nvfp4_suite.vectors.engine.isolate with a socket's file descriptor; tests/test_isolate.py runs it).
 INTERNAL = {"vectors/isolate.py"}
 
 
@@ -72,14 +72,14 @@ def test_vectors_lists_the_cases_of_one_bug_class():
 
 
 def test_vectors_bugs_prints_the_triton_mutants_also_as_a_subcommand():
-    a = _m("nvfp4_suite.vectors.bugs", "--mutants", "triton", timeout=120)
+    a = _m("nvfp4_suite.vectors.catalog.bugs", "--mutants", "triton", timeout=120)
     b = _m("nvfp4_suite.vectors", "bugs", "--mutants", "triton", timeout=120)
     assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
     assert a.stdout.split() == [f"nvfp4_suite.kernels.triton.decode:{name}"
                                 for name in ("causal", "v_scale_linear", "minus_one", "merge_no_rescale")]
 
 
-@pytest.mark.parametrize("argv", [["nvfp4_suite.vectors", "bugs"], ["nvfp4_suite.vectors.bugs"]])
+@pytest.mark.parametrize("argv", [["nvfp4_suite.vectors", "bugs"], ["nvfp4_suite.vectors.catalog.bugs"]])
 def test_bugs_under_head_stops_quietly(argv):
     # `| head -1`: the reader takes one line and goes away while the command still writes.
     p = subprocess.Popen([sys.executable, "-m", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -95,7 +95,7 @@ def test_mutant_specs_load_without_the_tests_folder_on_the_path(tmp_path):
     case = ROOT / "vectors/data/010-stale-tail-127.npz"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", "replay", str(case), "--backend",
-                        "mutants:numpy_stale_tail", "--splits", "1"], cwd=tmp_path, capture_output=True, text=True,
+                        "nvfp4_suite.kernels.mutants:numpy_stale_tail", "--splits", "1"], cwd=tmp_path, capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 1 and "backend: mutant:stale_tail" in r.stdout and "FAIL" in r.stdout, r.stdout + r.stderr
 
@@ -105,14 +105,14 @@ def test_serving_bench_times_one_problem_on_the_cpu():
     # The first bench problem is the small one (64 rows x Hkv 2 x TOPK 16): the numpy
     # reference, the torch reference and the torch backend, on the CPU; the two
     # references' intervals must be equal.
-    r = _m("nvfp4_suite.vectors.serving", "--bench", "--backend", "torch", "--examples", "1", "--numpy-examples", "1")
+    r = _m("nvfp4_suite.vectors.engine.serving", "--bench", "--backend", "torch", "--examples", "1", "--numpy-examples", "1")
     assert r.returncode == 0, r.stdout + r.stderr
     row = r.stdout.strip().splitlines()[-1].split()
     assert row[:4] == ["1", "64", "2", "16"] and row[-1] == "equal", r.stdout
 
 
 def test_serving_refuses_an_unavailable_backend_with_exit_2():
-    r = _m("nvfp4_suite.vectors.serving", "--backend", "flydsl", "--examples", "1", timeout=120)
+    r = _m("nvfp4_suite.vectors.engine.serving", "--backend", "flydsl", "--examples", "1", timeout=120)
     assert r.returncode == 2 and "is not available here" in r.stderr, r.stdout + r.stderr
 
 

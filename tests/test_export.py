@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.export: the catalog in a declared layout, and dumps back into problems."""
+"""nvfp4_suite.vectors.catalog.export: the catalog in a declared layout, and dumps back into problems."""
 
 import json
 import subprocess
@@ -9,9 +9,9 @@ import pytest
 
 from nvfp4_suite.reference import layout as L
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors import export as E
+from nvfp4_suite.vectors.catalog import export as E
 from nvfp4_suite.vectors.cli import main
-from nvfp4_suite.vectors.io import load_case
+from nvfp4_suite.vectors.catalog.casefile import load_case
 
 LAYOUT_TOML = L.SEPARATE.to_toml()
 

@@ -103,7 +103,7 @@ def rocm_backend():
 
 @pytest.mark.rocm
 def test_flydsl_passes_every_golden_vector_at_every_split_and_placement(rocm_backend):
-    from nvfp4_suite.vectors.check import check_golden
+    from nvfp4_suite.vectors.engine.check import check_golden
 
     run = check_golden(rocm_backend)
     assert run.ok and run.count("PASS") == len(run.cases), run.text()
@@ -111,7 +111,7 @@ def test_flydsl_passes_every_golden_vector_at_every_split_and_placement(rocm_bac
 
 @pytest.mark.rocm
 def test_flydsl_passes_generated_problems(rocm_backend):
-    from nvfp4_suite.vectors.check import check_generated
+    from nvfp4_suite.vectors.engine.check import check_generated
 
     gen = check_generated(rocm_backend, examples=300, seed=0)
     assert gen.ok, gen.failing.text if gen.failing else gen.stats

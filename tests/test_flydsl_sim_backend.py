@@ -27,7 +27,7 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.paged_cache import page_bytes
-from nvfp4_suite.vectors.harness import run_case
+from nvfp4_suite.vectors.engine.harness import run_case
 
 
 @pytest.fixture(scope="module")

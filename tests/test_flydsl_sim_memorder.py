@@ -175,7 +175,7 @@ def test_a_store_of_the_loading_workgroup_itself_needs_no_chain():
 # ---- the real kernel -------------------------------------------------------------
 
 def _real_case():
-    from nvfp4_suite.vectors.cases import CASES
+    from nvfp4_suite.vectors.catalog.cases import CASES
     return next(c for c in CASES if c.name == "splits-5-blocks").build()
 
 
@@ -237,8 +237,9 @@ def test_the_seed_kernel_edited_at_its_release_is_flagged_and_goes_wrong_with_st
 # ---- the memory-order mutants (decode.MUTANTS), through the harness -------------------
 
 def _golden(flag: str):
-    from nvfp4_suite.vectors import bugs, catalog
-    from nvfp4_suite.vectors.io import load_case
+    from nvfp4_suite.vectors.catalog import bugs
+    from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.catalog.casefile import load_case
     entry = next(c for c in bugs.golden_cases(flag) if c["name"] == "splits-5-blocks")
     return entry, load_case(catalog.HERE / entry["file"], sha256=entry["sha256"])[0]
 
@@ -247,7 +248,7 @@ def _golden(flag: str):
 @pytest.mark.parametrize("mutant", ["ticket_no_wait", "partials_no_sc1"])
 def test_each_memory_order_mutant_fails_a_golden_case_carrying_the_flag_as_a_wrong_output(compiled, arch, mutant):
     from nvfp4_suite.kernels.protocol import Launch
-    from nvfp4_suite.vectors.harness import run_case
+    from nvfp4_suite.vectors.engine.harness import run_case
     entry, problem = _golden("memory-order")
     assert {"splits": 2, "xcds": 0} in [{k: x[k] for k in ("splits", "xcds")} for x in entry["launches"]]
     _, rep = run_case(compiled.FlydslSimBackend(arch), problem, Launch(2, 0))

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.harness: NaN pre-filled buffers, xcds passing, repeat runs, inputs
+"""nvfp4_suite.vectors.engine.harness: NaN pre-filled buffers, xcds passing, repeat runs, inputs
 a backend must not change, a backend's own crash told apart from the harness's."""
 
 import warnings
@@ -10,8 +10,8 @@ import nvfp4_suite.reference as R
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors import harness
-from nvfp4_suite.vectors.harness import BackendCrash, run_case
+from nvfp4_suite.vectors.engine import harness
+from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
 
 INPUTS = ("q", "pool", "topk", "block_table", "seq_lens")
 
@@ -91,8 +91,8 @@ def test_an_exception_of_the_harness_propagates_unchanged(monkeypatch):
 
 
 def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
-    from nvfp4_suite.vectors.harness import save_repro
-    from nvfp4_suite.vectors.io import load_case
+    from nvfp4_suite.vectors.engine.harness import save_repro
+    from nvfp4_suite.vectors.catalog.casefile import load_case
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     p = random_problem(4, reqs=2, topk=3)
@@ -309,7 +309,7 @@ def test_meta_sparse_and_float64_outputs_are_the_backends_named_failure(make, ms
 @pytest.mark.parametrize("make, kind", [(hostile.ExitsOnCall, "SystemExit: 0"),
                                         (hostile.InterruptsOnCall, "KeyboardInterrupt")])
 def test_a_backends_own_base_exception_is_a_backend_crash_when_no_signal_arrived(make, kind):
-    from nvfp4_suite.vectors import interrupts
+    from nvfp4_suite.vectors.engine import interrupts
 
     with interrupts.installed(), pytest.raises(BackendCrash, match=f"backend raised {kind}"):
         run_case(make(), _tiny(), Launch())
@@ -318,7 +318,7 @@ def test_a_backends_own_base_exception_is_a_backend_crash_when_no_signal_arrived
 def test_the_users_interrupt_passes_through_the_harness():
     import signal
 
-    from nvfp4_suite.vectors import interrupts
+    from nvfp4_suite.vectors.engine import interrupts
 
     class SignalsItself(hostile.Correct):
         def __call__(self, problem, *, splits=1):
@@ -332,7 +332,7 @@ def test_the_users_interrupt_passes_through_the_harness():
 def test_save_repro_into_an_unusable_folder_raises_oserror_and_leaves_nothing(tmp_path, monkeypatch, where):
     import os
 
-    from nvfp4_suite.vectors.harness import save_repro
+    from nvfp4_suite.vectors.engine.harness import save_repro
 
     if where == "a file":
         folder = tmp_path / "f"

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.interrupts: the user's signals told apart from a backend's
+"""nvfp4_suite.vectors.engine.interrupts: the user's signals told apart from a backend's
 own KeyboardInterrupt, and a closed stdout pipe seen."""
 
 import signal
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nvfp4_suite.vectors import interrupts
+from nvfp4_suite.vectors.engine import interrupts
 
 
 def test_a_code_raised_keyboardinterrupt_is_not_the_users_while_installed():

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.io: case files round-trip, are deterministic, and refuse bad input."""
+"""nvfp4_suite.vectors.catalog.casefile: case files round-trip, are deterministic, and refuse bad input."""
 
 import io
 import json
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors.io import MAX_CASE_BYTES, CaseFileError, load_case, save_case
+from nvfp4_suite.vectors.catalog.casefile import MAX_CASE_BYTES, CaseFileError, load_case, save_case
 
 
 def test_roundtrip_and_byte_identical_rewrite(tmp_path):

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.isolate: a crash, a hang, an abort or a SIGKILL in a
+"""nvfp4_suite.vectors.engine.isolate: a crash, a hang, an abort or a SIGKILL in a
 launch is that launch's named failure, and the run goes on in a fresh worker."""
 
 import subprocess
@@ -10,8 +10,8 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors.harness import BackendCrash, run_case
-from nvfp4_suite.vectors.isolate import Isolated
+from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
+from nvfp4_suite.vectors.engine.isolate import Isolated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_inputs_changed_in_the_worker_are_seen_by_the_harness():
 
 def test_the_default_timeout_is_longer_for_gpu_backends():
     from nvfp4_suite.kernels.protocol import Capabilities
-    from nvfp4_suite.vectors.isolate import DEFAULT_TIMEOUT_S, GPU_TIMEOUT_S, default_timeout
+    from nvfp4_suite.vectors.engine.isolate import DEFAULT_TIMEOUT_S, GPU_TIMEOUT_S, default_timeout
 
     assert default_timeout(Capabilities(targets=("numpy",))) == DEFAULT_TIMEOUT_S
     assert default_timeout(Capabilities(targets=("cpu", "cuda", "rocm"))) == GPU_TIMEOUT_S > DEFAULT_TIMEOUT_S
@@ -109,7 +109,7 @@ def test_check_isolate_judges_every_golden_case_when_the_backend_aborts_on_some(
 
 
 def test_replay_isolate_names_a_self_kill(tmp_path, monkeypatch):
-    from nvfp4_suite.vectors.harness import save_repro
+    from nvfp4_suite.vectors.engine.harness import save_repro
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     path = save_repro("hostile:KillsItself", _p(), Launch(), "x")

@@ -110,7 +110,7 @@ def test_the_graph_is_read_from_every_module_of_the_three_layers():
     # Spot checks of the parser on edges that exist: relative, absolute, submodule by name.
     assert "nvfp4_suite.reference.compare.tolerance" in graph["nvfp4_suite.reference.compare.report"]
     assert "nvfp4_suite.reference.emulate" in graph["nvfp4_suite.kernels.torch.reference"]
-    assert "nvfp4_suite.vectors.cases" in graph["nvfp4_suite.vectors.catalog"]
+    assert "nvfp4_suite.vectors.catalog.cases" in graph["nvfp4_suite.vectors.catalog"]
     # bias.py imports report.Report under TYPE_CHECKING only (report.py imports bias): no edge.
     assert "nvfp4_suite.reference.compare.report" not in graph["nvfp4_suite.reference.compare.bias"]
     assert "nvfp4_suite.reference.compare.bias" in graph["nvfp4_suite.reference.compare.report"]

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.lock: commands that change a catalog run one at a time, in
+"""nvfp4_suite.vectors.catalog.lock: commands that change a catalog run one at a time, in
 separate processes as users start them; a killed command's leftovers are
 cleaned by the next one, which says what it cleaned."""
 
@@ -15,9 +15,10 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors import cases, catalog, lock
+from nvfp4_suite.vectors.catalog import cases, lock
+from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.cli import main
-from nvfp4_suite.vectors.io import load_case, save_case
+from nvfp4_suite.vectors.catalog.casefile import load_case, save_case
 
 BUILTINS = 3
 
@@ -30,7 +31,8 @@ BUILTINS = 3
 DRIVER = """
 import os, sys, time
 from pathlib import Path
-from nvfp4_suite.vectors import catalog, cases, cli
+from nvfp4_suite.vectors import catalog, cli
+from nvfp4_suite.vectors.catalog import cases
 
 root = Path(sys.argv[1])
 catalog.HERE, catalog.MANIFEST, catalog.DATA = root, root / "manifest.json", root / "data"

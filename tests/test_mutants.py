@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
+from nvfp4_suite.kernels.mutants import BUGS, ROUNDING_BUGS, UNDETECTABLE, NumpyKernel, SeedKernel, bf16_half_away
 
 import nvfp4_suite.reference as R
 from nvfp4_suite.reference.compare import compare_with_emulation, interval_vs_emulation
@@ -15,14 +15,15 @@ from nvfp4_suite.reference.emulate import _emulate
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.formats import E2M1_MAGNITUDES, e2m1_encode, e4m3fn_encode
 from nvfp4_suite.reference.paged_cache import pack_e2m1, page_views, swizzle_v_scales, unswizzle_v_scales
-from nvfp4_suite.vectors import bugs, catalog
-from nvfp4_suite.vectors.check import check_generated, check_golden
-from nvfp4_suite.vectors.io import load_case
+from nvfp4_suite.vectors.catalog import bugs
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.engine.check import check_generated, check_golden
+from nvfp4_suite.vectors.catalog.casefile import load_case
 
 DETECTABLE = sorted(set(ROUNDING_BUGS) - set(UNDETECTABLE))
 # Bugs that only invalid input shows (every golden case of their class is invalid):
 # the generator draws valid problems.
-INVALID_INPUT_ONLY = {m.spec.removeprefix("mutants:numpy_") for m in bugs.mutants("numpy")
+INVALID_INPUT_ONLY = {m.spec.removeprefix("nvfp4_suite.kernels.mutants:numpy_") for m in bugs.mutants("numpy")
                       if all(c["result"] == "invalid" for c in bugs.golden_cases(m.bug))}
 
 
@@ -147,7 +148,7 @@ def test_half_away_rounding_is_named_by_the_bias_verdict_where_a_problem_has_eno
 
 def test_exp2_two_ulp_low_stays_within_delta_of_the_emulation():
     assert "exp2_low_2ulp" in UNDETECTABLE
-    from mutants import exp2_low_2ulp
+    from nvfp4_suite.kernels.mutants import exp2_low_2ulp
 
     problems = [(c["launches"][-1]["splits"], p) for c, p in _golden_valid()]
     problems += [(s, random_problem(seed, reqs=3, q_len=2, num_kv_heads=2, topk=16)) for seed, s in ((1, 1), (2, 3))]

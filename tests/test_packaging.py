@@ -177,7 +177,7 @@ def test_without_nvfp4_backend_the_plugin_adds_and_imports_nothing(tmp_path):
     (tmp_path / "test_other.py").write_text(
         "import pathlib\nimport sys\n\n\ndef test_other():\n"
         "    heavy = sorted(m for m in sys.modules if m.startswith(('nvfp4_suite.kernels', "
-        "'nvfp4_suite.vectors.check', 'numpy', 'hypothesis', 'torch')))\n"
+        "'nvfp4_suite.vectors.engine.check', 'numpy', 'hypothesis', 'torch')))\n"
         "    pathlib.Path('loaded.txt').write_text('\\n'.join(heavy))\n")
     loaded = {}
     for label, args in (("with", ()), ("without", ("-p", "no:nvfp4_suite"))):

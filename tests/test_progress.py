@@ -7,7 +7,7 @@ import select
 import subprocess
 import sys
 
-from nvfp4_suite.vectors.progress import Progress, duration
+from nvfp4_suite.vectors.cli.progress import Progress, duration
 
 
 class FakeTty(io.StringIO):

@@ -104,7 +104,7 @@ def test_slot_lists_and_cache_layout_are_checked():
 
 
 def test_a_problem_outside_the_declared_domain_is_refused_naming_the_axis():
-    from nvfp4_suite.vectors.cases import compact
+    from nvfp4_suite.vectors.catalog.cases import compact
 
     p = random_problem(2, reqs=2, q_len=1, num_kv_heads=2, topk=4, seq_lens=[600, 300])
     caps = Capabilities(slot_lists="compacted", splits=(1, 2))

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from nvfp4_suite.vectors import report
+from nvfp4_suite.vectors.cli import report
 
 SCHEMA = {"type": "object", "required": ["a"], "additionalProperties": False,
           "properties": {"a": {"type": ["integer", "null"], "minimum": 0},

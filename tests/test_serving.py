@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.serving: the serving-size problem family and its check.
+"""nvfp4_suite.vectors.engine.serving: the serving-size problem family and its check.
 
 CPU (CI): the drawn shapes stay in the serving ranges (no pool is built),
 small problems of the same builder hold every slot state and are valid, the
@@ -14,12 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
-import mutants  # noqa: E402
+from nvfp4_suite.kernels import mutants  # noqa: E402
 
 from nvfp4_suite.kernels import Capabilities, get_backend  # noqa: E402
 from nvfp4_suite.reference.paged_cache import BLK, page_bytes, page_views  # noqa: E402
-from nvfp4_suite.vectors import serving as S  # noqa: E402
-from nvfp4_suite.vectors.cases import LOUD_SCALE  # noqa: E402
+from nvfp4_suite.vectors.engine import serving as S  # noqa: E402
+from nvfp4_suite.vectors.catalog.cases import LOUD_SCALE  # noqa: E402
 
 SMALL = S.Shape(reqs=5, q_len=2, num_kv_heads=2, topk=9, num_pages=400, max_blocks=40, layout="planar")
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")

@@ -4,8 +4,10 @@ import sys
 
 import pytest
 
-from nvfp4_suite.vectors import blame, bugs, signatures
-from nvfp4_suite.vectors.blame import Outcome
+from nvfp4_suite.vectors.engine import blame, signatures
+
+from nvfp4_suite.vectors.catalog import bugs
+from nvfp4_suite.vectors.engine.blame import Outcome
 
 
 def test_committed_signatures_cover_every_detectable_numpy_mutant_of_this_catalog():
@@ -15,14 +17,14 @@ def test_committed_signatures_cover_every_detectable_numpy_mutant_of_this_catalo
 
     sig = blame.load_signatures()
     assert sig["catalog"] == hashlib.sha256(catalog.MANIFEST.read_bytes()).hexdigest(), (
-        "the catalog changed: python -m nvfp4_suite.vectors.signatures --signatures")
+        "the catalog changed: python -m nvfp4_suite.vectors.engine.signatures --signatures")
     assert set(sig["mutants"]) == {m.spec for m in bugs.mutants("numpy") if not m.undetectable}
 
 
 def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match_it_first(monkeypatch, capsys):
     # The command as documented, in this process, so that its one catalog run
     # (tens of seconds for a numpy mutant) also gives the failures to match.
-    spec = "mutants:numpy_v_scale_linear"
+    spec = "nvfp4_suite.kernels.mutants:numpy_v_scale_linear"
     runs = []
 
     def check_golden(backend):
@@ -42,9 +44,9 @@ def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match
 
 
 def test_the_signatures_command_refuses_a_mutant_it_does_not_record(capsys):
-    assert signatures.main(["--signatures", "--check", "--mutant", "mutants:seed_output_half_away"]) == 2
+    assert signatures.main(["--signatures", "--check", "--mutant", "nvfp4_suite.kernels.mutants:seed_output_half_away"]) == 2
     assert "not a detectable numpy mutant" in capsys.readouterr().err
-    assert signatures.main(["--signatures", "--mutant", "mutants:numpy_head_mod"]) == 2
+    assert signatures.main(["--signatures", "--mutant", "nvfp4_suite.kernels.mutants:numpy_head_mod"]) == 2
 
 
 @pytest.mark.thorough

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.sim_bench: the simulator's benchmark with the golden
+"""nvfp4_suite.vectors.simulator.bench: the simulator's benchmark with the golden
 catalog's time per target, run on one small case; ``--help``."""
 
 import os
@@ -8,11 +8,12 @@ import sys
 import pytest
 
 from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
-from nvfp4_suite.vectors import catalog, sim_bench
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.simulator import bench as sim_bench
 
 
 def test_help_runs_as_a_module():
-    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.sim_bench", "--help"],
+    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.simulator.bench", "--help"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--golden" in r.stdout
 

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.sim_sweep: the simulator's full check over worker
+"""nvfp4_suite.vectors.simulator.sweep: the simulator's full check over worker
 processes, run on one small golden case (valid and invalid) and one
 generated problem; ``--help`` and the setup errors (exit 2); and the whole
 golden catalog with 50 generated problems on both targets, in shards."""
@@ -11,7 +11,8 @@ import pytest
 
 from nvfp4_suite.kernels.flydsl.lanes import SPLITS
 from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
-from nvfp4_suite.vectors import catalog, sim_sweep
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.simulator import sweep as sim_sweep
 
 
 def _case_id(name: str) -> int:
@@ -28,7 +29,7 @@ def toolchain():
 
 
 def test_help_runs_as_a_module():
-    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.sim_sweep", "--help"],
+    r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.simulator.sweep", "--help"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--golden" in r.stdout and "--examples" in r.stdout
 
@@ -87,7 +88,7 @@ def test_nothing_to_check_and_an_unknown_case_are_exit_2(capsys):
 def test_on_a_terminal_passing_tasks_move_the_bar_and_failing_ones_are_still_printed():
     import io
 
-    from nvfp4_suite.vectors.progress import Progress
+    from nvfp4_suite.vectors.cli.progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self):

@@ -1,4 +1,4 @@
-"""nvfp4_suite.vectors.strategies: drawn problems are valid, inside the
+"""nvfp4_suite.vectors.engine.strategies: drawn problems are valid, inside the
 backend's domain, and the same for a seed in every process and route."""
 
 import dataclasses
@@ -13,7 +13,7 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS, Capabilities
 from nvfp4_suite.reference.paged_cache import BLK
-from nvfp4_suite.vectors.strategies import digest, plan, plan_weights, run_generated, weighted
+from nvfp4_suite.vectors.engine.strategies import digest, plan, plan_weights, run_generated, weighted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,7 +126,7 @@ def test_a_failure_that_needs_its_launch_keeps_it_when_minimised():
 
 
 def test_a_poisoned_failure_is_reported_poisoned_and_an_unpoisoned_one_not():
-    from nvfp4_suite.vectors.coverage import problem_conditions
+    from nvfp4_suite.vectors.engine.coverage import problem_conditions
 
     caps = Capabilities(splits=(1,))
     last = []
@@ -157,12 +157,12 @@ _DRAW = """
 import sys
 {imports}
 from nvfp4_suite.kernels.protocol import Capabilities
-from nvfp4_suite.vectors.strategies import digest, run_generated
+from nvfp4_suite.vectors.engine.strategies import digest, run_generated
 caps = Capabilities(splits=(1, 2, 4, 8), xcds=(0, 8))
 if sys.argv[1] == "plain-hypothesis":
     # hypothesis' own draws, constants left in: the control
     from hypothesis import HealthCheck, Phase, given, seed, settings
-    from nvfp4_suite.vectors.strategies import launches_for, problems_for
+    from nvfp4_suite.vectors.engine.strategies import launches_for, problems_for
     @seed(5)
     @settings(max_examples=12, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
@@ -181,7 +181,7 @@ _CONSTANTS = "VALUES = [" + ", ".join(str(i) for i in range(300)) + "]\nNAMES = 
 def _digests(tmp_path, route: str, extra_imports: bool) -> list[str]:
     (tmp_path / "many_constants.py").write_text(_CONSTANTS)
     imports = ("import torch\nimport many_constants\nimport nvfp4_suite.kernels.flydsl.sim.backend\n"
-               "import nvfp4_suite.vectors.serving\n") if extra_imports else ""
+               "import nvfp4_suite.vectors.engine.serving\n") if extra_imports else ""
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OMP_NUM_THREADS="1")
     env.pop("NVFP4_DRAWN", None)
     r = subprocess.run([sys.executable, "-c", _DRAW.format(imports=imports), route], capture_output=True,
@@ -228,7 +228,7 @@ def test_the_cli_the_pytest_route_and_a_tool_draw_the_same_problems_for_a_seed(t
     tool = textwrap.dedent(f"""
         import torch  # a tool's own imports come first
         from nvfp4_suite.kernels import get_backend
-        from nvfp4_suite.vectors.check import check_generated
+        from nvfp4_suite.vectors.engine.check import check_generated
         assert check_generated(get_backend("emulate"), {n}, {seed}).ok
     """)
     by_tool = _logged(tmp_path, "tool", [sys.executable, "-c", tool])
@@ -252,7 +252,7 @@ def test_the_simulator_sweep_draws_what_check_draws_for_its_shard_seed(tmp_path)
     if why:
         pytest.skip(f"the FlyDSL simulator cannot run here: {why}")
     # --seed 0: the first shard's seed is 0 * 100003 + 0 = 0 (sweep's docstring: a seed per shard).
-    sweep = _logged(tmp_path, "sweep", [sys.executable, "-m", "nvfp4_suite.vectors.sim_sweep", "--arch",
+    sweep = _logged(tmp_path, "sweep", [sys.executable, "-m", "nvfp4_suite.vectors.simulator.sweep", "--arch",
                                         "gfx950", "--examples", "1", "--shard-size", "1", "--seed", "0", "--jobs", "1"])
     cli = _logged(tmp_path, "cli", [sys.executable, "-m", "nvfp4_suite.vectors", "check", "--backend",
                                     "flydsl-sim-gfx950", "--no-golden", "--examples", "1", "--seed", "0"])

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install -e
 from nvfp4_suite.kernels import get_backend  # noqa: E402
 from nvfp4_suite.kernels.torch.backend import decode  # noqa: E402
 from nvfp4_suite.reference.examples import random_problem  # noqa: E402
-from nvfp4_suite.vectors.check import check_golden  # noqa: E402
+from nvfp4_suite.vectors.engine.check import check_golden  # noqa: E402
 
 
 def test_torch_backend_passes_every_golden_vector():

@@ -33,8 +33,8 @@ from nvfp4_suite.reference.emulate import (  # noqa: E402
 from nvfp4_suite.reference.formats import bf16_round, bf16_ulp  # noqa: E402
 from nvfp4_suite.reference.oracle import oracle_details  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
-from nvfp4_suite.vectors.io import load_case  # noqa: E402
-from nvfp4_suite.vectors.strategies import problems  # noqa: E402
+from nvfp4_suite.vectors.catalog.casefile import load_case  # noqa: E402
+from nvfp4_suite.vectors.engine.strategies import problems  # noqa: E402
 
 GEOMETRIES = [SEED_GEOMETRY, TRITON_GEOMETRY, Geometry(64, 16, False)]
 # One case per feature the emulation's code paths branch on.

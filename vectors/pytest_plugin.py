@@ -1,17 +1,25 @@
 """The suite as a pytest plugin: ``pytest --nvfp4-backend SPEC`` in any project.
 
 Registered through the ``pytest11`` entry point, so installing the suite is
-enough. With no ``--nvfp4-backend`` it adds nothing (and imports nothing but
-pytest). With it, pytest gets, for each SPEC (a registered backend name or
-``module.path:attr``, resolved from the directory pytest was started in):
+enough. With no ``--nvfp4-backend`` it adds nothing. With it, each SPEC (a
+registered backend name or ``module.path:attr``, resolved from the directory
+pytest was started in) is checked as ``python -m nvfp4_suite.vectors check``
+checks it: the same ``CheckConfig`` fields and defaults, the same catalogs
+(the built-in one, then the project catalog: ``--nvfp4-catalog`` or the
+default folder when it exists), the same engine. pytest gets:
 
 - one test per golden case and launch, ``test_golden[SPEC-017-stale-tail-splits2]``
-  (invalid-input cases have one test, ``...-invalid``): a launch outside the
+  (a project catalog's case: ``test_golden[SPEC-project:000-name-splits1]``;
+  an invalid-input case has one test, ``...-invalid``): a launch outside the
   backend's capabilities is a skip with the reason; a failure prints the
   report and the ``replay`` command of that case and launch;
 - one test of generated problems, ``test_generated[SPEC]``: on failure the
   minimised problem is saved (``.repro/``, or ``$NVFP4_REPRO_DIR``) and its
-  ``replay`` command printed.
+  ``replay`` command printed;
+- a verdict line per backend at the end of the session
+  (``nvfp4_suite.vectors.engine.verdict.decide`` over its tests). A backend
+  that cannot be loaded or run here, or that judged nothing, ends the
+  session with NO VERDICT's exit status, 2, as ``check`` does.
 
 JUnit output is pytest's own ``--junitxml``; ``-k stale-tail`` selects by case name.
 """
@@ -23,10 +31,7 @@ from pathlib import Path
 
 import pytest
 
-# Interpreted backends (Triton's CPU interpreter, the FlyDSL simulator) get
-# this many generated problems unless --nvfp4-examples says otherwise.
-INTERPRETED_EXAMPLES = 8
-DEFAULT_EXAMPLES = 100
+from nvfp4_suite.kernels.protocol import DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES
 
 
 def pytest_addoption(parser):
@@ -35,12 +40,17 @@ def pytest_addoption(parser):
                 help="check this backend: a registered name or module.path:attr (repeatable); "
                      "adds its golden cases and generated problems as tests")
     g.addoption("--nvfp4-examples", type=int, default=None, metavar="N",
-                help=f"generated problems per backend (default {DEFAULT_EXAMPLES}; "
-                     f"{INTERPRETED_EXAMPLES} for interpreted backends)")
+                help=f"generated problems per backend (default {DEFAULT_EXAMPLES}; {INTERPRETED_EXAMPLES} for a "
+                     "backend that declares interpreted)")
     g.addoption("--nvfp4-seed", type=int, default=0, metavar="N", help="seed of the generated problems (default 0)")
+    g.addoption("--nvfp4-arithmetic", default=None, metavar="NAME",
+                help="judge the backend in this arithmetic, not the one it declares (as check --arithmetic)")
+    g.addoption("--nvfp4-catalog", action="append", default=None, metavar="DIR",
+                help="also run this project catalog's cases (repeatable); default: $NVFP4_CATALOG or "
+                     "./nvfp4-catalog when that folder exists (as check --catalog)")
     g.addoption("--nvfp4-isolate", action="store_true",
-                help="run each launch in a worker process (nvfp4_suite.vectors.isolate): a crash, a hang, a GPU "
-                     "fault or an OOM kill fails that test only")
+                help="run each launch in a worker process (nvfp4_suite.vectors.engine.isolate): a crash, a hang, a "
+                     "GPU fault or an OOM kill fails that test only")
     g.addoption("--nvfp4-timeout", type=float, default=None, metavar="S",
                 help="seconds one launch may take in its worker (implies --nvfp4-isolate)")
 
@@ -84,11 +94,25 @@ class ConformanceTests(pytest.Collector):
         cfg = self.config
         items = []
         for spec in dict.fromkeys(cfg.getoption("nvfp4_backend")):
-            isolate = cfg.getoption("nvfp4_isolate") or cfg.getoption("nvfp4_timeout") is not None
-            for name, run in spec_tests(spec, cfg.getoption("nvfp4_examples"), cfg.getoption("nvfp4_seed"),
-                                        (cfg.getoption("nvfp4_timeout"),) if isolate else None, cfg.add_cleanup):
-                items.append(ConformanceItem.from_parent(self, name=name, run=run))
+            config = config_for(cfg, spec)
+            for name, run in spec_tests(config, cfg.add_cleanup):
+                item = ConformanceItem.from_parent(self, name=name, run=run)
+                item.user_properties.append(("nvfp4_backend", spec))
+                items.append(item)
         return items
+
+
+def config_for(cfg, spec: str):
+    """The engine's ``CheckConfig`` for ``spec`` from pytest's options: the same
+    fields and defaults as ``check``'s (golden cases, catalogs, examples,
+    seed, arithmetic, isolation)."""
+    from nvfp4_suite.vectors.engine.config import CheckConfig
+
+    catalogs = cfg.getoption("nvfp4_catalog")
+    return CheckConfig(backend=spec, arithmetic=cfg.getoption("nvfp4_arithmetic"),
+                       catalogs=tuple(catalogs) if catalogs else None, examples=cfg.getoption("nvfp4_examples"),
+                       seed=cfg.getoption("nvfp4_seed"), isolate=cfg.getoption("nvfp4_isolate"),
+                       timeout=cfg.getoption("nvfp4_timeout"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -102,29 +126,41 @@ def pytest_collection_modifyitems(session, config, items):
         items.extend(found)
 
 
-def load_backend(spec: str):
-    """``(backend, None)``, or ``(None, run)`` where ``run`` fails (the spec
-    does not load) or skips (the backend cannot run here) with the reason."""
-    from nvfp4_suite import kernels
+def pytest_runtest_logreport(report):
+    """Count each conformance test's outcome per backend, for the session's verdicts."""
+    spec = dict(report.user_properties).get("nvfp4_backend")
+    if spec is None or report.when not in ("call", "setup"):
+        return
+    if report.when == "setup" and report.passed:
+        return  # the call's report follows
+    tally = _TALLY.setdefault(spec, {"judged": 0, "failed": 0})
+    tally["judged"] += report.passed or report.failed
+    tally["failed"] += report.failed
 
-    try:
-        b = kernels.get_backend(spec)
-    except kernels.BackendError as e:
-        msg = str(e)
 
-        def cannot_load():
-            """The spec names no usable backend: a failure, not a skip."""
-            raise ConformanceFailure(msg)
-        return None, cannot_load
-    from nvfp4_suite.vectors.check import unavailable
+_TALLY: dict[str, dict[str, int]] = {}
 
-    why = unavailable(b)
-    if why is not None:
-        def cannot_run():
-            """The backend cannot run on this machine."""
-            pytest.skip(f"backend {spec} unavailable: {why}")
-        return None, cannot_run
-    return b, None
+
+def pytest_terminal_summary(terminalreporter):
+    """One verdict line per backend (``nvfp4_suite.vectors.engine.verdict.decide``)."""
+    for line in _verdict_lines():
+        terminalreporter.write_line(line)
+
+
+def _verdict_lines() -> list[str]:
+    from nvfp4_suite.vectors.engine.verdict import decide
+
+    return [f"nvfp4: {decide(**t).head()}: backend {spec}; {t['judged']} tests judged, {t['failed']} failed"
+            for spec, t in _TALLY.items()]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A session whose conformance tests judged nothing for a backend, and
+    failed nothing, ends with NO VERDICT's exit status (2), as ``check`` does."""
+    from nvfp4_suite.vectors.engine.verdict import decide
+
+    if exitstatus == 0 and _TALLY and any(decide(**t).exit_code == 2 for t in _TALLY.values()):
+        session.exitstatus = 2
 
 
 def launch_id(launch) -> str:
@@ -137,75 +173,81 @@ def launch_id(launch) -> str:
     return out
 
 
-def spec_tests(spec: str, examples: int | None, seed: int, isolate: tuple | None = None, cleanup=None) -> list:
-    """``(test name, run)`` pairs for ``spec``: each golden case at each of its
-    launches as the backend receives them (one test for an invalid-input
+def spec_tests(config, cleanup=None) -> list:
+    """``(test name, run)`` pairs for ``config`` (a ``CheckConfig`` naming one
+    backend): each golden case of each catalog the check runs
+    (``config.catalogs_for``: the built-in one, then the project's) at each of
+    its launches as the backend receives them (one test for an invalid-input
     case), then the generated problems. A backend that cannot load or run
-    gives one golden and one generated test, failing or skipping with the reason.
-    ``isolate``: ``(timeout,)`` to run every launch in a worker process
-    (``nvfp4_suite.vectors.isolate``; timeout None: its default), whose close is
-    handed to ``cleanup``."""
+    ends the session as ``check`` ends: NO VERDICT, exit status 2, with the
+    reason. The subject's worker process, if isolated, is closed by ``cleanup``."""
     from nvfp4_suite.vectors import catalog
-    from nvfp4_suite.vectors.isolate import Isolated
+    from nvfp4_suite.vectors.cli.runner import NO_VERDICT_ERRORS
+    from nvfp4_suite.vectors.engine.config import catalogs_for, examples_for, load_subject
 
-    b, refusal = load_backend(spec)
-    if b is None:
-        return [(f"test_golden[{spec}]", refusal), (f"test_generated[{spec}]", refusal)]
-    if isolate is not None:
-        b = Isolated(spec, b, isolate[0])
-        if cleanup is not None:
-            cleanup(b.close)
+    spec = config.backend
+    try:
+        why = config.problems()
+        if why:
+            raise ValueError(why)
+        subject = load_subject(config)
+    except (*NO_VERDICT_ERRORS, ValueError) as e:
+        pytest.exit(f"NO VERDICT for --nvfp4-backend {spec}: {e}", returncode=2)
+    if cleanup is not None:
+        cleanup(subject.close)
     out = []
-    for entry in catalog.load_manifest()["cases"]:
-        base = f"{spec}-{entry['id']:03d}-{entry['name']}"
-        if entry["result"] == "invalid":
-            out.append((f"test_golden[{base}-invalid]", _golden_run(b, spec, entry)))
-            continue
-        for launch in dict.fromkeys(x.as_seen_by(b.capabilities) for x in catalog.launches(entry)):
-            out.append((f"test_golden[{base}-{launch_id(launch)}]", _golden_run(b, spec, entry, launch)))
-    n = examples if examples is not None else default_examples(b)
-    out.append((f"test_generated[{spec}]", lambda: check_generated_or_fail(b, spec, n, seed)))
+    for root, _ in catalogs_for(config):
+        label = catalog.label(root)
+        try:
+            cases = catalog.load_manifest(path=root / "manifest.json")["cases"]
+        except catalog.CaseFileError as e:
+            pytest.exit(f"NO VERDICT for --nvfp4-backend {spec}: catalog {label or 'built-in'}: {e}", returncode=2)
+        for entry in cases:
+            base = f"{spec}-{entry['id']:03d}-{entry['name']}" if label is None else \
+                f"{spec}-{label}:{entry['id']:03d}-{entry['name']}"
+            if entry["result"] == "invalid":
+                out.append((f"test_golden[{base}-invalid]", _golden_run(subject, entry, root)))
+                continue
+            for launch in dict.fromkeys(x.as_seen_by(subject.capabilities) for x in catalog.launches(entry)):
+                out.append((f"test_golden[{base}-{launch_id(launch)}]", _golden_run(subject, entry, root, launch)))
+    n = examples_for(config, subject)
+    if n:
+        out.append((f"test_generated[{spec}]", lambda: check_generated_or_fail(subject, n, config.seed)))
     return out
 
 
-def _golden_run(backend, spec: str, entry: dict, launch=None):
+def _golden_run(subject, entry: dict, root, launch=None):
     def run():
         """Judge one case at one launch with the check engine (``check_case``)."""
-        from nvfp4_suite.vectors.check import Status, check_case, replay_command
+        from nvfp4_suite.vectors.cli.render import replay_command
+        from nvfp4_suite.vectors.engine.check import check_case
+        from nvfp4_suite.vectors.engine.verdict import Status
 
         one = entry if launch is None else {**entry, "launches": [launch.to_json()]}
-        res = check_case(backend, one)
+        res = check_case(subject, one, root=root)
         if res.status is Status.SKIP:
             pytest.skip("; ".join(sorted({why for _, why in res.skipped})))
         if res.status is Status.ERROR:
-            raise ConformanceFailure(f"case {res.id} {res.name}: the catalog cannot be judged: {res.error}")
+            raise ConformanceFailure(f"case {res.tag.strip()}: the catalog cannot be judged: {res.error}")
         if res.status is Status.FAIL:
             f = res.failures[0]
+            again = replay_command(res.file, subject.spec, None if launch is None else f.launch, subject.timeout)
             raise ConformanceFailure(
-                f"case {res.id} {res.name} [{', '.join(res.flags)}], {f.launch.describe()}:\n{f.text}\n"
-                f"replay: {replay_command(res.file, spec, None if launch is None else f.launch)}")
+                f"case {res.tag.strip()} [{', '.join(res.flags)}], {f.launch.describe()}:\n{f.text}\nreplay: {again}")
     return run
 
 
-def default_examples(backend) -> int:
-    """Generated problems a pytest run gives ``backend``: fewer for interpreted ones."""
-    from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS
+def check_generated_or_fail(subject, examples: int, seed: int = 0) -> None:
+    """Run ``examples`` generated problems (``check_generated``, seeded) on
+    ``subject`` (a ``config.Subject``); on a failure save the minimised problem
+    (only it) and raise ConformanceFailure with its report
+    (``render.failing_lines``: flaky or not, the saved path and the replay command)."""
+    from nvfp4_suite.vectors.cli.render import failing_lines
+    from nvfp4_suite.vectors.engine.check import check_generated, save_failing
 
-    return INTERPRETED_EXAMPLES if backend.capabilities.limits == INTERPRETED_LIMITS else DEFAULT_EXAMPLES
-
-
-def check_generated_or_fail(backend, spec: str, examples: int, seed: int = 0) -> None:
-    """Run ``examples`` generated problems (``check_generated``, seeded); on a
-    failure save the minimised problem (only it) and raise ConformanceFailure
-    with its report (``render.failing_lines``: flaky or not, the saved path and
-    the replay command)."""
-    from nvfp4_suite.vectors.check import check_generated, save_failing
-    from nvfp4_suite.vectors.render import failing_lines
-
-    gen = check_generated(backend, examples, seed, shrink_budget_s=getattr(backend, "shrink_budget_s", None))
+    gen = check_generated(subject, examples, seed, shrink_budget_s=subject.shrink_budget_s)
     if gen.failing is not None:
-        saved, why = save_failing(spec, gen.failing)
-        raise ConformanceFailure("\n".join(failing_lines(gen.failing, spec, saved, why,
-                                                          getattr(backend, "timeout", None))))
+        saved, why = save_failing(subject.spec, gen.failing)
+        raise ConformanceFailure("\n".join(failing_lines(gen.failing, subject.spec, saved, why, subject.timeout)))
     if not gen.n:
-        raise ConformanceFailure(f"backend {spec}: no generated problem was checked")
+        raise ConformanceFailure(f"backend {subject.spec}: no generated problem was checked")

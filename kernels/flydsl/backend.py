@@ -18,7 +18,7 @@ from nvfp4_suite.reference.emulate import SEED_GEOMETRY
 from nvfp4_suite.reference.paged_cache import LAYOUTS, D, page_bytes
 from nvfp4_suite.reference.problem import HG
 
-from ..protocol import Capabilities
+from ..protocol import GPU_LAUNCH_TIMEOUT_S, Capabilities
 from .host import XCDS, flydsl_missing, launch_plan, require
 from .lanes import PART_F, SPLITS, k_table
 from .targets import ARCHS, target
@@ -170,7 +170,8 @@ class FlydslBackend:
 
     name = "flydsl"
     geometry = SEED_GEOMETRY
-    capabilities = Capabilities(layouts=LAYOUTS, splits=SPLITS, xcds=XCDS, out=True, targets=ARCHS)
+    capabilities = Capabilities(layouts=LAYOUTS, splits=SPLITS, xcds=XCDS, out=True, targets=ARCHS,
+                                launch_timeout_s=GPU_LAUNCH_TIMEOUT_S)
 
     def __init__(self):
         self.workspace = Workspace()

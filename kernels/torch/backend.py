@@ -27,7 +27,7 @@ from nvfp4_suite.reference.paged_cache import (
 )
 from nvfp4_suite.reference.problem import HG
 
-from ..protocol import Capabilities
+from ..protocol import GPU_LAUNCH_TIMEOUT_S, Capabilities
 
 try:
     import torch
@@ -119,7 +119,8 @@ class TorchBackend:
 
     name = "torch"
     geometry = None
-    capabilities = Capabilities(splits=tuple(range(1, 9)), targets=("cpu", "cuda", "rocm"))
+    capabilities = Capabilities(splits=tuple(range(1, 9)), targets=("cpu", "cuda", "rocm"),
+                                launch_timeout_s=GPU_LAUNCH_TIMEOUT_S)
 
     def __init__(self, device: str | None = None):
         self.device = device

@@ -38,7 +38,7 @@ from nvfp4_suite.reference import DecodeProblem, Geometry
 from nvfp4_suite.reference.paged_cache import page_bytes
 from nvfp4_suite.reference.problem import softmax_constant
 
-from ..protocol import INTERPRETED_LIMITS, Capabilities
+from ..protocol import GPU_LAUNCH_TIMEOUT_S, INTERPRETED_LIMITS, Capabilities
 
 try:
     import torch
@@ -445,8 +445,9 @@ class TritonBackend:
     def capabilities(self) -> Capabilities:
         """Every layout and split count 1..8; on the CPU interpreter (slow) small generated problems."""
         if _interpret():
-            return Capabilities(splits=tuple(range(1, 9)), targets=("cpu-interpreter",), limits=INTERPRETED_LIMITS)
-        return Capabilities(splits=tuple(range(1, 9)), targets=("cuda", "rocm"))
+            return Capabilities(splits=tuple(range(1, 9)), targets=("cpu-interpreter",), limits=INTERPRETED_LIMITS,
+                                interpreted=True, launch_timeout_s=GPU_LAUNCH_TIMEOUT_S)
+        return Capabilities(splits=tuple(range(1, 9)), targets=("cuda", "rocm"), launch_timeout_s=GPU_LAUNCH_TIMEOUT_S)
 
     def available(self) -> str | None:
         """None with triton and a GPU (or TRITON_INTERPRET=1), else the reason."""

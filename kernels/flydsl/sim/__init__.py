@@ -10,8 +10,8 @@ workgroups (in a chosen order) and waves (to barriers); ``compile`` the
 on-disk cache of compiled configurations; ``backend`` the
 ``flydsl-sim-gfx942``/``-gfx950`` backends; ``bench`` the speed benchmark
 (per instruction and per launch). The drivers that run the check engine
-over it live with it, above the kernels: ``nvfp4_suite.vectors.sim_sweep``
-(the full check over worker processes) and ``nvfp4_suite.vectors.sim_bench``
+over it live with it, above the kernels: ``nvfp4_suite.vectors.simulator.sweep``
+(the full check over worker processes) and ``nvfp4_suite.vectors.simulator.bench``
 (the benchmark with the catalog's time per target).
 
 An instruction without semantics here stops the run (``UnknownInstruction``)

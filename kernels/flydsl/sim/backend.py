@@ -34,7 +34,7 @@ from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.emulate import SEED_GEOMETRY
 from nvfp4_suite.reference.formats import bf16_bits, from_bf16_bits
 
-from ...protocol import INTERPRETED_LIMITS, Capabilities
+from ...protocol import GPU_LAUNCH_TIMEOUT_S, INTERPRETED_LIMITS, Capabilities
 from ..host import TOPKS, XCDS, flydsl_missing, launch_plan, rocm_path
 from ..lanes import LAYOUTS, PART_F, SPLITS, k_table
 from ..targets import ARCHS
@@ -226,7 +226,8 @@ class FlydslSimBackend:
         self.workspace = SimWorkspace()
         # Executing every instruction in Python is slow: small generated problems.
         self.capabilities = Capabilities(layouts=LAYOUTS, splits=SPLITS, xcds=XCDS, orders=WORKGROUP_ORDERS,
-                                         out=True, targets=(arch,), limits=INTERPRETED_LIMITS)
+                                         out=True, targets=(arch,), limits=INTERPRETED_LIMITS, interpreted=True,
+                                         launch_timeout_s=GPU_LAUNCH_TIMEOUT_S)
         self.instructions = 0  # wave-instructions executed by every call so far
         self.steps = 0  # simulator steps of every call so far
 

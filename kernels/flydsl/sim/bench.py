@@ -20,7 +20,7 @@ changes) moves both alike, where a floor timed once before all the launches
 moved the ratio by a third either way.
 
 The golden catalog's time per target is measured by
-``python -m nvfp4_suite.vectors.sim_bench --golden``, which runs the check engine.
+``python -m nvfp4_suite.vectors.simulator.bench --golden``, which runs the check engine.
 """
 
 from __future__ import annotations

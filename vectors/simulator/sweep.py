@@ -1,7 +1,7 @@
-"""``python -m nvfp4_suite.vectors.sim_sweep``: the full conformance check of the
+"""``python -m nvfp4_suite.vectors.simulator.sweep``: the full conformance check of the
 simulated FlyDSL kernel (``flydsl-sim-gfx942``/``-gfx950``), spread over worker processes.
 
-    python -m nvfp4_suite.vectors.sim_sweep [--arch gfx950 --arch gfx942] [--golden [--case ID] [--splits N]]
+    python -m nvfp4_suite.vectors.simulator.sweep [--arch gfx950 --arch gfx942] [--golden [--case ID] [--splits N]]
         [--examples 200] [--seed 1] [--jobs N] [--shard-size 10]
 
 For each target: every golden case (``--golden``) at every launch (split
@@ -30,12 +30,13 @@ from typing import Callable
 from nvfp4_suite.kernels.flydsl.lanes import SPLITS
 from nvfp4_suite.kernels.flydsl.sim.backend import FlydslSimBackend, sim_missing
 from nvfp4_suite.kernels.flydsl.targets import ARCHS
-
-from . import catalog
-from .check import check_generated, check_golden
-from .harness import save_repro
-from .progress import Progress
-from .render import golden_lines
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.cli.progress import Progress
+from nvfp4_suite.vectors.cli.render import golden_lines
+from nvfp4_suite.vectors.cli.runner import guarded
+from nvfp4_suite.vectors.engine.check import check_generated, check_golden
+from nvfp4_suite.vectors.engine.harness import save_repro
+from nvfp4_suite.vectors.engine.verdict import SetupError, Verdict, decide
 
 
 def golden_task(arch: str, case_id: int, splits: int | None) -> tuple[bool, list[str], int]:
@@ -53,7 +54,7 @@ def generated_task(arch: str, examples: int, seed: int) -> tuple[bool, list[str]
     failure is saved as a repro file, its replay command printed."""
     b = FlydslSimBackend(arch)
     gen = check_generated(b, examples, seed, progress_every=10**9, shrink=False)
-    # The shard draws what `check --seed <seed>` draws (nvfp4_suite.vectors.strategies.run_generated).
+    # The shard draws what `check --seed <seed>` draws (nvfp4_suite.vectors.engine.strategies.run_generated).
     lines = [f"generated seed {seed}: {gen.n} problems, {gen.totals['elements']} elements, "
              f"max |diff|/bound {gen.totals['max_ratio']:.3g}; the same problems: "
              + shlex.join(["python", "-m", "nvfp4_suite.vectors", "check", "--backend", b.name, "--no-golden",
@@ -136,7 +137,8 @@ def _guarded(fn, args) -> tuple[bool, list[str], int]:
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.sim_sweep", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.simulator.sweep",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--golden", action="store_true", help="check every golden case")
     ap.add_argument("--case", type=int, action="append", help="only this golden case id (repeatable)")
@@ -147,25 +149,26 @@ def main(argv=None) -> int:
     ap.add_argument("--shard-size", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (1: this process)")
     args = ap.parse_args(argv)
+    return guarded(lambda: _sweep(args))
+
+
+def _sweep(args) -> Verdict:
+    """The sweep ``args`` asks for, and its verdict (``verdict.decide`` over its tasks)."""
     archs = tuple(args.arch or ARCHS)
     if not args.golden and args.examples <= 0:
-        print("nothing to check: give --golden and/or --examples N", file=sys.stderr)
-        return 2
+        raise SetupError("nothing to check: give --golden and/or --examples N")
     missing = sim_missing(archs)
     if missing:
-        print(missing, file=sys.stderr)
-        return 2
+        raise SetupError(missing)
     if args.case:
         known = {c["id"] for c in catalog.load_manifest()["cases"]}
         bad = sorted(set(args.case) - known)
         if bad:
-            print(f"--case {bad[0]}: no golden case has this id", file=sys.stderr)
-            return 2
+            raise SetupError(f"--case {bad[0]}: no golden case has this id")
     tasks = [t for a in archs for t in tasks_for(a, args.golden, args.case, args.splits, args.examples, args.seed,
                                                   args.shard_size)]
     if not tasks:
-        print("nothing to check: no golden launch has the split counts chosen", file=sys.stderr)
-        return 2
+        raise SetupError("nothing to check: no golden launch has the split counts chosen")
     bar = Progress(sys.stderr)
     failed, instructions, dt = run_tasks(tasks, max(1, args.jobs), out=lambda s: print(s, flush=True),
                                          progress=bar if bar.tty else None)
@@ -174,7 +177,9 @@ def main(argv=None) -> int:
           f"in {dt:.0f} s ({instructions / max(dt, 1e-9):.0f} per second over {args.jobs} workers)")
     for name in failed:
         print(f"FAILED: {name}")
-    return 1 if failed else 0
+    verdict = decide(judged=len(tasks), failed=len(failed))
+    print(f"{verdict.head()}: the simulator on {', '.join(archs)}")
+    return verdict
 
 
 if __name__ == "__main__":

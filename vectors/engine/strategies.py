@@ -4,7 +4,7 @@ The structure (layout, Hkv, requests, seq_lens, q_len, TOPK, a plan for each
 row's slot list, the scale-byte and query regimes) is drawn with hypothesis,
 so a failure shrinks towards few requests, small TOPK and simple slot lists.
 The distribution is shaped to the conditions of
-``nvfp4_suite.vectors.coverage`` (each drawn at least as often as stated
+``nvfp4_suite.vectors.engine.coverage`` (each drawn at least as often as stated
 there; ``tests/test_coverage.py`` measures it): weighted choices
 (``weighted``), and a simplest choice everywhere that still gives a problem
 with work (one request, a visible block selected, dense random code bytes),
@@ -44,12 +44,10 @@ from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
 from nvfp4_suite.reference.examples import paged_block_table
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
-from nvfp4_suite.reference.problem import HG
+from nvfp4_suite.reference.problem import HG, SLOT_LISTS
+from nvfp4_suite.vectors.catalog.cases import loud_tail, poison_unread
+from nvfp4_suite.vectors.engine.coverage import SCALE_CLASSES, launch_conditions, problem_conditions, slot_lists_of
 
-from .cases import loud_tail, poison_unread
-from .coverage import SCALE_CLASSES, launch_conditions, problem_conditions, slot_lists_of
-
-SLOT_LISTS = ("any", "compacted")
 # seq_len kinds (weights): a uniform length, a block edge, shorter than q_len
 # (the request's first rows are padding, its last ones are not), a padding
 # request (0), a long one (over 32 blocks: TOPK >= 33 lists with valid lanes

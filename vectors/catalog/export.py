@@ -30,9 +30,8 @@ import numpy as np
 
 from nvfp4_suite.reference import layout as L
 from nvfp4_suite.reference.problem import SLOT_LISTS, DecodeProblem, outside_slot_domain
-
-from . import catalog
-from .io import CaseFileError, load_case, save_case
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.catalog.casefile import CaseFileError, load_case, save_case
 
 FORMAT = "nvfp4-suite-export"
 FORMAT_VERSION = 1
@@ -119,26 +118,12 @@ def export_catalog(layout, folder, progress=None) -> dict:
     return manifest
 
 
-# --- commands ----------------------------------------------------------------
-
-def _layout(path):
-    from .check import SetupError
-
-    try:
-        return L.load(path)
-    except L.LayoutError as e:
-        raise SetupError(str(e)) from e
-
+# --- commands (a layout that cannot be read is LayoutError: NO VERDICT, exit 2) ---
 
 def cmd_export(args) -> int:
     """``export --layout FILE DIR``."""
-    from .check import SetupError
-
-    lay = _layout(args.layout)
-    try:
-        m = export_catalog(lay, args.dir)
-    except L.LayoutError as e:
-        raise SetupError(str(e)) from e
+    lay = L.load(args.layout)
+    m = export_catalog(lay, args.dir)
     print(f"exported {len(m['cases'])} valid cases in layout {lay.name!r} (tensors {', '.join(m['tensors'])}) "
           f"to {args.dir}; {sum(map(len, m['not_exported'].values()))} invalid-input cases not exported")
     return 0
@@ -148,13 +133,11 @@ def cmd_import(args) -> int:
     """``import --layout FILE DUMP OUT``."""
     from nvfp4_suite.reference import ProblemError
 
-    from .check import SetupError
-
-    lay = _layout(args.layout)
+    lay = L.load(args.layout)
     try:
         problem, _ = import_case(args.dump, lay, args.canonical)
     except L.LayoutError as e:
-        raise SetupError(f"{args.dump}: {e}") from e
+        raise L.LayoutError(f"{args.dump}: {e}") from e
     try:
         problem.validate()
         status = "valid"

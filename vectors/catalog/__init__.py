@@ -31,7 +31,7 @@ keeps them. It is created by its first ``add``; its cases are numbered
 from 0 and all of them are promoted cases (``regen`` re-reads them, it
 writes no built-in case there). ``add`` and ``regen`` hold a catalog's
 exclusive lock, ``check``'s golden run, ``verify`` and ``regen --check`` its
-shared one (``nvfp4_suite.vectors.lock``), so concurrent commands lose
+shared one (``nvfp4_suite.vectors.catalog.lock``), so concurrent commands lose
 nothing and a reader never sees a catalog half installed. The manifest is validated when read: case
 names from a safe character set (``check_name``), each ``file`` directly
 inside ``data/``; catalog files are read without following symlinks and
@@ -60,14 +60,14 @@ from nvfp4_suite.reference.compare import Interval, interval_vs_emulation, inter
 from nvfp4_suite.reference.formats import bf16_bits, from_bf16_bits
 from nvfp4_suite.reference.oracle import oracle_details
 from nvfp4_suite.reference.problem import DecodeProblem
-
-from . import cases as C
-from . import lock
-from .io import CaseFileError, load_case, save_case, write_atomic
+from nvfp4_suite.vectors.catalog import cases as C
+from nvfp4_suite.vectors.catalog import lock
+from nvfp4_suite.vectors.catalog.casefile import CaseFileError, load_case, save_case, write_atomic
 
 # The built-in catalog. Every function that reads or writes a catalog takes
 # ``root``, the folder holding ``manifest.json`` and ``data/``, default HERE.
-HERE = Path(__file__).parent
+# The built-in catalog lives in the package's vectors/ folder, beside this subpackage.
+HERE = Path(__file__).resolve().parent.parent
 MANIFEST = HERE / "manifest.json"
 DATA = HERE / "data"
 SCHEMA_VERSION = 2

@@ -1,7 +1,7 @@
-"""``python -m nvfp4_suite.vectors.sim_bench``: the simulator's speed on the kernel,
+"""``python -m nvfp4_suite.vectors.simulator.bench``: the simulator's speed on the kernel,
 with the golden catalog's time per target.
 
-    python -m nvfp4_suite.vectors.sim_bench [--arch gfx950] [--golden] [--examples N] [--jobs N]
+    python -m nvfp4_suite.vectors.simulator.bench [--arch gfx950] [--golden] [--examples N] [--jobs N]
         [--no-instructions]
 
 Prints the tables of ``python -m nvfp4_suite.kernels.flydsl.sim.bench`` (per
@@ -28,13 +28,15 @@ import time
 from nvfp4_suite.kernels.flydsl.sim import bench
 from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
 from nvfp4_suite.kernels.flydsl.targets import ARCHS
-
-from .sim_sweep import run_tasks, tasks_for
+from nvfp4_suite.vectors.cli.runner import guarded
+from nvfp4_suite.vectors.engine.verdict import SetupError
+from nvfp4_suite.vectors.simulator.sweep import run_tasks, tasks_for
 
 
 def main(argv=None) -> int:
     """The command line; see the module docstring."""
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.sim_bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.simulator.bench",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
     ap.add_argument("--golden", action="store_true", help="also time the golden catalog per target")
     ap.add_argument("--case", type=int, action="append", help="with --golden: only this case id (repeatable)")
@@ -42,11 +44,15 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for --golden/--examples")
     ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")
     args = ap.parse_args(argv)
+    return guarded(lambda: _bench(args))
+
+
+def _bench(args) -> int:
+    """The timings ``args`` asks for; exit 1 when a timed check failed."""
     archs = list(args.arch or ARCHS)
     missing = sim_missing(tuple(archs))
     if missing:
-        print(missing, file=sys.stderr)
-        return 2
+        raise SetupError(missing)
     rc = bench.main(sum((["--arch", a] for a in archs), [])
                     + (["--no-instructions"] if args.no_instructions else []))
     if rc:

@@ -19,7 +19,7 @@ Who failed is kept apart: anything raised inside the backend's call is a
 ``BackendCrash`` (the backend is not conformant), ``BaseException`` included:
 a backend's own ``SystemExit`` or ``KeyboardInterrupt`` is its failure, never
 the end of the run (only the user's interruption ends it, told apart by
-``nvfp4_suite.vectors.interrupts``); so is an error raised while its returned
+``nvfp4_suite.vectors.engine.interrupts``); so is an error raised while its returned
 tensor is read back (an asynchronous GPU fault surfaces there). An output of
 the wrong type, dtype, layout or device is a failed report naming what was
 returned; anything else raised here is the suite's own error and propagates.
@@ -44,8 +44,7 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
 from nvfp4_suite.reference.layout import present
-
-from . import interrupts
+from nvfp4_suite.vectors.engine import interrupts
 
 
 class BackendCrash(Exception):
@@ -203,6 +202,23 @@ def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
     return first, report
 
 
+# Where failing problems are saved unless $NVFP4_REPRO_DIR says otherwise.
+REPRO_DEFAULT = ".repro"
+
+
+def repro_folder() -> Path:
+    """The folder failing problems are saved in: ``$NVFP4_REPRO_DIR``, else ``.repro``."""
+    return Path(os.environ.get("NVFP4_REPRO_DIR", REPRO_DEFAULT))
+
+
+def shown(name) -> str:
+    """``name`` (a backend's, which it chose) safe to print on one line: as it
+    is when it is a printable string, else its ``repr`` (newlines, escapes and
+    other control characters written as backslash escapes)."""
+    s = name if isinstance(name, str) else repr(name)
+    return s if s.isprintable() else repr(s)
+
+
 def save_repro(spec: str, problem: DecodeProblem, launch: Launch, report_text: str) -> Path:
     """Write a failing problem to ``$NVFP4_REPRO_DIR`` (default ``.repro/``) as a
     case file named by its content hash; returns the path. Its meta holds the
@@ -213,9 +229,9 @@ def save_repro(spec: str, problem: DecodeProblem, launch: Launch, report_text: s
     makes it a golden case of the project's catalog. Raises OSError when the
     folder cannot hold it (a file, unwritable, not creatable), leaving no partial
     file behind; callers print the report anyway."""
-    from .io import save_case
+    from nvfp4_suite.vectors.catalog.casefile import save_case
 
-    folder = Path(os.environ.get("NVFP4_REPRO_DIR", ".repro"))
+    folder = repro_folder()
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"incoming-{os.getpid()}.npz"
     meta = {"backend": spec, "launches": [launch.to_json()], "report": report_text}

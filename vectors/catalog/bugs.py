@@ -2,17 +2,16 @@
 
 A bug class is one known way a sparse NVFP4 decode kernel goes wrong. Its name
 is the flag that golden cases carry (``vectors/manifest.json``), its
-description the manifest's ``notes`` entry (``nvfp4_suite.vectors.cases`` takes both from
-``nvfp4_suite.vectors.bug_classes``, which holds them apart from this module so that
+description the manifest's ``notes`` entry (``nvfp4_suite.vectors.catalog.cases`` takes both from
+``nvfp4_suite.vectors.catalog.bug_classes``, which holds them apart from this module so that
 the cases do not import the registry that looks them up in the catalog). Its
 golden cases are the catalog's cases carrying the flag (``golden_cases``). Its
 mutants are backends that each inject that one bug into a correct implementation; they are named by backend specs
 (``module:attr``, as ``nvfp4_suite.kernels.get_backend`` and ``python -m nvfp4_suite.vectors check
 --backend`` take them), so this module imports nothing to list them:
 
-- ``mutants:<attr>``: numpy kernels in ``tests/mutants.py``, a test helper that is not
-  installed: ``nvfp4_suite.kernels.get_backend`` loads it from the suite's checkout
-  (an editable install), wherever the command runs;
+- ``nvfp4_suite.kernels.mutants:<attr>``: numpy kernels, each one bug injected into an
+  independent correct implementation;
 - ``nvfp4_suite.kernels.triton.decode:<name>``: the Triton kernel built with one of its ``MUTANTS``;
 - ``nvfp4_suite.kernels.flydsl.sim.backend:<name>_<arch>``: the FlyDSL kernel compiled with
   one of ``nvfp4_suite.kernels.flydsl.decode.MUTANTS`` for ``arch``, run by the simulator.
@@ -22,25 +21,22 @@ fails a golden case carrying its own class's flag, every class has a mutant
 or says why it has none, and every mutant defined anywhere is registered.
 
     python -m nvfp4_suite.vectors bugs                    # each class: description, golden cases, mutants
-    python -m nvfp4_suite.vectors.bugs                    # the same
-    python -m nvfp4_suite.vectors.bugs --mutants triton   # the Triton mutants' specs, one a line
-    python -m nvfp4_suite.vectors.bugs --contract         # section 9 of reference/CONTRACT.md
+    python -m nvfp4_suite.vectors bugs --mutants triton   # the Triton mutants' specs, one a line
+    python -m nvfp4_suite.vectors bugs --contract         # section 9 of reference/CONTRACT.md
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
-from .bug_classes import CLASSES, BugClass
-from .entry import reader_gone
+from nvfp4_suite.vectors.catalog.bug_classes import CLASSES, BugClass
 
 DESCRIPTION = ("Each bug class (a golden-case flag): its description, the golden cases carrying it and its "
                "mutants (backend specs that inject that one bug).")
 
 __all__ = ["CLASSES", "ENGINES", "MUTANTS", "BugClass", "Mutant", "classes", "contract_section", "golden_cases",
-           "main", "mutants"]
+           "mutants"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +54,7 @@ class Mutant:
         return ENGINES[self.spec.split(":", 1)[0]]
 
 
-ENGINES = {"mutants": "numpy", "nvfp4_suite.kernels.triton.decode": "triton",
+ENGINES = {"nvfp4_suite.kernels.mutants": "numpy", "nvfp4_suite.kernels.triton.decode": "triton",
            "nvfp4_suite.kernels.flydsl.sim.backend": "flydsl"}
 
 _HALF_AWAY = (
@@ -76,41 +72,41 @@ _EXP2_LOW = (
     "by construction, and the flips move outputs by the sign of v, not one way")
 
 MUTANTS = (
-    # tests/mutants.py: NumpyKernel(bug) as numpy_<bug> (exact class, judged against the oracle)
-    Mutant("mutants:numpy_unguarded_first_invalid", "first-invalid-nan"),
-    Mutant("mutants:numpy_split_empty_nan", "empty-row"),
-    Mutant("mutants:numpy_empty_split_unwritten", "split-merge"),
-    Mutant("mutants:numpy_split_no_rescale", "split-rescale"),
-    Mutant("mutants:numpy_ticket_not_reset", "ticket-reset"),
-    Mutant("mutants:numpy_minus_one_deref", "minus-one"),
-    Mutant("mutants:numpy_v_scale_linear", "v-scale-swizzle"),
-    Mutant("mutants:numpy_v_scale_per_group", "v-scale-writer"),
-    Mutant("mutants:numpy_stale_tail", "stale-tail"),
-    Mutant("mutants:numpy_fnuz_scales", "fnuz"),
-    Mutant("mutants:numpy_subnormal_scale_zero", "e4m3-special"),
-    Mutant("mutants:numpy_nan_scale_unchecked", "e4m3-nan"),
-    Mutant("mutants:numpy_nibble_swap", "nibble-order"),
-    Mutant("mutants:numpy_scale_group_shift", "scale-group"),
-    Mutant("mutants:numpy_token_major_topk", "topk-major"),
-    Mutant("mutants:numpy_head_mod", "head-map"),
-    Mutant("mutants:numpy_pos_off_by_one", "position"),
-    Mutant("mutants:numpy_causal_all_blocks", "causal-earlier"),
-    Mutant("mutants:numpy_masked_page_zero", "stray-read"),
-    Mutant("mutants:numpy_layout_token_rows", "layout"),
-    Mutant("mutants:numpy_softmax_no_max", "large-logits"),
-    Mutant("mutants:numpy_topk_first_32", "topk-wide"),
-    Mutant("mutants:numpy_odd_block_dropped", "odd-blocks"),
-    Mutant("mutants:numpy_exact_output_truncated", "rounding"),
-    Mutant("mutants:numpy_unvalidated", "invalid"),
-    # tests/mutants.py: SeedKernel(bug) as seed_<bug> (seed geometry, judged against the emulation)
-    Mutant("mutants:seed_output_truncated", "rounding"),
-    Mutant("mutants:seed_output_half_away", "rounding", undetectable=_HALF_AWAY),
-    Mutant("mutants:seed_p_truncated", "rounding"),
-    Mutant("mutants:seed_exp2_low_2ulp", "rounding", undetectable=_EXP2_LOW),
-    Mutant("mutants:seed_one_ulp_on_1pct", "rounding"),
-    # tests/mutants.py: launch-placement bugs (backends taking ``xcds``)
-    Mutant("mutants:PlacementBug", "xcds"),
-    Mutant("mutants:XcdRowMask", "xcds"),
+    # nvfp4_suite.kernels.mutants: NumpyKernel(bug) as numpy_<bug> (exact class, judged against the oracle)
+    Mutant("nvfp4_suite.kernels.mutants:numpy_unguarded_first_invalid", "first-invalid-nan"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_split_empty_nan", "empty-row"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_empty_split_unwritten", "split-merge"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_split_no_rescale", "split-rescale"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_ticket_not_reset", "ticket-reset"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_minus_one_deref", "minus-one"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_v_scale_linear", "v-scale-swizzle"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_v_scale_per_group", "v-scale-writer"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_stale_tail", "stale-tail"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_fnuz_scales", "fnuz"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_subnormal_scale_zero", "e4m3-special"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_nan_scale_unchecked", "e4m3-nan"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_nibble_swap", "nibble-order"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_scale_group_shift", "scale-group"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_token_major_topk", "topk-major"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_head_mod", "head-map"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_pos_off_by_one", "position"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_causal_all_blocks", "causal-earlier"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_masked_page_zero", "stray-read"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_layout_token_rows", "layout"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_softmax_no_max", "large-logits"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_topk_first_32", "topk-wide"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_odd_block_dropped", "odd-blocks"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_exact_output_truncated", "rounding"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_unvalidated", "invalid"),
+    # nvfp4_suite.kernels.mutants: SeedKernel(bug) as seed_<bug> (seed geometry, judged against the emulation)
+    Mutant("nvfp4_suite.kernels.mutants:seed_output_truncated", "rounding"),
+    Mutant("nvfp4_suite.kernels.mutants:seed_output_half_away", "rounding", undetectable=_HALF_AWAY),
+    Mutant("nvfp4_suite.kernels.mutants:seed_p_truncated", "rounding"),
+    Mutant("nvfp4_suite.kernels.mutants:seed_exp2_low_2ulp", "rounding", undetectable=_EXP2_LOW),
+    Mutant("nvfp4_suite.kernels.mutants:seed_one_ulp_on_1pct", "rounding"),
+    # nvfp4_suite.kernels.mutants: launch-placement bugs (backends taking ``xcds``)
+    Mutant("nvfp4_suite.kernels.mutants:PlacementBug", "xcds"),
+    Mutant("nvfp4_suite.kernels.mutants:XcdRowMask", "xcds"),
     # nvfp4_suite.kernels.triton.decode.MUTANTS
     Mutant("nvfp4_suite.kernels.triton.decode:causal", "stale-tail"),
     Mutant("nvfp4_suite.kernels.triton.decode:v_scale_linear", "v-scale-swizzle"),
@@ -141,7 +137,7 @@ def mutants(engine: str | None = None, bug: str | None = None) -> list[Mutant]:
 def golden_cases(bug: str, manifest: dict | None = None) -> list[dict]:
     """The manifest entries (default: the committed catalog's) of the cases carrying flag ``bug``."""
     if manifest is None:
-        from .catalog import load_manifest
+        from nvfp4_suite.vectors.catalog import load_manifest
 
         manifest = load_manifest()
     return [c for c in manifest["cases"] if bug in c["flags"]]
@@ -165,10 +161,10 @@ def contract_section() -> str:
         "A bug class is one known way a kernel goes wrong. Golden cases carry its",
         "name as a manifest flag; its mutants are backends that inject that one",
         "bug, and the suite must reject each detectable one on a case of its own",
-        "class. The table is generated from `nvfp4_suite.vectors.bugs` (`python -m",
-        "nvfp4_suite.vectors.bugs --contract` prints it; the full mutant specs, the",
+        "class. The table is generated from `nvfp4_suite.vectors.catalog.bugs` (`python -m",
+        "nvfp4_suite.vectors bugs --contract` prints it; the full mutant specs, the",
         "cases of each class and why an undetectable mutant cannot be caught:",
-        "`python -m nvfp4_suite.vectors.bugs`).",
+        "`python -m nvfp4_suite.vectors bugs`).",
         "",
         "| flag | what its golden cases hold | mutants |",
         "| --- | --- | --- |",
@@ -178,7 +174,7 @@ def contract_section() -> str:
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The options of ``bugs`` (``python -m nvfp4_suite.vectors bugs`` and this module's ``main``)."""
+    """The options of ``bugs`` (``python -m nvfp4_suite.vectors bugs``)."""
     ap.add_argument("--mutants", metavar="ENGINE", choices=sorted(set(ENGINES.values())) + ["all"],
                     help="print only the specs of this engine's mutants (or all), one a line")
     ap.add_argument("--contract", action="store_true",
@@ -194,7 +190,7 @@ def run(args) -> int:
         for m in mutants(None if args.mutants == "all" else args.mutants):
             print(m.spec)
         return 0
-    from .catalog import load_manifest
+    from nvfp4_suite.vectors.catalog import load_manifest
 
     manifest = load_manifest()
     for c in CLASSES:
@@ -206,22 +202,3 @@ def run(args) -> int:
         if c.no_mutant:
             print(f"  no mutant: {c.no_mutant}")
     return 0
-
-
-def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.bugs [--mutants ENGINE | --contract]``, the
-    same as ``python -m nvfp4_suite.vectors bugs``; exit 2 on an unknown engine
-    or when the reader goes away (``| head``)."""
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.bugs", description=DESCRIPTION)
-    add_arguments(ap)
-    args = ap.parse_args(argv)
-    try:
-        rc = run(args)
-        sys.stdout.flush()  # a reader that went away shows here, not at exit
-        return rc
-    except BrokenPipeError:
-        return reader_gone()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ needs in order to show (a row's valid-slot count that is a multiple of the
 split count, a K scale byte >= 0x80 at a visible key, a -1 slot before a
 valid one...). ``CONDITIONS`` lists each with what it is and the minimum
 share of generated problems that reach it (``min_share``): the strategies
-(``nvfp4_suite.vectors.strategies``) are shaped so that every condition a
+(``nvfp4_suite.vectors.engine.strategies``) are shaped so that every condition a
 backend's capabilities allow is drawn at least that often, and
 ``tests/test_coverage.py`` holds them to it over the CI draws
 (``CI_DRAWS`` problems from ``CI_SEED``).
@@ -316,7 +316,7 @@ class Coverage:
             return []
         w = max(len(c.name) for c in self.conditions)
         out = [f"  coverage over {self.n} problems (one launch each; min: the stated minimum share, "
-               f"nvfp4_suite.vectors.coverage):",
+               f"nvfp4_suite.vectors.engine.coverage):",
                f"  {'condition':<{w}}  problems  share   min  failed"]
         for c in self.conditions:
             k = self.reached[c.name]

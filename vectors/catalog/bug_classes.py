@@ -1,7 +1,7 @@
 """The bug-class vocabulary: each class's flag and description, and nothing else.
 
-The data alone, imported by ``nvfp4_suite.vectors.cases`` (the manifest's
-``notes``) and by the registry ``nvfp4_suite.vectors.bugs`` (which adds the
+The data alone, imported by ``nvfp4_suite.vectors.catalog.cases`` (the manifest's
+``notes``) and by the registry ``nvfp4_suite.vectors.catalog.bugs`` (which adds the
 mutants and looks classes up in the catalog); apart so that the cases and
 the catalog do not import the registry that imports them.
 """

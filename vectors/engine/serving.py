@@ -1,6 +1,6 @@
-"""Serving-size problems and their check on a GPU: ``python -m nvfp4_suite.vectors.serving``.
+"""Serving-size problems and their check on a GPU: ``python -m nvfp4_suite.vectors.engine.serving``.
 
-The generated problems of ``nvfp4_suite.vectors.strategies`` are small because the numpy
+The generated problems of ``nvfp4_suite.vectors.engine.strategies`` are small because the numpy
 reference runs on the host. The bugs of a kernel at the shapes it serves live
 elsewhere: grid and offset overflows, pools of many gigabytes, long block
 tables, full TOPK 64, large Hkv. ``serving_problem`` builds such a step
@@ -19,7 +19,7 @@ first problem of a check always is). Unread slabs hold NaN scale bytes and
 the tail of every request's last page past ``seq_len`` holds the largest
 codes and scale 448, so a read of either moves the output.
 
-Each problem runs through ``nvfp4_suite.vectors.harness.run_case``, as every
+Each problem runs through ``nvfp4_suite.vectors.engine.harness.run_case``, as every
 check does: two calls on private copies of the inputs (the pool included:
 gigabytes of host memory for a moment), compared byte for byte afterwards,
 and the two outputs bitwise.
@@ -29,22 +29,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
 from hypothesis import strategies as st
 
+from nvfp4_suite.kernels.protocol import Launch, Limits
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
-from nvfp4_suite.reference.problem import HG, read_slabs
-
-from .cases import write_loud_tail
+from nvfp4_suite.reference.problem import HG, TOPK_MAX, read_slabs
+from nvfp4_suite.vectors.catalog.cases import write_loud_tail
 
 ROWS = (64, 256)
 MAX_KV_HEADS = 8
-MAX_TOPK = 64
 MAX_Q_LEN = 4
 PAGES = (10**4, 10**5)
 # Pools above this are not drawn (host and device memory, and the time to fill them).
@@ -88,15 +86,20 @@ class Shape:
         return self.num_pages * page_bytes(self.num_kv_heads)
 
 
-def draw_shape(rng: np.random.Generator, *, big_pool: bool | None = None, layouts=LAYOUTS) -> Shape:
-    """A serving shape from ``rng``. big_pool True: a pool above 4 GiB (Hkv >= 4);
-    None: drawn (one in two). layouts: the page layouts to draw from."""
+def draw_shape(rng: np.random.Generator, *, big_pool: bool | None = None, layouts=LAYOUTS,
+               limits: Limits | None = None) -> Shape:
+    """A serving shape from ``rng``. big_pool True: a pool above 4 GiB;
+    None: drawn (one in two). layouts: the page layouts to draw from.
+    limits: a backend's ``Limits``, whose KV heads, TOPK and q_len the shape
+    keeps within (the rows are serving-size whatever ``limits.requests`` says:
+    they are what this check is for)."""
     if big_pool is None:
         big_pool = bool(rng.integers(0, 2))
-    q_len = int(rng.integers(1, MAX_Q_LEN + 1))
+    most = limits or Limits(requests=ROWS[1], kv_heads=MAX_KV_HEADS, topk=TOPK_MAX, q_len=MAX_Q_LEN)
+    q_len = min(int(rng.integers(1, MAX_Q_LEN + 1)), most.q_len)
     reqs = int(rng.integers(-(-ROWS[0] // q_len), ROWS[1] // q_len + 1))
-    hk = int(rng.choice([4, 8])) if big_pool else int(rng.integers(1, MAX_KV_HEADS + 1))
-    topk = int(rng.choice([MAX_TOPK, MAX_TOPK, 33, 16, int(rng.integers(1, MAX_TOPK + 1))]))
+    hk = min(int(rng.choice([4, 8])) if big_pool else int(rng.integers(1, MAX_KV_HEADS + 1)), most.kv_heads)
+    topk = min(int(rng.choice([TOPK_MAX, TOPK_MAX, 33, 16, int(rng.integers(1, TOPK_MAX + 1))])), most.topk)
     pb = page_bytes(hk)
     cap = MAX_POOL_BYTES // pb
     if big_pool:
@@ -123,10 +126,16 @@ def _seq_lens(rng, shape: Shape) -> np.ndarray:
     return rng.permutation(s).astype(np.int32)
 
 
-def _slot_list(rng, nvis: int, topk: int, mode: int) -> np.ndarray:
+def _slot_list(rng, nvis: int, topk: int, mode: int, compacted: bool) -> np.ndarray:
     """One (KV head, row) slot list: distinct valid ids in 0..nvis-1 (the row's own
     block among them in most lists), ``-1`` and future ids, shuffled.
-    mode 0: mixed; 1: valid slots only; 2: no valid slot."""
+    mode 0: mixed; 1: valid slots only; 2: no valid slot. compacted: the
+    compacted domain's list instead (``min(topk, nvis)`` distinct visible ids
+    ascending, then -1: ``nvfp4_suite.reference.problem.outside_slot_domain``)."""
+    if compacted:
+        n = min(topk, nvis)
+        chosen = np.sort(rng.choice(nvis, n, replace=False)) if n else np.zeros(0, np.int64)
+        return np.concatenate([chosen, np.full(topk - n, -1)]).astype(np.int32)
     n_valid = 0 if mode == 2 or nvis == 0 else min(nvis, topk if mode == 1 else int(rng.integers(1, topk + 1)))
     valid = np.zeros(0, np.int64)
     if n_valid:
@@ -150,19 +159,20 @@ def _top_pages(shape: Shape) -> list[int]:
 
 
 def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | None = None,
-                    layouts=LAYOUTS) -> DecodeProblem:
+                    layouts=LAYOUTS, limits: Limits | None = None, slot_lists: str = "any") -> DecodeProblem:
     """A valid serving-size ``DecodeProblem``, the same bytes for the same arguments.
 
     seed: of the numpy PCG64 stream every byte comes from. shape: the structure
-    (default: ``draw_shape`` from the same stream, with ``big_pool`` and
-    ``layouts``). The
+    (default: ``draw_shape`` from the same stream, with ``big_pool``,
+    ``layouts`` and ``limits``). slot_lists: the slot-list domain to draw in
+    (``"any"`` or ``"compacted"``, ``nvfp4_suite.reference.problem.SLOT_LISTS``). The
     problem's arrays: q float32 ``[rows, 16*Hkv, 128]``, pool uint8
     ``[num_pages, page_bytes]``, topk int32 ``[Hkv, rows, TOPK]``, block_table
     int32 ``[reqs, max_blocks]``, seq_lens int32 ``[reqs]``.
     """
     rng = np.random.default_rng(seed)
     if shape is None:
-        shape = draw_shape(rng, big_pool=big_pool, layouts=layouts)
+        shape = draw_shape(rng, big_pool=big_pool, layouts=layouts, limits=limits)
     hk, topk, q_len, rows = shape.num_kv_heads, shape.topk, shape.q_len, shape.rows
     seq_lens = _seq_lens(rng, shape)
     # Every column holds a real page (future slots must not be read, and reading one
@@ -175,7 +185,7 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
     modes = rng.choice(3, (hk, rows), p=[0.8, 0.15, 0.05])
     for h in range(hk):
         for r in range(rows):
-            ids[h, r] = _slot_list(rng, int(nvis[r]), topk, int(modes[h, r]))
+            ids[h, r] = _slot_list(rng, int(nvis[r]), topk, int(modes[h, r]), slot_lists == "compacted")
     valid = (ids >= 0) & (ids < nvis[None, :, None])
     # Valid slots of a few rows read the pages at the top of the pool.
     hs, rs, ss = np.nonzero(valid)
@@ -241,58 +251,75 @@ def reference_interval(backend, problem: DecodeProblem, splits: int, *, device=N
     return TR.backend_interval(problem, geometry=backend.geometry, splits=splits, device=device, pool=pool)
 
 
-def check_serving(backend, examples: int, seed: int, progress=None, *,
-                  shape: Shape | None = None) -> tuple[bool, list[str]]:
+@dataclasses.dataclass
+class ServingRun:
+    """The serving-size part of a check: ``n`` problems judged, ``failed`` of
+    them failed, a ``lines`` entry per problem (its facts, report and
+    timings), ``stopped`` (why the run ended early, or None), ``seconds``."""
+
+    n: int = 0
+    failed: int = 0
+    lines: list[str] = dataclasses.field(default_factory=list)
+    stopped: str | None = None
+    seconds: float = 0.0
+
+
+def check_serving(backend, examples: int, seed: int, progress=None, *, splits=None,
+                  shape: Shape | None = None) -> ServingRun:
     """Check ``backend`` on ``examples`` serving-size problems (seeds ``seed*1000 + i``;
-    the first with a pool above 4 GiB) in the page layouts and at the split counts
-    of ``backend.capabilities`` (its ``limits`` are for generated problems, not
-    these).
+    the first with a pool above 4 GiB) drawn inside its capabilities: its page
+    layouts, slot-list domain, KV heads, TOPK and q_len limits, split counts
+    (``splits``: only these) and XCD placements; a declared ``cache_layout``
+    is handed the pool re-packed, as every check does.
     shape: one fixed ``Shape`` for every problem instead (small ones for CPU tests).
 
     Each problem: the reference interval on the device (``reference_interval``),
-    then ``nvfp4_suite.vectors.harness.run_case`` with it (two calls, outputs
+    then ``nvfp4_suite.vectors.engine.harness.run_case`` with it (two calls, outputs
     bitwise equal, inputs unchanged), judged by ``nvfp4_suite.reference.compare``'s
-    report. Returns ``(ok, lines)``: a line per problem with its facts, verdict and
-    timings, and a total.
+    report. An interruption between problems ends the run with what it found.
     """
     import torch
 
-    from nvfp4_suite.kernels.protocol import Launch
-
-    from .harness import BackendCrash, run_case
+    from nvfp4_suite.vectors.engine import interrupts
+    from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
 
     dev = _device()
     caps = backend.capabilities
     rng = np.random.default_rng(seed)
-    lines, ok = [], True
+    run = ServingRun()
     t_all = time.perf_counter()
-    for i in range(examples):
-        t0 = time.perf_counter()
-        problem = serving_problem(seed * 1000 + i, shape, big_pool=True if i == 0 else None, layouts=caps.layouts)
-        t_gen = time.perf_counter() - t0
-        launch = Launch(splits=int(rng.choice(caps.splits)), xcds=int(rng.choice(caps.xcds)))
-        if progress:
-            progress(f"  serving {i + 1}/{examples}: {describe(problem)}, {launch.describe(problem)}")
-        t0 = time.perf_counter()
-        iv, against = reference_interval(backend, problem, launch.splits, device=dev)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t_ref = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        try:
-            _, rep = run_case(backend, problem, launch, expected=(iv, against))
-            text = rep.details() if not rep.passed else rep.summary()
-            ok &= rep.passed
-        except BackendCrash as e:  # a crashing backend is a non-conformant one
-            text, ok = f"FAIL: {e}", False
-        t_run = time.perf_counter() - t0
-        lines.append(f"serving {i + 1}/{examples}: {describe(problem)}; {launch.describe()}\n  {text}\n"
-                     f"  times: problem {t_gen:.1f} s, reference on {dev.type} {t_ref:.2f} s, backend (two "
-                     f"guarded calls) {t_run:.2f} s")
-        del problem
-    lines.append(f"serving-size check: {'CONFORMANT' if ok else 'NOT CONFORMANT'}, backend {backend.name}, "
-                 f"{examples} problems, {time.perf_counter() - t_all:.1f} s")
-    return ok, lines
+    try:
+        for i in range(examples):
+            interrupts.stop_if_asked()
+            t0 = time.perf_counter()
+            problem = serving_problem(seed * 1000 + i, shape, big_pool=True if i == 0 else None,
+                                      layouts=caps.layouts, limits=caps.limits, slot_lists=caps.slot_lists)
+            t_gen = time.perf_counter() - t0
+            launch = Launch(splits=int(rng.choice(splits or caps.splits)), xcds=int(rng.choice(caps.xcds)))
+            if progress:
+                progress(f"  serving {i + 1}/{examples}: {describe(problem)}, {launch.describe(problem)}")
+            t0 = time.perf_counter()
+            iv, against = reference_interval(backend, problem, launch.splits, device=dev)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t_ref = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            try:
+                _, rep = run_case(backend, problem, launch, expected=(iv, against))
+                text, ok = (rep.details() if not rep.passed else rep.summary()), rep.passed
+            except BackendCrash as e:  # a crashing backend is a non-conformant one
+                text, ok = f"FAIL: {e.details()}", False
+            t_run = time.perf_counter() - t0
+            run.n += 1
+            run.failed += not ok
+            run.lines.append(f"serving {i + 1}/{examples}: {describe(problem)}; {launch.describe()}\n  {text}\n"
+                             f"  times: problem {t_gen:.1f} s, reference on {dev.type} {t_ref:.2f} s, backend "
+                             f"(two guarded calls) {t_run:.2f} s")
+            del problem
+    except interrupts.Interrupted as e:
+        run.stopped = e.reason
+    run.seconds = time.perf_counter() - t_all
+    return run
 
 
 def _kernel_time(backend, problem: DecodeProblem, splits: int) -> float | None:
@@ -345,7 +372,6 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
     drawn (problem 2 with a pool above 4 GiB). Returns the table's lines."""
     import torch
 
-    from nvfp4_suite.kernels.protocol import Launch
     from nvfp4_suite.reference import compare
 
     dev = _device()
@@ -384,35 +410,30 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
 
 
 def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.serving``: the serving-size check (default) or ``--bench``."""
-    from nvfp4_suite import kernels
+    """``python -m nvfp4_suite.vectors.engine.serving --backend B``: the serving-size
+    benchmark (``bench``). The check itself is ``python -m nvfp4_suite.vectors
+    check --shape serving``."""
+    from nvfp4_suite.vectors.cli.runner import guarded
+    from nvfp4_suite.vectors.engine.config import CheckConfig, load_subject
 
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.serving", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.engine.serving",
+                                 description="Time the numpy reference, the torch reference and a backend on "
+                                             "serving-size problems (the check: python -m nvfp4_suite.vectors "
+                                             "check --shape serving).")
     ap.add_argument("--backend", default="triton", help="registered name or module.path:attr (default triton)")
     ap.add_argument("--examples", type=int, default=4, help="serving-size problems (default 4)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--bench", action="store_true", help="time numpy reference, torch reference and backend")
-    ap.add_argument("--numpy-examples", type=int, default=1, help="with --bench: problems the numpy reference "
-                                                                  "is timed on (minutes each)")
+    ap.add_argument("--numpy-examples", type=int, default=1, help="problems the numpy reference is timed on "
+                                                                  "(minutes each)")
     args = ap.parse_args(argv)
-    try:
-        backend = kernels.get_backend(args.backend)
-    except kernels.BackendError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    why = backend.available()
-    if why is not None:
-        print(f"error: backend {backend.name!r} is not available here: {why}", file=sys.stderr)
-        return 2
-    if args.bench:
-        for line in bench(backend, args.examples, args.seed, args.numpy_examples):
+
+    def run() -> int:
+        subject = load_subject(CheckConfig(backend=args.backend))
+        for line in bench(subject, args.examples, args.seed, args.numpy_examples):
             print(line, flush=True)
         return 0
-    ok, lines = check_serving(backend, args.examples, args.seed,
-                              progress=lambda m: print(m, file=sys.stderr, flush=True))
-    for line in lines:
-        print(line)
-    return 0 if ok else 1
+
+    return guarded(run)
 
 
 if __name__ == "__main__":

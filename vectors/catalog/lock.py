@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from .io import CaseFileError
+from nvfp4_suite.vectors.catalog.casefile import CaseFileError
 
 LOCK_NAME = ".lock"
 # Long enough for a regeneration of the built-in catalog on a slow machine.

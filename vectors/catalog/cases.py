@@ -25,8 +25,7 @@ from nvfp4_suite.reference.paged_cache import (
     unswizzle_v_scales,
 )
 from nvfp4_suite.reference.problem import read_slabs
-
-from .bug_classes import CLASSES
+from nvfp4_suite.vectors.catalog.bug_classes import CLASSES
 
 # The bug-class vocabulary (the manifest's ``notes``): one definition, in the registry.
 FLAGS = {c.name: c.description for c in CLASSES}

@@ -15,7 +15,7 @@ This module looks at what the failing launches share:
   one with 5 of 30);
 - ``mutant_matches``: registered mutants whose recorded failure pattern on
   the catalog (``signatures.json``, written by ``python -m
-  nvfp4_suite.vectors.signatures``) is close to this run's.
+  nvfp4_suite.vectors.engine.signatures``) is close to this run's.
 
 ``summary_lines`` renders the three for the run report, above the per-class
 lines.
@@ -33,7 +33,7 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.problem import outside_slot_domain
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # the package's vectors/ folder
 SIGNATURES = HERE / "signatures.json"
 
 # The one feature of an invalid-input case's launch (what it asks of a kernel is a refusal).
@@ -235,7 +235,7 @@ def current_signatures() -> dict:
     on another catalog names nothing here."""
     import hashlib
 
-    from . import catalog
+    from nvfp4_suite.vectors import catalog
 
     sig = load_signatures()
     try:

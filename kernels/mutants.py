@@ -7,8 +7,10 @@ has one bug from ``BUGS``. ``SeedKernel(bug)`` is the seed's own arithmetic
 bug from ``ROUNDING_BUGS``. ``PlacementBug`` and ``XcdRowMask`` get XCD
 placement wrong. The suite must pass the correct ones and fail every mutant:
 that is what makes a green run mean something. Each mutant is registered,
-with its bug class, in ``nvfp4_suite.vectors.bugs`` as ``mutants:numpy_<bug>``,
-``mutants:seed_<bug>``, ``mutants:PlacementBug`` or ``mutants:XcdRowMask``.
+with its bug class, in ``nvfp4_suite.vectors.catalog.bugs`` as
+``nvfp4_suite.kernels.mutants:numpy_<bug>`` (or ``seed_<bug>``, ``PlacementBug``,
+``XcdRowMask``). They are package code, so that ``check --backend`` and the
+recorded failure patterns the reports match against run from any install.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from nvfp4_suite.reference.emulate import _emulate, exp2_f32
 from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
 from nvfp4_suite.reference.paged_cache import BLK, D, page_views, unpack_e2m1, unswizzle_v_scales
 from nvfp4_suite.reference.problem import HG, NaNScaleByteError
-from nvfp4_suite.vectors import bugs
 
 BUGS = {
     "unguarded_first_invalid": "slots walked in order incl. invalid ones, exp(-inf - -inf) unguarded",
@@ -64,8 +65,7 @@ ROUNDING_BUGS = {
 }
 
 # Rounding mutants no conformance check can reject from the outputs it is given:
-# the reasons are the registry's (nvfp4_suite.vectors.bugs), the proofs in tests/test_mutants.py.
-UNDETECTABLE = {m.spec.removeprefix("mutants:seed_"): m.undetectable for m in bugs.mutants("numpy") if m.undetectable}
+# the reasons are the registry's (nvfp4_suite.vectors.catalog.bugs), the proofs in tests/test_mutants.py.
 
 
 def bf16_truncate(x) -> np.ndarray:
@@ -326,7 +326,7 @@ class XcdRowMask:
         return out
 
 
-# Every mutant as a ``mutants:<attr>`` backend, the specs ``nvfp4_suite.vectors.bugs`` registers:
+# Every mutant as a ``mutants:<attr>`` backend, the specs ``nvfp4_suite.vectors.catalog.bugs`` registers:
 # ``numpy_<bug>`` is ``NumpyKernel(bug)``, ``seed_<bug>`` is ``SeedKernel(bug)``.
 for _bug in BUGS:
     globals()[f"numpy_{_bug}"] = functools.partial(NumpyKernel, _bug)

@@ -1,11 +1,11 @@
 """The machine-readable verdict of ``check --json FILE`` and ``replay --json FILE``.
 
 One JSON object per run, schema ``nvfp4-check-report`` version
-``SCHEMA_VERSION``, described by ``report.schema.json`` beside this module
-(JSON Schema, draft 2020-12 subset; ``validate`` checks a report against it
-without a runtime dependency). ``Recorder`` collects the run's parts as the
-CLI reaches them; ``write`` stores the object atomically (a temporary file
-in the same folder, then a rename), also for a run that ends with exit 2.
+``SCHEMA_VERSION``, described by ``report.schema.json`` in the package's
+``vectors/`` folder (JSON Schema, draft 2020-12 subset; ``validate`` checks a
+report against it without a runtime dependency). ``build`` makes the object
+from a run as far as it got and its verdict; ``write`` stores it atomically
+(a temporary file in the same folder, then a rename), whatever the verdict.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import catalog
-from .render import replay_command
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.catalog.casefile import write_atomic
+from nvfp4_suite.vectors.cli.render import replay_command
 
 SCHEMA_NAME = "nvfp4-check-report"
-SCHEMA_VERSION = 1
-SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
-VERDICTS = ("CONFORMANT", "NOT CONFORMANT", "NO VERDICT", "INTERRUPTED")
+SCHEMA_VERSION = 2
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "report.schema.json"
 
 
 def suite_version() -> str:
@@ -57,18 +57,9 @@ def writable(path: str) -> str | None:
 
 
 def write(path: str, report: dict) -> None:
-    """Store ``report`` as JSON at ``path``: a temporary file in the same folder,
-    renamed over ``path`` (a reader never sees half a report)."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Store ``report`` as JSON at ``path``, atomically and with the file mode the
+    umask gives (``casefile.write_atomic``: a reader never sees half a report)."""
+    write_atomic(path, (json.dumps(report, indent=1, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def _num(x: float) -> float | None:
@@ -77,19 +68,22 @@ def _num(x: float) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
 
-def backend_json(spec: str, backend) -> dict:
-    """The backend as the report names it: spec, name, declared arithmetic, capabilities, isolation."""
+def backend_json(subject) -> dict:
+    """The backend as the report names it (a ``config.Subject``): spec, name, the
+    arithmetic it is judged in, capabilities, the launch timeout of an isolated run."""
     from nvfp4_suite.reference.arithmetic import arithmetic_name
 
+    backend = subject
     c = backend.capabilities
     layout = c.cache_layout
-    return {"spec": spec, "name": str(backend.name), "arithmetic": arithmetic_name(backend.geometry),
+    return {"spec": subject.spec, "name": str(backend.name), "arithmetic": arithmetic_name(backend.geometry),
             "capabilities": {"layouts": list(c.layouts), "splits": list(c.splits), "xcds": list(c.xcds),
                              "orders": list(c.orders), "out": bool(c.out), "targets": list(c.targets),
                              "slot_lists": c.slot_lists,
-                             "cache_layout": None if layout is None else str(getattr(layout, "name", layout)),
-                             "limits": {k: v for k, v in dataclasses.asdict(c.limits).items()}},
-            "timeout_s": getattr(backend, "timeout", None)}
+                             "cache_layout": None if layout is None else layout.name,
+                             "limits": dict(dataclasses.asdict(c.limits)), "interpreted": c.interpreted,
+                             "launch_timeout_s": c.launch_timeout_s, "shrink_budget_s": c.shrink_budget_s},
+            "timeout_s": subject.timeout}
 
 
 def _failing_elements(failure) -> int | None:
@@ -108,76 +102,87 @@ def case_json(c, spec: str, timeout: float | None) -> dict:
             "error": c.error}
 
 
-class Recorder:
-    """The report of one ``check`` or ``replay`` run, filled in as the run goes;
-    ``finish`` gives the object for the exit code the run ended with."""
+def _catalog_json(cat, spec: str, timeout: float | None) -> dict:
+    """One ``check.CatalogRun``: its folder, how it was chosen, its counts and cases, or its error."""
+    from nvfp4_suite.vectors.engine.verdict import Status
 
-    def __init__(self, command: str, argv: list[str]) -> None:
-        self.data: dict[str, Any] = {
-            "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "command": command, "argv": list(argv),
-            "verdict": "NO VERDICT", "exit_code": 2, "reason": None,
-            "suite": {"version": suite_version(), "contract_version": catalog.CONTRACT_VERSION,
-                      "catalog_schema_version": catalog.SCHEMA_VERSION,
-                      "generator_version": catalog.GENERATOR_VERSION},
-            "backend": None, "seed": None, "examples": None, "catalogs": [], "generated": None, "replay": None,
-            "seconds": None}
-        self.stopped: str | None = None
-
-    def backend(self, spec: str, backend) -> None:
-        """Record the backend the run judges."""
-        self.data["backend"] = backend_json(spec, backend)
-
-    def catalog(self, root, why: str, golden=None, error: str | None = None, spec: str = "",
-                timeout: float | None = None) -> None:
-        """Record one catalog's golden run (``check.GoldenRun``), or the ``error`` that made it unreadable."""
-        manifest = Path(root) / "manifest.json"
-        entry: dict[str, Any] = {
-            "label": catalog.label(root) or "built-in", "folder": str(root), "chosen": why,
+    manifest = Path(cat.root) / "manifest.json"
+    g = cat.golden
+    return {"label": cat.label or "built-in", "folder": str(cat.root), "chosen": cat.why,
             "manifest_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None,
-            "error": error, "stopped": None, "counts": None, "cases": []}
-        if golden is not None:
-            from .check import Status
+            "error": cat.error, "stopped": None if g is None else g.stopped,
+            "counts": None if g is None else {s.value: g.count(s) for s in Status} | {"judged": g.judged},
+            "cases": [] if g is None else [case_json(c, spec, timeout) for c in g.cases]}
 
-            entry["stopped"] = golden.stopped
-            entry["counts"] = {s.value: golden.count(s) for s in Status} | {"judged": golden.judged}
-            entry["cases"] = [case_json(c, spec, timeout) for c in golden.cases]
-            self.stopped = self.stopped or golden.stopped
-        self.data["catalogs"].append(entry)
 
-    def generated(self, gen, spec: str, saved, save_error: str | None, timeout: float | None) -> None:
-        """Record the generated part (``check.GeneratedRun``) and its failing problem, saved at ``saved``."""
-        t = gen.totals
-        failing = None
-        if gen.failing is not None:
-            f, p = gen.failing, gen.failing.problem
-            failing = {"size": {"rows": p.rows, "kv_heads": p.num_kv_heads, "topk": p.TOPK, "q_len": p.q_len,
-                                "pages": p.num_pages},
-                       "launch": f.launch.to_json(), "text": f.text, "flaky": f.flaky_text is not None,
-                       "flaky_text": f.flaky_text, "unfinished": f.unfinished,
-                       "saved": None if saved is None else str(saved), "save_error": save_error,
-                       "replay": None if saved is None else replay_command(saved, spec, timeout=timeout)}
-        self.data["generated"] = {
-            "problems_run": gen.n, "stopped": gen.stopped, "elements": int(t["elements"]),
+def _generated_json(run, spec: str, timeout: float | None) -> dict | None:
+    """The generated part of a ``check.CheckRun`` and its failing problem, or None."""
+    gen = run.generated
+    if gen is None:
+        return None
+    t = gen.totals
+    failing = None
+    if gen.failing is not None:
+        f, p = gen.failing, gen.failing.problem
+        failing = {"size": {"rows": p.rows, "kv_heads": p.num_kv_heads, "topk": p.TOPK, "q_len": p.q_len,
+                            "pages": p.num_pages},
+                   "launch": f.launch.to_json(), "text": f.text, "flaky": f.flaky_text is not None,
+                   "flaky_text": f.flaky_text, "unfinished": f.unfinished,
+                   "saved": None if run.saved is None else str(run.saved), "save_error": run.save_error,
+                   "replay": None if run.saved is None else replay_command(run.saved, spec, timeout=timeout)}
+    return {"problems_run": gen.n, "stopped": gen.stopped, "elements": int(t["elements"]),
             "max_ratio": _num(t["max_ratio"]), "max_ulp": _num(t["max_ulp"]),
             "coverage": {name: {"problems": int(r), "failures": int(f)} for name, (r, f) in gen.stats.items()},
             "failing": failing}
-        self.stopped = self.stopped or gen.stopped
 
-    def finish(self, exit_code: int, reason: str | None = None, interrupted: bool = False,
-               seconds: float | None = None) -> dict:
-        """The report for a run that exits with ``exit_code`` (``reason``: why there is no
-        verdict; ``interrupted``: a signal or a reader gone ended it without a failure found)."""
-        if exit_code == 0:
-            verdict = "CONFORMANT"
-        elif exit_code == 1:
-            verdict = "NOT CONFORMANT"
-        elif interrupted or self.stopped:
-            verdict = "INTERRUPTED"
-        else:
-            verdict = "NO VERDICT"
-        self.data.update(verdict=verdict, exit_code=exit_code, seconds=seconds,
-                         reason=reason if reason is not None else self.stopped)
-        return self.data
+
+def _replay_json(run) -> dict:
+    """The replay part: the case file, its expected error (an invalid case), and per launch
+    ``{"launch", "status" (PASS, FAIL, SKIP), "reason", "failing_elements", "text"}``."""
+    c = run.case
+    launches: list[dict] = []
+    if c is not None:
+        failures = {f.launch: f for f in c.failures}
+        for x in c.ran:
+            f = failures.get(x)
+            launches.append({"launch": x.to_json(), "status": "FAIL" if f else "PASS", "reason": None,
+                             "failing_elements": None if f is None else _failing_elements(f),
+                             "text": "PASS" if f is None else f.text})
+        launches += [{"launch": x.to_json(), "status": "SKIP", "reason": why, "failing_elements": None,
+                      "text": f"SKIPPED: {why}"} for x, why in c.skipped]
+    return {"file": run.config.file, "expected_error": None if c is None else c.expected_error,
+            "launches": launches}
+
+
+def build(command: str, argv: list[str], run, verdict, seconds: float | None) -> dict:
+    """The report of a ``check`` (``run``: a ``check.CheckRun``) or ``replay``
+    (a ``check.ReplayRun``) that ended with ``verdict``; ``run`` may be
+    partial (an error stopped it) or None (nothing was started)."""
+    from nvfp4_suite.vectors.engine.blame import summary_lines
+
+    subject = None if run is None else run.subject
+    spec = "" if subject is None else subject.spec
+    timeout = None if subject is None else subject.timeout
+    check = command == "check" and run is not None
+    config = None if run is None else run.config
+    return {
+        "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "command": command, "argv": list(argv),
+        "verdict": str(verdict.kind), "exit_code": verdict.exit_code, "reason": verdict.reason,
+        "interrupted": verdict.interrupted,
+        "suite": {"version": suite_version(), "contract_version": catalog.CONTRACT_VERSION,
+                  "catalog_schema_version": catalog.SCHEMA_VERSION, "generator_version": catalog.GENERATOR_VERSION},
+        "backend": None if subject is None else backend_json(subject),
+        "seed": config.seed if check else None,
+        "examples": (run.generated.n if run.generated else 0) if check and subject is not None else None,
+        "shape": config.shape if check else None,
+        "catalogs": [_catalog_json(c, spec, timeout) for c in run.catalogs] if check else [],
+        "blame": summary_lines(run.outcomes()) if check else [],
+        "generated": _generated_json(run, spec, timeout) if check else None,
+        "serving": None if not check or run.serving is None else {
+            "problems_run": run.serving.n, "failed": run.serving.failed, "stopped": run.serving.stopped,
+            "problems": list(run.serving.lines)},
+        "replay": _replay_json(run) if command == "replay" and run is not None else None,
+        "seconds": seconds}
 
 
 # --- a validator for the subset of JSON Schema report.schema.json uses ----------
@@ -243,9 +248,3 @@ def validate(value: Any, schema: dict, root: dict | None = None, where: str = "$
 def load_schema() -> dict:
     """The report's JSON Schema (``report.schema.json``)."""
     return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-
-
-def replay_json(file: str, expected_error: str | None, launches: list[dict]) -> dict:
-    """The replay part: the case file, its expected error (an invalid case), and per launch
-    ``{"launch", "status" (PASS, FAIL, SKIP), "reason", "failing_elements", "text"}``."""
-    return {"file": file, "expected_error": expected_error, "launches": launches}

@@ -1,6 +1,8 @@
-"""The check engine: golden vectors, generated problems and replays against one
-backend, as results (``nvfp4_suite.vectors.cli`` prints them; tests and other tools call
-these directly).
+"""The check engine: golden vectors, generated problems, serving-size problems
+and replays against one backend, as results; the verdict of each run from
+``nvfp4_suite.vectors.engine.verdict.decide``. Front ends (the command line,
+the pytest plugin) build a ``CheckConfig``, call ``run_check`` or
+``run_replay``, and render what comes back.
 
 Verdict rules, shared by every entry point: a launch a backend's capabilities
 do not cover is skipped and counted with its reason, never reported as a
@@ -13,75 +15,31 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
-from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem, ProblemError, ReferenceBudgetError
 from nvfp4_suite.reference.compare import Interval, Report, backend_interval, describe_modified_inputs
-
-from . import blame, catalog, interrupts, lock
-from .coverage import Coverage
-from .harness import BackendCrash, modified_inputs, private_copy, run_case, save_repro
-from .io import CaseFileError
-from .render import golden_lines, replay_command, shown  # noqa: F401 - replay_command: imported from here by callers
-from .results import ROUNDING_FIELDS, Status  # noqa: F401 - Status: imported from here by callers
-
-PREFERENCE = ("flydsl", "triton", "torch", "emulate")
-
-
-class SetupError(Exception):
-    """Exit 2: an unknown or unavailable backend, a bad argument, an unreadable catalog."""
-
-
-def unavailable(backend) -> str | None:
-    """None when ``backend.available()`` says it runs here, otherwise why not:
-    its reason, or what went wrong asking (``available()`` raised, exited, or
-    returned something that is neither None nor a non-empty reason). A backend
-    that cannot run here is a setup error (exit 2), never a kernel verdict."""
-    try:
-        why = backend.available()
-    except KeyboardInterrupt as e:
-        if interrupts.from_user(e):
-            raise
-        return "available() raised KeyboardInterrupt"
-    except BaseException as e:  # noqa: BLE001 - any failure to answer is "cannot run here"
-        return f"available() raised {type(e).__name__}: {e}"
-    if why is None:
-        return None
-    if not isinstance(why, str) or not why.strip():
-        return f"available() returned {why!r}, neither None (usable) nor a reason"
-    return why
-
-
-def pick_backend(spec: str | None):
-    """``(spec, backend)``: the backend for ``spec``, or the best available one
-    (and its registered name) when None. Raises SetupError with the reasons."""
-    if spec is None:
-        reasons = []
-        for name in PREFERENCE:
-            try:
-                b = kernels.get_backend(name)
-            except kernels.BackendError as e:
-                reasons.append(f"{name}: {e}")
-                continue
-            why = unavailable(b)
-            if why is None:
-                return name, b
-            reasons.append(f"{name}: {why}")
-        raise SetupError("no backend available:\n  " + "\n  ".join(reasons))
-    try:
-        b = kernels.get_backend(spec)
-    except kernels.BackendError as e:
-        raise SetupError(str(e)) from e
-    why = unavailable(b)
-    if why is not None:
-        raise SetupError(f"backend {b.name!r} is not available here: {why}")
-    return spec, b
+from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.catalog import lock
+from nvfp4_suite.vectors.catalog.casefile import CaseFileError, load_case
+from nvfp4_suite.vectors.engine import blame, interrupts
+from nvfp4_suite.vectors.engine.config import CheckConfig, Subject, catalogs_for, examples_for, load_subject
+from nvfp4_suite.vectors.engine.coverage import Coverage
+from nvfp4_suite.vectors.engine.harness import (
+    BackendCrash,
+    modified_inputs,
+    private_copy,
+    repro_folder,
+    run_case,
+    save_repro,
+    shown,
+)
+from nvfp4_suite.vectors.engine.verdict import ROUNDING_FIELDS, SetupError, Status, Verdict, decide
 
 
 def check_invalid(problem, expected_error: str, backend=None) -> tuple[bool, str]:
@@ -161,16 +119,19 @@ class CaseResult:
         return f"{self.id:3d} {self.name:<28}" if self.catalog is None else f"{self.catalog}:{self.id:03d}-{self.name}"
 
 
-def _expected(backend, problem, extra, launch, cache: dict[int, tuple[Interval, str]]) -> tuple[Interval, str]:
-    """``(interval, against)`` for ``launch``, computed once per split count; for a
-    geometry the case file stores a judgment of, first confirmed equal to the
-    stored one bit for bit (a catalog the reference no longer reproduces raises
-    CaseFileError: the backend must not be judged against a moved target)."""
+def _expected(backend, problem, extra, launch, cache: dict[int, tuple[Interval, str]],
+              stored: bool) -> tuple[Interval, str]:
+    """``(interval, against)`` for ``launch``, computed once per split count. For
+    a geometry the case stores a judgment of, that judgment is first confirmed
+    equal to the reference's bit for bit: a catalog case must store it
+    (``stored``), a replayed file is checked where it does; a file the
+    reference no longer reproduces raises CaseFileError (the backend must not
+    be judged against a moved target)."""
     key = launch.splits
     if key not in cache:
         iv, against = backend_interval(problem, geometry=backend.geometry, splits=launch.splits)
         name = catalog.judgment_name(backend.geometry, launch.splits)
-        if name is not None:
+        if name is not None and (stored or catalog.stored_interval(extra, name) is not None):
             bad = catalog.drift(problem, extra, name, iv)
             if bad:
                 raise CaseFileError(f"stored expectations drifted from the reference: {bad}")
@@ -192,8 +153,19 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
     except CaseFileError as e:
         res.status, res.error = Status.ERROR, str(e)
         return res
-    if entry["result"] == "invalid":
-        good, text = check_invalid(problem, entry["expected_error"], backend)
+    caps = backend.capabilities
+    launches = list(dict.fromkeys(x.as_seen_by(caps) for x in catalog.launches(entry)))
+    return judge_case(backend, res, problem, extra, launches, splits, outside_domain, stored=True)
+
+
+def judge_case(backend, res: CaseResult, problem: DecodeProblem, extra: dict, launches: list[Launch],
+               splits=None, outside_domain: bool = False, *, stored: bool) -> CaseResult:
+    """Judge ``backend`` on ``problem`` at each of ``launches`` into ``res`` (a
+    golden case or a replayed file; ``res.expected_error`` set: an invalid
+    input, judged by its refusal): see ``check_case``; ``stored``: whether the
+    file must store the judgment of the backend's geometry (``_expected``)."""
+    if res.expected_error:
+        good, text = check_invalid(problem, res.expected_error, backend)
         res.ran.append(Launch())
         res.features[Launch()] = frozenset({blame.INVALID})
         if not good:
@@ -202,7 +174,7 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
         return res
     caps = backend.capabilities
     cache: dict[int, tuple[Interval, str]] = {}
-    for launch in dict.fromkeys(x.as_seen_by(caps) for x in catalog.launches(entry)):
+    for launch in launches:
         why = caps.refuses(problem, launch)
         if splits and launch.splits not in splits:
             why = f"splits {launch.splits} not selected"
@@ -214,7 +186,7 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
         res.ran.append(launch)
         res.features[launch] = blame.launch_features(problem, launch)
         try:
-            expected = _expected(backend, problem, extra, launch, cache)
+            expected = _expected(backend, problem, extra, launch, cache, stored)
         except (CaseFileError, ReferenceBudgetError) as e:
             res.status, res.error = Status.ERROR, str(e)
             return res
@@ -261,9 +233,20 @@ class GoldenRun:
         """No case failed or was unreadable, at least one was judged, and the run was not stopped."""
         return self.judged > 0 and not self.count(Status.FAIL) and not self.count(Status.ERROR) and not self.stopped
 
-    def text(self, spec: str = "BACKEND") -> str:
-        """The report (``nvfp4_suite.vectors.render.golden_lines``) as one string."""
-        return "\n".join(golden_lines(self, spec))
+    def text(self) -> str:
+        """Each case that did not pass, one line (its status, the first failure,
+        error or skip reason), then the counts: an assertion message for callers."""
+        lines = []
+        for c in self.cases:
+            if c.status is Status.FAIL:
+                lines.append(f"{c.tag} FAIL at {c.failures[0].launch.describe()}:\n{c.failures[0].text}")
+            elif c.status is Status.ERROR:
+                lines.append(f"{c.tag} ERROR: {c.error}")
+            elif c.status is Status.SKIP:
+                lines.append(f"{c.tag} skipped: {'; '.join(sorted({why for _, why in c.skipped}))}")
+        lines.append(", ".join(f"{s.value} {self.count(s)}" for s in Status) + (
+            f"; stopped: {self.stopped}" if self.stopped else ""))
+        return "\n".join(lines)
 
 
 def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None,
@@ -299,7 +282,7 @@ def observe_outside(backend, problem, launch: Launch) -> str:
     """What ``backend`` does on ``problem`` outside its declared input domain, in
     words (crash, NaN, zeros, garbage, or agreeing with the exact reference);
     information only, never a verdict. The launch itself must be supported."""
-    from .harness import OutputTypeError, _call  # the harness's one guarded call, without its judgement
+    from nvfp4_suite.vectors.engine.harness import OutputTypeError, _call  # its guarded call, without judgement
 
     try:
         got, _ = _call(backend, problem, launch)
@@ -352,7 +335,7 @@ class GeneratedRun:
     [problems, failures]), ``totals`` (elements, largest ratios, rounding
     counts), ``failing``: None or the ``FailingProblem``; ``stopped``: None, or
     why the run ended early (``SIGINT``, ``SIGTERM``, stdout's reader gone);
-    ``coverage``: the run's ``nvfp4_suite.vectors.coverage.Coverage``."""
+    ``coverage``: the run's ``nvfp4_suite.vectors.engine.coverage.Coverage``."""
 
     ok: bool
     n: int
@@ -421,7 +404,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     # repeat (6.108 and later raise its subclass FlakyFailure).
     from hypothesis.errors import Flaky
 
-    from .strategies import run_generated
+    from nvfp4_suite.vectors.engine.strategies import run_generated
 
     coverage = Coverage(backend.capabilities, splits_choice)
     state = _GeneratedState()
@@ -512,7 +495,7 @@ def save_failing(spec: str, failing: FailingProblem) -> tuple:
     try:
         return save_repro(spec, failing.problem, failing.launch, text), None
     except OSError as e:
-        return None, f"could not save it under {os.environ.get('NVFP4_REPRO_DIR', '.repro')}: {e}"
+        return None, f"could not save it under {repro_folder()}: {e}"
 
 
 def _rerun_flaky(backend, failing: FailingProblem) -> None:
@@ -558,3 +541,213 @@ def replay_launches(meta: dict, caps, splits=None, xcds=None, order=None) -> lis
         if x not in out:
             out.append(x)
     return out
+
+
+# --- a whole run --------------------------------------------------------------
+
+@dataclasses.dataclass
+class Hooks:
+    """How a run reports while it goes: ``progress`` (one line at a time: a
+    bar on a terminal), ``notice`` (a line that must be seen, e.g. waiting
+    for a catalog's lock), ``live`` (progress goes to a terminal, so it may
+    be updated every second) and ``part`` (called with the run and the name of
+    each part as it completes: ``backend``, ``catalog``, ``generated``,
+    ``serving``, ``case``), so a front end can print as the run goes."""
+
+    progress: Callable[[str], None] | None = None
+    notice: Callable[[str], None] | None = None
+    live: bool = False
+    part: Callable[[Any, str], None] | None = None
+
+    def done(self, run, name: str) -> None:
+        """Tell ``part`` that ``name`` of ``run`` is complete."""
+        if self.part is not None:
+            self.part(run, name)
+
+
+@dataclasses.dataclass
+class CatalogRun:
+    """One catalog of a check: its folder, ``label`` (None: the built-in
+    one), how it was chosen (``why``), and its ``GoldenRun`` or the ``error``
+    that made it unreadable."""
+
+    root: Path
+    label: str | None
+    why: str
+    golden: GoldenRun | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class CheckRun:
+    """A check as it goes and as it ended: its ``config``, the ``subject``
+    judged, each catalog's run, the generated part (and where its failing
+    problem was saved, or why it was not), the serving-size part, the
+    ``verdict`` (None until decided) and its seconds. A front end makes one
+    and hands it to ``run_check``, so that what was done before an error is
+    still there to report."""
+
+    config: CheckConfig
+    subject: Subject | None = None
+    catalogs: list[CatalogRun] = dataclasses.field(default_factory=list)
+    generated: GeneratedRun | None = None
+    saved: Path | None = None
+    save_error: str | None = None
+    serving: Any = None  # nvfp4_suite.vectors.engine.serving.ServingRun
+    verdict: Verdict | None = None
+    seconds: float | None = None
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the run ended early, or None."""
+        for g in [c.golden for c in self.catalogs] + [self.generated, self.serving]:
+            if g is not None and g.stopped:
+                return g.stopped
+        return None
+
+    def tally(self) -> dict:
+        """The counts ``decide`` takes."""
+        goldens = [c.golden for c in self.catalogs if c.golden is not None]
+        gen, srv = self.generated, self.serving
+        failing = gen is not None and gen.failing is not None
+        return {"judged": sum(g.judged for g in goldens) + (gen.n if gen else 0) + (srv.n if srv else 0),
+                "failed": sum(g.count(Status.FAIL) for g in goldens) + failing + (srv.failed if srv else 0),
+                "flaky": int(failing and gen.failing.flaky_text is not None),  # type: ignore[union-attr]
+                "errors": sum(g.count(Status.ERROR) for g in goldens) + sum(c.error is not None
+                                                                           for c in self.catalogs),
+                "stopped": self.stopped}
+
+    def outcomes(self) -> list[blame.Outcome]:
+        """Every golden launch run, for the cause summary (built-in catalog ids only mean
+        something to the recorded signatures: see ``blame.summary_lines``)."""
+        return [o for c in self.catalogs if c.golden is not None for o in c.golden.outcomes()]
+
+
+def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
+    """Run the check ``run.config`` describes into ``run`` and decide its
+    verdict (``verdict.decide``). Raises SetupError (NO VERDICT) before
+    anything is judged for a configuration or backend that cannot be
+    checked, CaseFileError for an unreadable built-in catalog; an
+    interruption between cases or problems ends the run with what it found."""
+    hooks = hooks or Hooks()
+    config = run.config
+    why = config.problems()
+    if why:
+        raise SetupError(why)
+    if config.shape == "small" and config.golden and not catalog.exists():
+        raise SetupError(f"no golden vectors: {catalog.MANIFEST} is missing (reinstall the suite, or pass "
+                         "--no-golden to check generated problems only)")
+    run.subject = subject = load_subject(config)
+    hooks.done(run, "backend")
+    t0 = time.time()
+    examples = examples_for(config, subject)
+    if config.shape == "serving":
+        from nvfp4_suite.vectors.engine.serving import check_serving
+
+        run.serving = check_serving(subject, examples, config.seed, splits=config.splits, progress=hooks.progress)
+        hooks.done(run, "serving")
+    for root, why in catalogs_for(config):
+        cat = CatalogRun(root, catalog.label(root), why)
+        run.catalogs.append(cat)
+        try:
+            if cat.label is not None and not catalog.exists(root):
+                raise CaseFileError(f"{root / 'manifest.json'} is missing: not a catalog "
+                                    f"(`add --catalog {root}` creates one)")
+            cat.golden = check_golden(subject, progress=hooks.progress, splits=config.splits,
+                                      outside_domain=config.outside_domain, root=root, notice=hooks.notice)
+        except CaseFileError as e:
+            if cat.label is None:
+                raise  # the built-in catalog: nothing to judge against
+            # Another catalog's damage is its own ERROR: the other catalogs' verdicts still stand.
+            cat.error = str(e)
+        hooks.done(run, "catalog")
+        if run.stopped:
+            break
+    if config.shape == "small" and examples > 0 and run.stopped is None:
+        run.generated = check_generated(
+            subject, examples, config.seed, config.splits, progress=hooks.progress,
+            progress_every=1 if hooks.live else 10, shrink_report_s=1.0 if hooks.live else 10.0,
+            shrink_budget_s=subject.shrink_budget_s)
+        if run.generated.failing is not None:
+            run.saved, run.save_error = save_failing(subject.spec, run.generated.failing)
+        hooks.done(run, "generated")
+    run.seconds = time.time() - t0
+    run.verdict = decide(**run.tally())
+    return run.verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+    """One replay: the case ``file``, the ``backend`` spec (None: the one the
+    file records, if it is a registered name), ``splits``/``xcds``/``order``
+    overriding the file's launches, ``arithmetic``, isolation as for a check,
+    ``json``."""
+
+    file: str
+    backend: str | None = None
+    splits: int | None = None
+    xcds: int | None = None
+    order: str | None = None
+    arithmetic: str | None = None
+    isolate: bool = False
+    timeout: float | None = None
+    json: str | None = None
+
+
+@dataclasses.dataclass
+class ReplayRun:
+    """A replay as it goes: its ``config``, the ``subject``, the file's case
+    judged as a one-case catalog (``case``), the verdict."""
+
+    config: ReplayConfig
+    subject: Subject | None = None
+    case: CaseResult | None = None
+    verdict: Verdict | None = None
+    seconds: float | None = None
+
+
+def run_replay(run: ReplayRun, hooks: Hooks | None = None) -> Verdict:
+    """Replay ``run.config.file``: the engine's check of that one case (its
+    recorded launches, or those the config overrides). The file is data: its
+    problem is validated before any backend is loaded (an invalid problem
+    that names no expected error is exit 2), and the backend it records is
+    used only when it is a registered name. Stored expectations, where the
+    file holds them, are first confirmed against the reference."""
+    from nvfp4_suite import kernels
+
+    hooks = hooks or Hooks()
+    config = run.config
+    problem, meta, extra = load_case(config.file)
+    expected_error = meta.get("expected_error")
+    if not expected_error:
+        try:
+            problem.validate()
+        except Exception as e:  # noqa: BLE001 - whatever the validator raises, nothing can be judged
+            raise SetupError(f"{config.file}: its problem is invalid ({type(e).__name__}: {e}) and the file names "
+                             "no expected error; no backend was run") from None
+    spec = config.backend
+    if spec is None:
+        spec = meta.get("backend")
+        if spec is None:
+            raise SetupError(f"{config.file} records no backend: give --backend")
+        if spec not in kernels.registered():
+            raise SetupError(f"{config.file} records backend {spec!r}, which is not a registered name "
+                             f"({', '.join(kernels.registered())}); a case file never chooses code to import: "
+                             "give --backend explicitly (e.g. the one the printed replay command names)")
+    check_config = CheckConfig(backend=spec, arithmetic=config.arithmetic, isolate=config.isolate,
+                               timeout=config.timeout)
+    if check_config.problems():
+        raise SetupError(check_config.problems())
+    run.subject = subject = load_subject(check_config)
+    hooks.done(run, "backend")
+    t0 = time.time()
+    res = CaseResult(-1, Path(config.file).name, [], Path(config.file), expected_error=expected_error,
+                     catalog="replay")
+    launches = replay_launches(meta, subject.capabilities, config.splits, config.xcds, config.order)
+    run.case = judge_case(subject, res, problem, extra, launches, stored=False)
+    if res.status is Status.ERROR:
+        raise CaseFileError(f"{config.file}: {res.error}")
+    hooks.done(run, "case")
+    run.seconds = time.time() - t0
+    run.verdict = decide(judged=int(bool(res.ran)), failed=int(res.status is Status.FAIL))
+    return run.verdict

@@ -1,10 +1,11 @@
 """Each launch in a worker process: a backend that crashes, hangs, faults the
 GPU or is killed for memory fails that launch, and the run goes on.
 
-``Isolated(spec, backend, timeout)`` is a backend (same ``name``, ``geometry``
-and ``capabilities``) whose every call is sent to a worker process that
-loaded ``spec`` itself (``nvfp4_suite.kernels.get_backend``). The harness
-treats it like any backend, so what goes wrong in the worker is the
+``Worker(spec, timeout)`` is the call of a backend whose every launch is sent
+to a worker process that loaded ``spec`` itself
+(``nvfp4_suite.kernels.get_backend``); an isolated
+``nvfp4_suite.vectors.engine.config.Subject`` calls through it. The harness
+treats it like any call, so what goes wrong in the worker is the
 backend's failure of that launch, with the replay command the report
 prints:
 
@@ -20,7 +21,7 @@ any input array the backend changed, which is written back into the copy the
 harness gave, so the harness's checks (unwritten rows, modified inputs,
 repeat runs) judge an isolated backend exactly as an in-process one.
 
-Workers are fresh interpreters (``python -m nvfp4_suite.vectors.isolate``,
+Workers are fresh interpreters (``python -m nvfp4_suite.vectors.engine.isolate``,
 safe after CUDA is initialised in the parent, and independent of how the
 parent was started: no re-import of a caller's script as multiprocessing's
 spawn does), given the parent's ``sys.path`` and talking over a socket pair
@@ -38,15 +39,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-DEFAULT_TIMEOUT_S = 60.0
-# GPU backends (and simulators of GPUs) compile on their first launch of a shape.
-GPU_TIMEOUT_S = 300.0
 # Loading the backend in a fresh worker (imports, device initialisation).
 START_TIMEOUT_S = 300.0
-# Minimising a failure through a worker may meet a hang at every try: stop
-# minimising after this many timeouts' worth of seconds (the smallest failing
-# problem found by then is reported).
-SHRINK_BUDGET_TIMEOUTS = 10
 
 
 class LaunchTimeout(Exception):
@@ -65,13 +59,6 @@ class Raised(Exception):
         self.kind = kind
 
 
-def default_timeout(caps) -> float:
-    """The launch timeout for a backend with ``caps``: ``GPU_TIMEOUT_S`` unless
-    every target it declares runs on the host (``numpy``, ``cpu``)."""
-    host = {"numpy", "cpu"}
-    return DEFAULT_TIMEOUT_S if caps.targets and set(caps.targets) <= host else GPU_TIMEOUT_S
-
-
 def _ended(code: int | None) -> str:
     """How a worker with exit code ``code`` ended, in words."""
     if code is None:
@@ -86,28 +73,20 @@ def _ended(code: int | None) -> str:
     return f"exited with status {code} without returning a result"
 
 
-class Isolated:
-    """``backend`` (loaded from ``spec``) run in a worker process per launch
-    sequence; ``timeout``: seconds a launch may take (None: ``default_timeout``)."""
+class Worker:
+    """The calls of the backend loaded from ``spec``, each sent to a worker
+    process that loaded it itself; ``timeout``: seconds a launch may take."""
 
-    def __init__(self, spec: str, backend, timeout: float | None = None):
+    def __init__(self, spec: str, timeout: float):
         self.spec = spec
-        self.name = backend.name
-        self.geometry = backend.geometry
-        self.capabilities = backend.capabilities
-        self.timeout = float(timeout) if timeout is not None else default_timeout(backend.capabilities)
-        self.shrink_budget_s = SHRINK_BUDGET_TIMEOUTS * self.timeout
+        self.timeout = float(timeout)
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
 
-    def available(self) -> str | None:
-        """None: the parent checked the backend's own ``available()`` before wrapping it."""
-        return None
-
     def _start(self) -> None:
         mine, theirs = socket.socketpair()
-        self._proc = subprocess.Popen([sys.executable, "-m", "nvfp4_suite.vectors.isolate", str(theirs.fileno())],
-                                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        self._proc = subprocess.Popen([sys.executable, "-m", "nvfp4_suite.vectors.engine.isolate",
+                                       str(theirs.fileno())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         parent = self._conn = Connection(mine.detach())
         parent.send((list(sys.path), self.spec))
@@ -152,7 +131,7 @@ class Isolated:
         """The output of one launch in the worker (float32 numpy), or the exception
         naming what went wrong there. Input arrays the backend changed in the
         worker are written back into ``problem``; a filled ``out`` into ``out``."""
-        from .harness import OutputTypeError
+        from nvfp4_suite.vectors.engine.harness import OutputTypeError
 
         if self._proc is None or self._proc.poll() is not None:
             self.close()
@@ -197,8 +176,7 @@ def _worker(conn: Connection) -> None:
     path, spec = conn.recv()
     sys.path[:] = path
     from nvfp4_suite import kernels
-
-    from .harness import OutputTypeError, _arrays, to_output
+    from nvfp4_suite.vectors.engine.harness import OutputTypeError, _arrays, to_output
 
     try:
         backend = kernels.get_backend(spec)

@@ -1,4 +1,4 @@
-"""The check engine's results as printed text (``nvfp4_suite.vectors.check``
+"""The check engine's results as printed text (``nvfp4_suite.vectors.engine.check``
 computes them; the CLI and tests print these lines).
 
 Everything a backend controls (its ``name``) goes through ``shown`` first, so
@@ -11,17 +11,9 @@ import collections
 import shlex
 
 from nvfp4_suite.kernels.protocol import Launch
-
-from . import blame
-from .results import ROUNDING_FIELDS, Status
-
-
-def shown(name) -> str:
-    """``name`` (a backend's, which it chose) safe to print on one line: as it
-    is when it is a printable string, else its ``repr`` (newlines, escapes and
-    other control characters written as backslash escapes)."""
-    s = name if isinstance(name, str) else repr(name)
-    return s if s.isprintable() else repr(s)
+from nvfp4_suite.vectors.engine import blame
+from nvfp4_suite.vectors.engine.harness import shown
+from nvfp4_suite.vectors.engine.verdict import ROUNDING_FIELDS, Status
 
 
 def indent(text: str, pad: str) -> str:
@@ -173,4 +165,57 @@ def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: fl
     else:
         out.append(f"not saved: {save_error} (the report above is the only copy; set NVFP4_REPRO_DIR to a "
                    "writable folder)")
+    return out
+
+
+def _check_summary(run) -> list[str]:
+    """The parts of a check's verdict line: what each part judged."""
+    parts = []
+    for cat in run.catalogs:
+        prefix = "" if cat.label is None else f"catalog {cat.label}: "
+        g = cat.golden
+        if g is None:
+            parts.append(f"catalog {cat.label} unreadable")
+            continue
+        parts.append(prefix + f"{g.judged} golden cases judged ({g.count(Status.FAIL)} failed"
+                     + (f", {g.count(Status.SKIP)} skipped" if g.count(Status.SKIP) else "")
+                     + (f", {g.count(Status.ERROR)} unreadable" if g.count(Status.ERROR) else "") + ")")
+    if run.generated is not None:
+        parts.append(f"{run.generated.n} generated problems")
+    if run.serving is not None:
+        parts.append(f"{run.serving.n} serving-size problems ({run.serving.failed} failed)")
+    if run.stopped:
+        parts.append(f"stopped early: {run.stopped}")
+    if run.seconds is not None:
+        parts.append(f"{run.seconds:.1f} s")
+    return parts
+
+
+def verdict_line(run, verdict) -> str:
+    """The last line of a ``check`` (``run``: a ``CheckRun``) or ``replay`` (a
+    ``ReplayRun``): the verdict, the backend and what was judged."""
+    name = shown(run.subject.name) if run.subject is not None else "?"
+    if hasattr(run, "catalogs"):
+        return f"{verdict.head()}: backend {name}; " + "; ".join(_check_summary(run))
+    c = run.case
+    ran = 0 if c is None else len(c.ran)
+    failed = 0 if c is None else len(c.failures)
+    skipped = 0 if c is None else len(c.skipped)
+    return (f"{verdict.head()}: backend {name}; {run.config.file}: {ran} launches run ({failed} failed"
+            + (f", {skipped} outside the backend's capabilities" if skipped else "") + ")")
+
+
+def replay_lines(case) -> list[str]:
+    """The report of a replayed case file (a ``CaseResult``): per launch run its
+    report (PASS, or the failure), per launch skipped why."""
+    out = []
+    failures = {f.launch: f for f in case.failures}
+    if case.expected_error:
+        out.append(f"invalid input, expected {case.expected_error}: "
+                   + ("PASS" if not failures else "FAIL"))
+    for launch in case.ran:
+        f = failures.get(launch)
+        out.append(f"{launch.describe()}: " + ("PASS" if f is None else f.text))
+    for launch, why in case.skipped:
+        out.append(f"{launch.describe()}: SKIPPED: {why}")
     return out
