@@ -5,7 +5,7 @@
 #            serving-size problem each, the benchmark.
 #   full:    SHARDS x PER_SHARD generated problems for triton (default 16 x 125 = 2000,
 #            parallel shards, golden vectors in shard 1), 3 shards for torch, the
-#            Triton mutants (python -m nvfp4_suite.vectors.catalog.bugs --mutants triton), the benchmark
+#            Triton mutants (python -m nvfp4_suite.vectors bugs --mutants triton), the benchmark
 #            (BENCH=0 leaves it out; SHARD_TIMEOUT bounds each shard, default 420 s).
 #   serving: the serving-size check for triton and torch (SERVING problems each,
 #            default 4), the serving-size benchmark (numpy reference, torch reference
@@ -33,7 +33,7 @@ if [ "$mode" = smoke ]; then
   python3 -m nvfp4_suite.vectors check --backend triton --examples 20 --seed 1 > "$out/triton.txt" 2>&1; echo "triton rc=$?" | tee -a "$out/triton.txt"
   python3 -m nvfp4_suite.vectors check --backend torch --examples 20 --seed 1 > "$out/torch.txt" 2>&1; echo "torch rc=$?" | tee -a "$out/torch.txt"
   for b in triton torch; do
-    python3 -m nvfp4_suite.vectors.engine.serving --backend $b --examples 1 2>&1 | tee "$out/serving_$b.txt"
+    python3 -m nvfp4_suite.vectors check --shape serving --backend $b --examples 1 2>&1 | tee "$out/serving_$b.txt"
   done
   python3 -m nvfp4_suite.kernels.bench 2>&1 | tee "$out/bench.txt"
   exit 0
@@ -41,12 +41,12 @@ fi
 if [ "$mode" = serving ]; then
   n=${SERVING:-4}
   for b in triton torch; do
-    python3 -m nvfp4_suite.vectors.engine.serving --backend $b --examples "$n" > "$out/serving_$b.txt" 2>&1
+    python3 -m nvfp4_suite.vectors check --shape serving --backend $b --examples "$n" > "$out/serving_$b.txt" 2>&1
     echo "serving $b rc=$?" >> "$out/serving_$b.txt"
     tail -n 1 "$out/serving_$b.txt"
   done
   for b in triton torch; do
-    python3 -m nvfp4_suite.vectors.engine.serving --bench --backend $b --examples 2 2>&1 | tee "$out/serving_bench_$b.txt"
+    python3 -m nvfp4_suite.vectors serving-bench --backend $b --examples 2 2>&1 | tee "$out/serving_bench_$b.txt"
   done
   python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.txt" | tail -n 5
   exit 0
@@ -63,7 +63,7 @@ for s in $(seq 1 3); do
   timeout "$limit" python3 -m nvfp4_suite.vectors check --backend torch --examples "$per" --seed "$((100 + s))" $(golden "$s") > "$out/to_$s.log" 2>&1 &
 done
 # The Triton mutants are the registry's (vectors/bugs.py).
-for spec in $(python3 -m nvfp4_suite.vectors.catalog.bugs --mutants triton); do
+for spec in $(python3 -m nvfp4_suite.vectors bugs --mutants triton); do
   timeout "$limit" python3 -m nvfp4_suite.vectors check --backend "$spec" --examples 40 --seed 7 > "$out/mut_${spec##*:}.log" 2>&1 &
 done
 wait

@@ -211,13 +211,18 @@ class Launch:
 
     @classmethod
     def from_json(cls, d: dict) -> Launch:
-        """The record stored by ``to_json``; raises ValueError naming an unknown or bad field."""
+        """The record stored by ``to_json``; raises ValueError naming what is not a
+        launch record: not an object, an unknown field, a field of the wrong type."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{d!r} is not a launch record")
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"launch record has unknown fields {sorted(unknown)}")
         for k in ("splits", "xcds"):
             if k in d and not isinstance(d[k], int):
                 raise ValueError(f"launch record field {k!r} is {d[k]!r}, not an int")
+        if not isinstance(d.get("order"), (str, type(None))):
+            raise ValueError(f"launch record field 'order' is {d['order']!r}, not a string or null")
         return cls(**d)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from .formats import bf16_round
 from .paged_cache import BLK, D, build_pool
-from .problem import HG, DecodeProblem
+from .problem import HG, DecodeProblem, row_positions
 
 
 def paged_block_table(seq_lens, rng, *, spare_pages: int, extra_cols: int) -> tuple[np.ndarray, int]:
@@ -77,8 +77,9 @@ def random_problem(
         k, v, layout=layout, k_global_scale=k_global_scale, v_global_scale=v_global_scale
     )
     ids = np.full((num_kv_heads, rows, topk), -1, np.int32)
+    positions = row_positions(seq_lens, q_len)
     for r in range(rows):
-        pos = int(seq_lens[r // q_len]) - q_len + r % q_len
+        pos = int(positions[r])
         nvis = pos // BLK + 1 if pos >= 0 else 0
         for h in range(num_kv_heads):
             n_valid = min(nvis, topk)

@@ -32,6 +32,16 @@ _SCALARS = ("num_kv_heads", "q_len", "sm_scale", "k_global_scale", "v_global_sca
 TOPK_MAX = 64
 
 
+def row_positions(seq_lens, q_len: int) -> np.ndarray:
+    """int64 ``[reqs * q_len]``: the token position of each query row (CONTRACT.md
+    section 3): request ``r // q_len``'s last ``q_len`` positions, the row
+    ``r % q_len``-th of them; negative for a padding row (a request shorter
+    than ``q_len``). ``seq_lens``: int ``[reqs]``."""
+    seq = np.asarray(seq_lens).astype(np.int64)
+    r = np.arange(len(seq) * q_len)
+    return seq[r // q_len] - q_len + r % q_len
+
+
 LOG2E = 1.4426950408889634
 
 
@@ -221,8 +231,7 @@ class DecodeProblem:
     @property
     def positions(self) -> np.ndarray:
         """int64 ``[rows]``: each row's token position; negative marks a padding row."""
-        r = np.arange(self.rows)
-        return self.seq_lens.astype(np.int64)[r // self.q_len] - self.q_len + r % self.q_len
+        return row_positions(self.seq_lens, self.q_len)
 
     @property
     def self_blocks(self) -> np.ndarray:

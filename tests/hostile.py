@@ -193,3 +193,42 @@ class Slow(Correct):
     def __call__(self, problem, *, splits=1):
         time.sleep(0.2)
         return R.emulate(problem, splits=splits)
+
+
+class StringGeometry(Correct):
+    """Declares its arithmetic by a name (``"seed"``) instead of a ``Geometry``: not the protocol."""
+
+    geometry = "seed"
+
+
+class RaisingCapabilities(Correct):
+    """Its ``capabilities`` property raises when read."""
+
+    @property
+    def capabilities(self):
+        raise RuntimeError("capabilities not ready")
+
+
+class TimeoutAttribute(Correct):
+    """A plain ``timeout`` (and ``shrink_budget_s``) attribute: the protocol declares
+    neither, so neither may change how the backend is judged."""
+
+    timeout = 5.0
+    shrink_budget_s = 0.0
+
+
+class Compacted(Correct):
+    """Correct, and declares the compacted slot-list domain: every check must
+    draw and run only compacted slot lists for it (any other list is outside
+    its domain, and is refused here, loudly)."""
+
+    capabilities = Capabilities(splits=(1,), limits=SMALL, targets=("numpy",), slot_lists="compacted")
+
+    def __call__(self, problem, *, splits=1):
+        from nvfp4_suite.reference.problem import outside_slot_domain
+
+        problem.validate()  # the host side: invalid input raises its ProblemError first
+        why = outside_slot_domain(problem, "compacted")
+        if why:
+            raise ValueError(f"handed slot lists outside its domain: {why}")
+        return R.emulate(problem, splits=splits)

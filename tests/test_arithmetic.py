@@ -13,10 +13,10 @@ import itertools
 
 import numpy as np
 import pytest
-from nvfp4_suite.kernels.mutants import bf16_truncate
 from thirdparty import BUGS, LAYOUT, ThirdPartyKernel
 
 import nvfp4_suite.reference as R
+from nvfp4_suite.kernels.mutants import bf16_truncate
 from nvfp4_suite.kernels.protocol import Capabilities
 from nvfp4_suite.reference import EXACT_P_BF16, SEED_GEOMETRY, Exact, Geometry, arithmetic_name, parse_arithmetic
 from nvfp4_suite.reference.compare import compare_backend_output, interval_vs_oracle
@@ -25,8 +25,8 @@ from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.layout import present
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog.cases import compact
-from nvfp4_suite.vectors.engine.check import check_generated, check_golden
 from nvfp4_suite.vectors.cli import main
+from nvfp4_suite.vectors.engine.check import check_generated, check_golden
 
 POSITION = Geometry(32, 8, True, "position")
 

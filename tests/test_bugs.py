@@ -18,16 +18,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nvfp4_suite.kernels import mutants
 import pytest
 
-from nvfp4_suite.kernels import get_backend
+from nvfp4_suite.kernels import get_backend, mutants
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
-from nvfp4_suite.vectors.catalog import bugs, cases
 from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.catalog import bugs, cases
+from nvfp4_suite.vectors.catalog.casefile import load_case
 from nvfp4_suite.vectors.engine.check import check_invalid
 from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
-from nvfp4_suite.vectors.catalog.casefile import load_case
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,7 +99,8 @@ def test_the_catalog_vocabulary_is_the_registry():
 
 
 def test_every_numpy_mutant_in_tests_mutants_is_registered():
-    defined = {f"nvfp4_suite.kernels.mutants:numpy_{b}" for b in mutants.BUGS} | {f"nvfp4_suite.kernels.mutants:seed_{b}" for b in mutants.ROUNDING_BUGS}
+    prefix = "nvfp4_suite.kernels.mutants:"
+    defined = {f"{prefix}numpy_{b}" for b in mutants.BUGS} | {f"{prefix}seed_{b}" for b in mutants.ROUNDING_BUGS}
     # Other backend classes there are mutants too, except the two correct kernels.
     defined |= {f"mutants:{n}" for n, obj in vars(mutants).items()
                 if isinstance(obj, type) and hasattr(obj, "available") and n not in ("NumpyKernel", "SeedKernel")}
@@ -261,8 +261,8 @@ def test_a_harness_error_is_not_counted_as_a_catch(monkeypatch):
 
 def _bugs_cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors.catalog.bugs", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, check=True).stdout
+    return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", "bugs", *args], capture_output=True,
+                          text=True, cwd=ROOT, env=env, check=True).stdout
 
 
 def test_the_command_prints_one_engines_mutant_specs_one_a_line():
@@ -287,6 +287,6 @@ def test_the_contract_table_has_a_row_per_class_naming_each_of_its_mutants():
 
 def test_gpu_check_takes_the_triton_mutants_from_the_registry():
     script = (ROOT / "kernels" / "gpu_check.sh").read_text()
-    assert "python3 -m nvfp4_suite.vectors.catalog.bugs --mutants triton" in script
+    assert "python3 -m nvfp4_suite.vectors bugs --mutants triton" in script
     for m in bugs.mutants("triton"):
         assert m.spec.split(":")[1] not in script, f"gpu_check.sh names {m.spec} itself"

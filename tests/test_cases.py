@@ -14,11 +14,11 @@ import pytest
 from nvfp4_suite.kernels import get_backend
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.problem import outside_slot_domain
-from nvfp4_suite.vectors.catalog import bugs, cases
 from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.catalog import bugs, cases
+from nvfp4_suite.vectors.catalog.casefile import load_case
 from nvfp4_suite.vectors.engine.check import check_invalid
 from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
-from nvfp4_suite.vectors.catalog.casefile import load_case
 
 # Classes no compacted input can show: a compacted list never has an invalid slot before a valid one.
 NOT_IN_DOMAIN = {"first-invalid-nan"}

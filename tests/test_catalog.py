@@ -15,11 +15,11 @@ import nvfp4_suite.reference as R
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors.catalog import cases
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors.engine.check import check_golden
-from nvfp4_suite.vectors.cli import main
+from nvfp4_suite.vectors.catalog import cases
 from nvfp4_suite.vectors.catalog.casefile import load_case, save_case
+from nvfp4_suite.vectors.cli import main
+from nvfp4_suite.vectors.engine.check import check_golden
 
 # ``add`` into the built-in catalog (here: a copy of it) is explicit; the default is the project's catalog.
 ADD_BUILTIN = ["--catalog", "builtin", "--comment", "c", "--flags", "split-merge"]

@@ -12,8 +12,8 @@ import nvfp4_suite.reference as R
 from nvfp4_suite import kernels
 from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors.engine.check import check_generated, check_golden, replay_launches
 from nvfp4_suite.vectors.cli import main
+from nvfp4_suite.vectors.engine.check import check_generated, check_golden, replay_launches
 
 
 @pytest.fixture

@@ -41,7 +41,8 @@ def test_unknown_backend_exits_2():
 
 def test_failing_backend_exits_1_saves_a_repro_and_replay_reproduces_it(tmp_path):
     env = {"NVFP4_REPRO_DIR": str(tmp_path), "PYTHONPATH": str(ROOT / "tests")}
-    r = _run("check", "--backend", "nvfp4_suite.kernels.mutants:NumpyKernel", "--examples", "3", "--no-golden", env_extra=env)
+    r = _run("check", "--backend", "nvfp4_suite.kernels.mutants:NumpyKernel", "--examples", "3", "--no-golden",
+             env_extra=env)
     assert r.returncode == 0, r.stdout + r.stderr
     spec = "test_cli_helpers:HeadMod"
     helper = tmp_path / "test_cli_helpers.py"
@@ -63,8 +64,8 @@ def _replay_lines(text):
 
 
 def test_failure_drawn_at_xcds_8_is_saved_and_replayed_as_printed(tmp_path, monkeypatch, capsys):
-    from nvfp4_suite.vectors.cli import main
     from nvfp4_suite.vectors.catalog.casefile import load_case
+    from nvfp4_suite.vectors.cli import main
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     spec = "nvfp4_suite.kernels.mutants:PlacementBug"
@@ -196,7 +197,8 @@ def test_printed_replay_commands_run_as_printed_from_a_folder_named_like_a_shell
     from nvfp4_suite.vectors.cli import main
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "my repro;touch pwned;x"))
-    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "20", "--no-golden"]) == 1
+    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "20",
+                 "--no-golden"]) == 1
     (cmd,) = _replay_lines(capsys.readouterr().out)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "tests"))
     r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -489,7 +491,8 @@ def test_check_catalog_judges_the_added_case_and_a_failing_backend_fails_it(smal
     out = capsys.readouterr().out
     assert f"catalog {proj} (--catalog {proj}):" in out
     assert f"catalog {proj}: 1 golden cases judged (0 failed)" in out.splitlines()[-2]
-    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "0", "--catalog", str(proj)]) == 1
+    assert main(["check", "--backend", "nvfp4_suite.kernels.mutants:PlacementBug", "--examples", "0", "--catalog",
+                 str(proj)]) == 1
     out = capsys.readouterr().out
     assert f"  {proj}:000-prod-bug FAIL at 1 of 2 launches [split-merge]" in out, out
     hint = next(h for h in _replay_lines(out) if str(proj) in h)

@@ -35,7 +35,8 @@ from nvfp4_suite.vectors.engine.strategies import run_generated
 
 # Problems the generated check may need to catch each covered mutant (the CI profile's 30 examples).
 BUDGET = 30
-INVALID_ONLY = {"nvfp4_suite.kernels.mutants:numpy_nan_scale_unchecked", "nvfp4_suite.kernels.mutants:numpy_unvalidated"}
+INVALID_ONLY = {"nvfp4_suite.kernels.mutants:numpy_nan_scale_unchecked",
+                "nvfp4_suite.kernels.mutants:numpy_unvalidated"}
 COVERED = [m for m in bugs.mutants("numpy") if not m.undetectable and m.spec not in INVALID_ONLY]
 
 

@@ -3,8 +3,8 @@ small task (on a GPU, under ``-m gpu``, for those that need one; the no-GPU
 path is then exit 2 with the reason). ``kernels.flydsl.sim.*`` are tested
 beside the simulator (tests/test_flydsl_sim_*.py); the small tasks of
 ``kernels.flydsl.resources`` (tests/test_flydsl_resources.py),
-``vectors.signatures``, ``vectors.sim_sweep`` and ``vectors.sim_bench`` are in their
-own test files (tests/test_blame.py, test_sim_sweep.py, test_sim_bench.py).
+``vectors signatures``, ``vectors.simulator.sweep`` and ``vectors.simulator.bench`` are
+in their own test files (tests/test_signatures.py, test_sim_sweep.py, test_sim_bench.py).
 
 Found with ``grep -rln "__main__" --include=*.py reference kernels vectors``;
 ``test_every_entry_point_is_listed_here`` keeps the list complete."""
@@ -20,11 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 ENTRY_POINTS = {
     "nvfp4_suite.vectors": "vectors/__main__.py",
-    "nvfp4_suite.vectors.catalog.bugs": "vectors/bugs.py",
-    "nvfp4_suite.vectors.engine.serving": "vectors/serving.py",
-    "nvfp4_suite.vectors.engine.signatures": "vectors/signatures.py",
-    "nvfp4_suite.vectors.simulator.sweep": "vectors/sim_sweep.py",
-    "nvfp4_suite.vectors.simulator.bench": "vectors/sim_bench.py",
+    "nvfp4_suite.vectors.simulator.sweep": "vectors/simulator/sweep.py",
+    "nvfp4_suite.vectors.simulator.bench": "vectors/simulator/bench.py",
     "nvfp4_suite.kernels.protocol": "kernels/protocol.py",
     "nvfp4_suite.kernels.bench": "kernels/bench.py",
     "nvfp4_suite.kernels.triton.sweep": "kernels/triton/sweep.py",
@@ -49,7 +46,7 @@ def _m(module, *args, timeout=600, **env):
 
 # Modules run as `python -m` by the suite itself, never by a user: the isolation worker
 # (started by nvfp4_suite.vectors.engine.isolate with a socket's file descriptor; tests/test_isolate.py runs it).
-INTERNAL = {"vectors/isolate.py"}
+INTERNAL = {"vectors/engine/isolate.py"}
 
 
 def test_every_entry_point_is_listed_here():
@@ -71,15 +68,14 @@ def test_vectors_lists_the_cases_of_one_bug_class():
     assert r.returncode == 0 and r.stdout.count("stale-tail") >= 2, r.stdout + r.stderr
 
 
-def test_vectors_bugs_prints_the_triton_mutants_also_as_a_subcommand():
-    a = _m("nvfp4_suite.vectors.catalog.bugs", "--mutants", "triton", timeout=120)
-    b = _m("nvfp4_suite.vectors", "bugs", "--mutants", "triton", timeout=120)
-    assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
+def test_vectors_bugs_prints_the_triton_mutants():
+    a = _m("nvfp4_suite.vectors", "bugs", "--mutants", "triton", timeout=120)
+    assert a.returncode == 0
     assert a.stdout.split() == [f"nvfp4_suite.kernels.triton.decode:{name}"
                                 for name in ("causal", "v_scale_linear", "minus_one", "merge_no_rescale")]
 
 
-@pytest.mark.parametrize("argv", [["nvfp4_suite.vectors", "bugs"], ["nvfp4_suite.vectors.catalog.bugs"]])
+@pytest.mark.parametrize("argv", [["nvfp4_suite.vectors", "bugs"]])
 def test_bugs_under_head_stops_quietly(argv):
     # `| head -1`: the reader takes one line and goes away while the command still writes.
     p = subprocess.Popen([sys.executable, "-m", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -91,12 +87,12 @@ def test_bugs_under_head_stops_quietly(argv):
 
 
 def test_mutant_specs_load_without_the_tests_folder_on_the_path(tmp_path):
-    # From another directory, PYTHONPATH unset: `mutants:` resolves to the checkout's tests/mutants.py.
+    # From another directory, PYTHONPATH unset: the mutants are package code.
     case = ROOT / "vectors/data/010-stale-tail-127.npz"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", "replay", str(case), "--backend",
-                        "nvfp4_suite.kernels.mutants:numpy_stale_tail", "--splits", "1"], cwd=tmp_path, capture_output=True, text=True,
-                       env=env, timeout=300)
+                        "nvfp4_suite.kernels.mutants:numpy_stale_tail", "--splits", "1"], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1 and "backend: mutant:stale_tail" in r.stdout and "FAIL" in r.stdout, r.stdout + r.stderr
 
 
@@ -105,15 +101,30 @@ def test_serving_bench_times_one_problem_on_the_cpu():
     # The first bench problem is the small one (64 rows x Hkv 2 x TOPK 16): the numpy
     # reference, the torch reference and the torch backend, on the CPU; the two
     # references' intervals must be equal.
-    r = _m("nvfp4_suite.vectors.engine.serving", "--bench", "--backend", "torch", "--examples", "1", "--numpy-examples", "1")
+    r = _m("nvfp4_suite.vectors", "serving-bench", "--backend", "torch", "--examples", "1", "--numpy-examples", "1")
     assert r.returncode == 0, r.stdout + r.stderr
     row = r.stdout.strip().splitlines()[-1].split()
     assert row[:4] == ["1", "64", "2", "16"] and row[-1] == "equal", r.stdout
 
 
 def test_serving_refuses_an_unavailable_backend_with_exit_2():
-    r = _m("nvfp4_suite.vectors.engine.serving", "--backend", "flydsl", "--examples", "1", timeout=120)
+    r = _m("nvfp4_suite.vectors", "check", "--shape", "serving", "--backend", "flydsl", "--examples", "1",
+           timeout=120)
     assert r.returncode == 2 and "is not available here" in r.stderr, r.stdout + r.stderr
+    r = _m("nvfp4_suite.vectors", "serving-bench", "--backend", "flydsl", "--examples", "1", timeout=120)
+    assert r.returncode == 2 and "is not available here" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("old, new", [("serving", "check --shape serving"), ("signatures", "vectors signatures"),
+                                      ("bugs", "vectors bugs"), ("sim_sweep", "simulator.sweep"),
+                                      ("io", "catalog.casefile")])
+def test_an_old_module_path_is_refused_naming_its_new_home(old, new):
+    r = _m(f"nvfp4_suite.vectors.{old}", "--help", timeout=120)
+    assert r.returncode == 2 and f"nvfp4_suite.vectors.{old} has moved" in r.stderr and new in r.stderr, r.stderr
+    r = _m("nvfp4_suite.vectors", timeout=120)  # the package itself still runs (usage error: no command)
+    assert r.returncode == 2
+    with pytest.raises(ModuleNotFoundError, match=f"use .*{new.split()[-1]}"):
+        __import__(f"nvfp4_suite.vectors.{old}")
 
 
 def test_protocol_prints_the_readme_section():

@@ -10,8 +10,8 @@ import pytest
 from nvfp4_suite.reference import layout as L
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog import export as E
-from nvfp4_suite.vectors.cli import main
 from nvfp4_suite.vectors.catalog.casefile import load_case
+from nvfp4_suite.vectors.cli import main
 
 LAYOUT_TOML = L.SEPARATE.to_toml()
 

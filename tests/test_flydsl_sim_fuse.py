@@ -308,8 +308,8 @@ def compiled():
 
 
 def _golden():
-    from nvfp4_suite.vectors.catalog import bugs
     from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.catalog import bugs
     from nvfp4_suite.vectors.catalog.casefile import load_case
     entry = next(c for c in bugs.golden_cases("memory-order") if c["name"] == "splits-5-blocks")
     return load_case(catalog.HERE / entry["file"], sha256=entry["sha256"])[0]

@@ -237,8 +237,8 @@ def test_the_seed_kernel_edited_at_its_release_is_flagged_and_goes_wrong_with_st
 # ---- the memory-order mutants (decode.MUTANTS), through the harness -------------------
 
 def _golden(flag: str):
-    from nvfp4_suite.vectors.catalog import bugs
     from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.catalog import bugs
     from nvfp4_suite.vectors.catalog.casefile import load_case
     entry = next(c for c in bugs.golden_cases(flag) if c["name"] == "splits-5-blocks")
     return entry, load_case(catalog.HERE / entry["file"], sha256=entry["sha256"])[0]

@@ -91,8 +91,8 @@ def test_an_exception_of_the_harness_propagates_unchanged(monkeypatch):
 
 
 def test_save_repro_writes_a_replayable_case(tmp_path, monkeypatch):
-    from nvfp4_suite.vectors.engine.harness import save_repro
     from nvfp4_suite.vectors.catalog.casefile import load_case
+    from nvfp4_suite.vectors.engine.harness import save_repro
 
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
     p = random_problem(4, reqs=2, topk=3)

@@ -10,8 +10,8 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
+from nvfp4_suite.vectors.engine.config import Subject
 from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
-from nvfp4_suite.vectors.engine.isolate import Isolated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +22,11 @@ def _run(*args, env_extra=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"), **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "nvfp4_suite.vectors", *args], cwd=ROOT, capture_output=True,
                           text=True, env=env, timeout=600)
+
+
+def Isolated(spec, backend, timeout):
+    """``backend`` judged in its own arithmetic, each launch in a worker process."""
+    return Subject(spec, backend, backend.geometry, timeout)
 
 
 def _p(hk=1):
@@ -74,12 +79,24 @@ def test_inputs_changed_in_the_worker_are_seen_by_the_harness():
         b.close()
 
 
-def test_the_default_timeout_is_longer_for_gpu_backends():
-    from nvfp4_suite.kernels.protocol import Capabilities
-    from nvfp4_suite.vectors.engine.isolate import DEFAULT_TIMEOUT_S, GPU_TIMEOUT_S, default_timeout
+def test_the_isolated_launch_timeout_is_the_one_the_backend_declares_unless_the_check_names_one():
+    from nvfp4_suite.kernels.protocol import GPU_LAUNCH_TIMEOUT_S
+    from nvfp4_suite.vectors.engine.config import CheckConfig, load_subject
 
-    assert default_timeout(Capabilities(targets=("numpy",))) == DEFAULT_TIMEOUT_S
-    assert default_timeout(Capabilities(targets=("cpu", "cuda", "rocm"))) == GPU_TIMEOUT_S > DEFAULT_TIMEOUT_S
+    assert load_subject(CheckConfig(backend="emulate", isolate=True)).timeout == 60
+    assert load_subject(CheckConfig(backend="torch", isolate=True)).timeout == GPU_LAUNCH_TIMEOUT_S > 60
+    assert load_subject(CheckConfig(backend="torch", timeout=7)).timeout == 7
+    assert load_subject(CheckConfig(backend="torch")).timeout is None
+
+
+def test_a_plain_timeout_attribute_of_a_backend_is_not_read(tmp_path):
+    # Only Capabilities declare what the engine needs: an attribute of the same name changes nothing.
+    r = _run("check", "--backend", "hostile:TimeoutAttribute", "--no-golden", "--examples", "1",
+             "--json", str(tmp_path / "v.json"))
+    assert r.returncode == 0 and "isolated" not in r.stdout, r.stdout + r.stderr
+    import json
+
+    assert json.loads((tmp_path / "v.json").read_text())["backend"]["timeout_s"] is None
 
 
 def test_check_isolate_judges_a_hanging_backend_and_completes_the_run(tmp_path):

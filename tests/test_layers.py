@@ -5,7 +5,13 @@ The graph is read from the source with ``ast`` (nothing is imported): every
 a function, is an edge from that module to the module it names (to the
 submodule where ``from package import name`` names one). The layers are the
 three folders, ``reference`` < ``kernels`` < ``vectors``: a module may import
-its own layer and those below it, never one above.
+its own layer and those below it, never one above. Inside ``vectors`` the
+rooms are layers too: ``catalog`` < ``engine`` < ``cli`` < the front ends
+that use the command line's pieces (``simulator``, ``pytest_plugin``,
+``__main__``). Production code never imports the test suite's modules nor
+edits ``sys.path``, except where a documented entry point makes the user's
+working directory importable (the ``nvfp4-vectors`` script, the pytest
+plugin) and where the isolation worker takes its parent's path.
 """
 
 from __future__ import annotations
@@ -78,6 +84,24 @@ def _layer(name: str) -> int:
     return LAYERS.index(name.split(".")[1])
 
 
+# The rooms of vectors/, lowest first; a module may import its own room and those below.
+ROOMS = (("catalog",), ("engine",), ("cli",), ("simulator", "pytest_plugin", "__main__"))
+
+
+def _room(name: str) -> int | None:
+    """The rank of a ``vectors`` module's room (None: the package itself, outside the rooms)."""
+    parts = name.split(".")
+    if parts[1] != "vectors" or len(parts) < 3:
+        return None
+    return next(i for i, room in enumerate(ROOMS) if parts[2] in room)
+
+
+# Files that may edit sys.path, and why (see the module note).
+PATH_EDITORS = {"vectors/cli/__init__.py": "console_main: the user's working directory, as python -m makes it",
+                "vectors/pytest_plugin.py": "pytest_configure: the directory pytest was started in",
+                "vectors/engine/isolate.py": "the isolation worker takes its parent's sys.path"}
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle of ``graph`` as a path that returns to its start, or None."""
     state, stack = {}, []
@@ -111,6 +135,7 @@ def test_the_graph_is_read_from_every_module_of_the_three_layers():
     assert "nvfp4_suite.reference.compare.tolerance" in graph["nvfp4_suite.reference.compare.report"]
     assert "nvfp4_suite.reference.emulate" in graph["nvfp4_suite.kernels.torch.reference"]
     assert "nvfp4_suite.vectors.catalog.cases" in graph["nvfp4_suite.vectors.catalog"]
+    assert "nvfp4_suite.vectors.engine.verdict" in graph["nvfp4_suite.vectors.cli.runner"]
     # bias.py imports report.Report under TYPE_CHECKING only (report.py imports bias): no edge.
     assert "nvfp4_suite.reference.compare.report" not in graph["nvfp4_suite.reference.compare.bias"]
     assert "nvfp4_suite.reference.compare.bias" in graph["nvfp4_suite.reference.compare.report"]
@@ -131,3 +156,44 @@ def test_no_module_imports_a_layer_above_its_own():
 def test_the_cycle_finder_finds_a_planted_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_module_of_vectors_lies_in_a_room():
+    assert {_room(n) for n in _graph() if n.startswith("nvfp4_suite.vectors.")} == {0, 1, 2, 3}
+
+
+def test_no_room_of_vectors_imports_a_room_above_its_own():
+    graph = _graph()
+    upward = sorted(f"{n} -> {m}" for n, deps in graph.items() for m in deps
+                    if _room(n) is not None and _room(m) is not None and _room(m) > _room(n))
+    assert not upward, "upward imports (catalog < engine < cli < simulator, pytest_plugin):\n" + "\n".join(upward)
+
+
+def test_production_code_imports_nothing_of_the_tests():
+    tests = {p.stem for p in (ROOT / "tests").glob("*.py")} - {"conftest"}
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{name} imports {n}" for n in names if n.split(".")[0] in tests | {"tests"}]
+    assert not found, found
+
+
+def test_only_the_documented_entry_points_edit_sys_path():
+    editors = {}
+    for path in sorted(p for layer in LAYERS for p in (ROOT / layer).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else \
+                node.targets[0].value if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript) \
+                else None
+            if target is not None and ast.unparse(target) == "sys.path":
+                editors[str(path.relative_to(ROOT))] = ast.unparse(node)
+    assert set(editors) == set(PATH_EDITORS), editors
+
+
+def test_the_path_edit_finder_finds_each_form():
+    for code in ("sys.path.insert(0, x)", "sys.path.append(x)", "sys.path[:] = p"):
+        node = ast.parse(code).body[0].value if "[:]" not in code else ast.parse(code).body[0]
+        target = node.func.value if isinstance(node, ast.Call) else node.targets[0].value
+        assert ast.unparse(target) == "sys.path"

@@ -15,10 +15,10 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors.catalog import cases, lock
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors.cli import main
+from nvfp4_suite.vectors.catalog import cases, lock
 from nvfp4_suite.vectors.catalog.casefile import load_case, save_case
+from nvfp4_suite.vectors.cli import main
 
 BUILTINS = 3
 

@@ -4,8 +4,8 @@ import dataclasses
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.vectors.engine.check import FailingProblem
 from nvfp4_suite.vectors.cli.render import SHOWN_SLOTS, failing_lines, problem_lines
+from nvfp4_suite.vectors.engine.check import FailingProblem
 
 
 def test_a_small_failing_problem_shows_its_arrays():

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from nvfp4_suite.vectors.cli import report
+from nvfp4_suite.vectors.engine.verdict import EXIT_CODES, Kind, Verdict, no_verdict
 
 SCHEMA = {"type": "object", "required": ["a"], "additionalProperties": False,
           "properties": {"a": {"type": ["integer", "null"], "minimum": 0},
@@ -40,19 +41,21 @@ def test_the_schema_file_names_this_schema_and_version_and_uses_only_keywords_th
     s = report.load_schema()
     assert s["properties"]["schema"]["const"] == report.SCHEMA_NAME
     assert s["properties"]["schema_version"]["const"] == report.SCHEMA_VERSION
-    assert s["properties"]["verdict"]["enum"] == list(report.VERDICTS)
+    assert s["properties"]["verdict"]["enum"] == [k.value for k in Kind]
+    assert s["properties"]["exit_code"]["enum"] == sorted(set(EXIT_CODES.values()))
     # Every value the schema admits for its verdict goes through the validator (it raises on unknown keywords).
-    for v in report.VERDICTS:
-        data = report.Recorder("check", []).finish(2)
-        data["verdict"] = v
+    for k in Kind:
+        data = report.build("check", [], None, Verdict(k), None)
+        assert data["verdict"] == k.value and data["exit_code"] == EXIT_CODES[k]
         assert report.validate(data, s) == []
 
 
 def test_a_report_of_a_run_that_never_started_validates():
-    data = report.Recorder("replay", ["replay", "x.npz"]).finish(2, "error: no such file")
+    data = report.build("replay", ["replay", "x.npz"], None, no_verdict("error: no such file"), None)
     assert report.validate(data, report.load_schema()) == []
     assert data["verdict"] == "NO VERDICT" and data["reason"] == "error: no such file"
-    assert report.Recorder("check", []).finish(2, interrupted=True)["verdict"] == "INTERRUPTED"
+    stopped = report.build("check", [], None, no_verdict("interrupted (SIGINT)", interrupted=True), 1.0)
+    assert stopped["verdict"] == "NO VERDICT" and stopped["interrupted"] is True
 
 
 def test_writable_refuses_stdout_a_folder_and_a_missing_folder_naming_the_path(tmp_path):

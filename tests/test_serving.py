@@ -14,12 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[torch]'")
 
-from nvfp4_suite.kernels import mutants  # noqa: E402
-
-from nvfp4_suite.kernels import Capabilities, get_backend  # noqa: E402
+from nvfp4_suite.kernels import (  # noqa: E402
+    Capabilities,
+    get_backend,
+    mutants,  # noqa: E402
+)
 from nvfp4_suite.reference.paged_cache import BLK, page_bytes, page_views  # noqa: E402
-from nvfp4_suite.vectors.engine import serving as S  # noqa: E402
 from nvfp4_suite.vectors.catalog.cases import LOUD_SCALE  # noqa: E402
+from nvfp4_suite.vectors.engine import serving as S  # noqa: E402
 
 SMALL = S.Shape(reqs=5, q_len=2, num_kv_heads=2, topk=9, num_pages=400, max_blocks=40, layout="planar")
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")
@@ -83,15 +85,14 @@ def test_unread_slabs_are_poisoned_and_last_pages_have_loud_tails():
 
 @pytest.mark.parametrize("name", ["torch", "emulate"])
 def test_check_passes_correct_backends_on_small_shapes(name):
-    ok, lines = S.check_serving(get_backend(name), 2, seed=1, shape=SMALL)
-    assert ok, "\n".join(lines)
-    assert "CONFORMANT" in lines[-1]
+    run = S.check_serving(get_backend(name), 2, seed=1, shape=SMALL)
+    assert (run.n, run.failed) == (2, 0), "\n".join(run.lines)
 
 
 @pytest.mark.parametrize("bug", ["stale_tail", "v_scale_linear"])
 def test_check_fails_a_mutant(bug):
-    ok, lines = S.check_serving(mutants.NumpyKernel(bug), 1, seed=2, shape=SMALL)
-    assert not ok and "FAIL" in lines[0], "\n".join(lines)
+    run = S.check_serving(mutants.NumpyKernel(bug), 1, seed=2, shape=SMALL)
+    assert run.failed == 1 and "FAIL" in run.lines[0], "\n".join(run.lines)
 
 
 class PoolWriter:
@@ -111,9 +112,9 @@ class PoolWriter:
 
 
 def test_check_names_the_inputs_a_backend_modified():
-    ok, lines = S.check_serving(PoolWriter(), 1, seed=3, shape=SMALL)
-    assert not ok
-    assert "'pool' (" in lines[0] and "'topk' (" in lines[0], lines[0]
+    run = S.check_serving(PoolWriter(), 1, seed=3, shape=SMALL)
+    assert run.failed == 1
+    assert "'pool' (" in run.lines[0] and "'topk' (" in run.lines[0], run.lines[0]
 
 
 def test_bench_times_both_references_and_finds_their_intervals_equal():
@@ -140,9 +141,9 @@ def test_serving_size_check_passes_on_the_gpu(name):
     b = get_backend(name)
     if b.available():
         pytest.skip(f"{name}: {b.available()}")
-    ok, lines = S.check_serving(b, 1, seed=0)
-    print("\n".join(lines))
-    assert ok, "\n".join(lines)
+    run = S.check_serving(b, 1, seed=0)
+    print("\n".join(run.lines))
+    assert (run.n, run.failed) == (1, 0), "\n".join(run.lines)
 
 
 @pytest.mark.rocm
@@ -150,5 +151,5 @@ def test_serving_size_check_passes_on_rocm():
     b = get_backend("flydsl")
     if b.available():
         pytest.skip(f"flydsl: {b.available()}")
-    ok, lines = S.check_serving(b, 2, seed=0)
-    assert ok, "\n".join(lines)
+    run = S.check_serving(b, 2, seed=0)
+    assert (run.n, run.failed) == (2, 0), "\n".join(run.lines)

@@ -1,12 +1,11 @@
-"""vectors/signatures.py: the mutants' failure patterns on the catalog, recorded and checked."""
-
-import sys
+"""vectors/engine/signatures.py: the mutants' failure patterns on the catalog, recorded and checked
+(``python -m nvfp4_suite.vectors signatures``)."""
 
 import pytest
 
-from nvfp4_suite.vectors.engine import blame, signatures
-
 from nvfp4_suite.vectors.catalog import bugs
+from nvfp4_suite.vectors.cli import main
+from nvfp4_suite.vectors.engine import blame, signatures
 from nvfp4_suite.vectors.engine.blame import Outcome
 
 
@@ -17,7 +16,7 @@ def test_committed_signatures_cover_every_detectable_numpy_mutant_of_this_catalo
 
     sig = blame.load_signatures()
     assert sig["catalog"] == hashlib.sha256(catalog.MANIFEST.read_bytes()).hexdigest(), (
-        "the catalog changed: python -m nvfp4_suite.vectors.engine.signatures --signatures")
+        "the catalog changed: python -m nvfp4_suite.vectors signatures")
     assert set(sig["mutants"]) == {m.spec for m in bugs.mutants("numpy") if not m.undetectable}
 
 
@@ -33,8 +32,7 @@ def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match
 
     real = signatures.check_golden
     monkeypatch.setattr(signatures, "check_golden", check_golden)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the suite's tests/ first
-    assert signatures.main(["--signatures", "--check", "--mutant", spec]) == 0
+    assert main(["signatures", "--check", "--mutant", spec]) == 0
     assert "up to date" in capsys.readouterr().out and len(runs) == 1
     outs = [Outcome(c.id, tuple(c.flags), launch, frozenset(), any(f.launch == launch for f in c.failures))
             for c in runs[0].cases for launch in c.ran]
@@ -44,18 +42,11 @@ def test_a_recorded_signature_is_what_the_mutant_does_and_its_own_failures_match
 
 
 def test_the_signatures_command_refuses_a_mutant_it_does_not_record(capsys):
-    assert signatures.main(["--signatures", "--check", "--mutant", "nvfp4_suite.kernels.mutants:seed_output_half_away"]) == 2
+    assert main(["signatures", "--check", "--mutant", "nvfp4_suite.kernels.mutants:seed_output_half_away"]) == 2
     assert "not a detectable numpy mutant" in capsys.readouterr().err
-    assert signatures.main(["--signatures", "--mutant", "nvfp4_suite.kernels.mutants:numpy_head_mod"]) == 2
+    assert main(["signatures", "--mutant", "nvfp4_suite.kernels.mutants:numpy_head_mod"]) == 2
 
 
 @pytest.mark.thorough
 def test_the_committed_signatures_are_byte_identical_on_recording():
-    assert signatures.main(["--signatures", "--check"]) == 0
-
-
-def test_the_signatures_command_refuses_without_the_suites_tests(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(signatures, "HERE", tmp_path / "vectors")
-    assert signatures.main(["--signatures"]) == 2
-    assert "mutants.py" in capsys.readouterr().err
-    assert sys.path[0] != str(tmp_path / "tests")
+    assert main(["signatures", "--check"]) == 0

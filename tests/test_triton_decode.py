@@ -15,9 +15,9 @@ from nvfp4_suite.kernels.triton.decode import MUTANTS  # noqa: E402
 from nvfp4_suite.reference.examples import random_problem  # noqa: E402
 from nvfp4_suite.reference.formats import bf16_round  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
+from nvfp4_suite.vectors.catalog.casefile import load_case  # noqa: E402
 from nvfp4_suite.vectors.engine.check import check_invalid  # noqa: E402
 from nvfp4_suite.vectors.engine.harness import run_case  # noqa: E402
-from nvfp4_suite.vectors.catalog.casefile import load_case  # noqa: E402
 
 # Small golden cases covering the bug classes the kernel's code paths touch.
 GOLDEN = ["first-slots-invalid", "no-valid-slot-rows", "minus-one-slots", "v-scale-swizzle", "stale-tail-1",

@@ -23,7 +23,7 @@ MOVED = {
     "blame": "nvfp4_suite.vectors.engine.blame",
     "signatures": "nvfp4_suite.vectors.engine.signatures (the command: python -m nvfp4_suite.vectors signatures)",
     "serving": "nvfp4_suite.vectors.engine.serving (the check: python -m nvfp4_suite.vectors check --shape "
-               "serving; the benchmark: python -m nvfp4_suite.vectors.engine.serving)",
+               "serving; the benchmark: python -m nvfp4_suite.vectors serving-bench)",
     "interrupts": "nvfp4_suite.vectors.engine.interrupts", "results": "nvfp4_suite.vectors.engine.verdict",
     "render": "nvfp4_suite.vectors.cli.render", "progress": "nvfp4_suite.vectors.cli.progress",
     "report": "nvfp4_suite.vectors.cli.report", "entry": "nvfp4_suite.vectors.cli.runner",

@@ -213,8 +213,6 @@ def _check_entry(path, i: int, c, notes: dict) -> None:
         raise CaseFileError(f"{path}: cases[{i}] ({c['file']}) has flags {unknown} not in notes")
     for x in c["launches"]:
         try:
-            if not isinstance(x, dict) or not isinstance(x.get("order"), (str, type(None))):
-                raise ValueError(f"{x!r} is not a launch record")
             Launch.from_json(x)
         except (TypeError, ValueError) as e:
             raise CaseFileError(f"{path}: cases[{i}] ({c['file']}) launches: {e}") from None

@@ -239,6 +239,18 @@ def cmd_signatures(args) -> int:
     return rc
 
 
+def cmd_serving_bench(args) -> int:
+    """``serving-bench``: time the references and a backend on serving-size problems
+    (``nvfp4_suite.vectors.engine.serving.bench``)."""
+    from nvfp4_suite.vectors.engine.config import load_subject
+    from nvfp4_suite.vectors.engine.serving import bench
+
+    subject = load_subject(CheckConfig(backend=args.backend))
+    for line in bench(subject, args.examples, args.seed, args.numpy_examples):
+        print(line, flush=True)
+    return 0
+
+
 def cmd_bugs(args) -> int:
     """``bugs [--mutants ENGINE | --contract]``: the bug-class registry (``nvfp4_suite.vectors.catalog.bugs``)."""
     from nvfp4_suite.vectors.catalog import bugs
@@ -360,6 +372,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mutant", action="append", metavar="SPEC",
                    help="with --check: only this mutant's entry (repeatable)")
     s.set_defaults(fn=cmd_signatures)
+    sb = sub.add_parser("serving-bench", help="time the numpy reference, the torch reference and a backend on "
+                                               "serving-size problems",
+                        description="Per serving-size problem: the numpy reference's interval, the torch "
+                                    "reference's on the device, the backend's call and its kernel alone, and "
+                                    "whether the two references' intervals are equal (the check itself: "
+                                    "check --shape serving).")
+    sb.add_argument("--backend", default="triton", help=f"{backend_help} (default triton)")
+    sb.add_argument("--examples", type=int, default=4, help="serving-size problems (default 4)")
+    sb.add_argument("--seed", type=int, default=0, help="seed of the problems")
+    sb.add_argument("--numpy-examples", type=int, default=1,
+                    help="problems the numpy reference is timed on (minutes each; default 1)")
+    sb.set_defaults(fn=cmd_serving_bench)
     export.register(sub)  # export --layout FILE DIR, import --layout FILE DUMP OUT
     return ap
 

@@ -31,7 +31,7 @@ from nvfp4_suite.vectors.engine.verdict import Kind, SetupError, Verdict, no_ver
 NO_VERDICT_ERRORS = (SetupError, CaseFileError, ReferenceBudgetError, LayoutError, kernels.BackendError)
 
 
-def reader_gone() -> None:
+def silence_stdout() -> None:
     """Silence stdout after a ``BrokenPipeError`` (``... | head``), so that
     Python's own flush at exit raises no second error."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -54,7 +54,7 @@ def outcome(fn: Callable[[], Verdict | int], before_print: Callable[[], None] | 
         say(f"error: {e}")
         return no_verdict(f"error: {e}")
     except BrokenPipeError:
-        reader_gone()
+        silence_stdout()
         return no_verdict("stdout's reader went away", interrupted=True)
     except KeyboardInterrupt as e:
         why = e.reason if isinstance(e, interrupts.Interrupted) else "KeyboardInterrupt"

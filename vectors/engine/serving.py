@@ -27,7 +27,6 @@ and the two outputs bitwise.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 from typing import Any, Callable
@@ -38,8 +37,9 @@ from hypothesis import strategies as st
 from nvfp4_suite.kernels.protocol import Launch, Limits
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
-from nvfp4_suite.reference.problem import HG, TOPK_MAX, read_slabs
+from nvfp4_suite.reference.problem import HG, TOPK_MAX, read_slabs, row_positions
 from nvfp4_suite.vectors.catalog.cases import write_loud_tail
+from nvfp4_suite.vectors.engine.strategies import compacted_slot_list, scale_bytes
 
 ROWS = (64, 256)
 MAX_KV_HEADS = 8
@@ -133,9 +133,7 @@ def _slot_list(rng, nvis: int, topk: int, mode: int, compacted: bool) -> np.ndar
     compacted domain's list instead (``min(topk, nvis)`` distinct visible ids
     ascending, then -1: ``nvfp4_suite.reference.problem.outside_slot_domain``)."""
     if compacted:
-        n = min(topk, nvis)
-        chosen = np.sort(rng.choice(nvis, n, replace=False)) if n else np.zeros(0, np.int64)
-        return np.concatenate([chosen, np.full(topk - n, -1)]).astype(np.int32)
+        return compacted_slot_list(rng, nvis, topk)
     n_valid = 0 if mode == 2 or nvis == 0 else min(nvis, topk if mode == 1 else int(rng.integers(1, topk + 1)))
     valid = np.zeros(0, np.int64)
     if n_valid:
@@ -179,7 +177,7 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
     # reads a page of some other request); pages are shared across requests.
     block_table = rng.integers(0, shape.num_pages, (shape.reqs, shape.max_blocks)).astype(np.int32)
     block_table[rng.random(block_table.shape) < 0.05] = -1
-    pos = seq_lens.astype(np.int64)[np.arange(rows) // q_len] - q_len + np.arange(rows) % q_len
+    pos = row_positions(seq_lens, q_len)
     nvis = np.where(pos >= 0, pos // BLK + 1, 0)
     ids = np.empty((hk, rows, topk), np.int32)
     modes = rng.choice(3, (hk, rows), p=[0.8, 0.15, 0.05])
@@ -203,12 +201,8 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
     n = len(pg)
     views.k_data[pg, hd] = rng.integers(0, 256, (n, BLK, 64), dtype=np.uint8)
     views.v_data[pg, hd] = rng.integers(0, 256, (n, BLK, 64), dtype=np.uint8)
-    lo, hi = (0x30, 0x40) if shape.scale_regime == "plain" else (0x08, 0x60)
     for sc in (views.k_scale, views.v_scale):
-        b = rng.integers(lo, hi, (n, BLK, 8), dtype=np.uint8)
-        if shape.scale_regime == "wide":
-            b |= rng.integers(0, 2, b.shape, dtype=np.uint8) << 7
-        sc[pg, hd] = b
+        sc[pg, hd] = scale_bytes(rng, shape.scale_regime, (n, BLK, 8))
     write_loud_tail(pool, shape.layout, hk, block_table, seq_lens)
     q = bf16_round(rng.standard_normal((rows, HG * hk, D), dtype=np.float32) * np.float32(shape.q_std))
     return DecodeProblem(
@@ -407,34 +401,3 @@ def bench(backend, examples: int, seed: int, numpy_examples: int = 1) -> list[st
                      f"{'-' if t_k is None else f'{t_k * 1e3:.2f}':>9} | {same}")
         del p, pool_ref
     return lines
-
-
-def main(argv=None) -> int:
-    """``python -m nvfp4_suite.vectors.engine.serving --backend B``: the serving-size
-    benchmark (``bench``). The check itself is ``python -m nvfp4_suite.vectors
-    check --shape serving``."""
-    from nvfp4_suite.vectors.cli.runner import guarded
-    from nvfp4_suite.vectors.engine.config import CheckConfig, load_subject
-
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.engine.serving",
-                                 description="Time the numpy reference, the torch reference and a backend on "
-                                             "serving-size problems (the check: python -m nvfp4_suite.vectors "
-                                             "check --shape serving).")
-    ap.add_argument("--backend", default="triton", help="registered name or module.path:attr (default triton)")
-    ap.add_argument("--examples", type=int, default=4, help="serving-size problems (default 4)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--numpy-examples", type=int, default=1, help="problems the numpy reference is timed on "
-                                                                  "(minutes each)")
-    args = ap.parse_args(argv)
-
-    def run() -> int:
-        subject = load_subject(CheckConfig(backend=args.backend))
-        for line in bench(subject, args.examples, args.seed, args.numpy_examples):
-            print(line, flush=True)
-        return 0
-
-    return guarded(run)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

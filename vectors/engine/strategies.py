@@ -44,7 +44,7 @@ from nvfp4_suite.kernels.protocol import Capabilities, Launch
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
 from nvfp4_suite.reference.examples import paged_block_table
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
-from nvfp4_suite.reference.problem import HG, SLOT_LISTS
+from nvfp4_suite.reference.problem import HG, SLOT_LISTS, row_positions
 from nvfp4_suite.vectors.catalog.cases import loud_tail, poison_unread
 from nvfp4_suite.vectors.engine.coverage import SCALE_CLASSES, launch_conditions, problem_conditions, slot_lists_of
 
@@ -114,15 +114,17 @@ def _slots_any(rng, count: str, arrangement: str, nvis: int, topk: int, splits) 
     return slots.astype(np.int32)
 
 
-def _slots_compacted(rng, nvis: int, topk: int) -> np.ndarray:
-    """One row's slot list in the compacted domain (see the module docstring)."""
+def compacted_slot_list(rng, nvis: int, topk: int) -> np.ndarray:
+    """int32 ``[topk]``: one row's slot list in the compacted domain (``min(topk,
+    nvis)`` distinct visible ids ascending, then -1; ``nvis``: the row's visible blocks)."""
     n = min(topk, nvis)
     ids = np.sort(rng.choice(nvis, n, replace=False)) if n else np.zeros(0, np.int64)
     return np.concatenate([ids, np.full(topk - n, -1)]).astype(np.int32)
 
 
-def _scales(rng, regime: str, shape) -> np.ndarray:
-    """uint8 scale bytes of ``shape`` in ``regime`` (never an E4M3 NaN)."""
+def scale_bytes(rng, regime: str, shape) -> np.ndarray:
+    """uint8 scale bytes of ``shape`` in ``regime`` (a ``SCALE_REGIMES`` name: plain
+    0x30..0x3F, wide 0x08..0x5F of either sign, classes, special; never an E4M3 NaN)."""
     if regime == "wide":
         return rng.integers(0x08, 0x60, shape, dtype=np.uint8) | (rng.integers(0, 2, shape, dtype=np.uint8) << 7)
     sc = rng.integers(0x30, 0x40, shape, dtype=np.uint8)
@@ -192,16 +194,16 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
         pool = rng.integers(0, 256, shape, dtype=np.uint8)
     views = page_views(pool, layout, hk)
     for sc in (views.k_scale, views.v_scale):
-        sc[...] = _scales(rng, scale_regime, sc.shape)
+        sc[...] = scale_bytes(rng, scale_regime, sc.shape)
 
     q = bf16_round(rng.standard_normal((rows, HG * hk, D)) * q_std)
     ids = np.empty((hk, rows, topk), np.int32)
-    pos = seq_lens.astype(np.int64)[np.arange(rows) // q_len] - q_len + np.arange(rows) % q_len
+    pos = row_positions(seq_lens, q_len)
     for h in range(hk):
         for r in range(rows):
             nvis = int(pos[r] // BLK + 1) if pos[r] >= 0 else 0
             if slot_lists == "compacted":
-                ids[h, r] = _slots_compacted(rng, nvis, topk)
+                ids[h, r] = compacted_slot_list(rng, nvis, topk)
             else:
                 count, arrangement = plans[(h * rows + r) % len(plans)]
                 ids[h, r] = _slots_any(rng, count, arrangement, nvis, topk, splits)
