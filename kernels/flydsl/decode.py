@@ -45,6 +45,7 @@ from flydsl.runtime.device import get_rocm_arch
 
 from . import lanes
 from .lanes import BLK, HG, KPW, LAYOUTS, NDT, NKS, NW, PART_F, RAW, D
+from .mutants import MUTANTS
 from .targets import Target, target
 
 SC1 = 16  # buffer-op cache-policy bit that assembles to sc1 (system coherence across XCDs)
@@ -223,19 +224,6 @@ def _target() -> Target:
     return target(get_rocm_arch())
 
 
-# Kernel mutants: each injects one known bug class, so the conformance check
-# through the simulator can show it catches that class in the compiled kernel.
-MUTANTS = {
-    "causal_off_by_one": "the causal limit lets one key past the row's position through",
-    "v_scale_linear": "V scales read as if stored linearly, not swizzled in groups of 4 tokens",
-    "merge_no_rescale": "the split merge adds the splits' partials without rescaling to the top max",
-    "ticket_not_reset": "the merging split leaves its ticket counter non-zero",
-    "fnuz_uncorrected": "gfx942's E4M3FNUZ fp8 conversion used without the OCP correction",
-    "ticket_no_wait": "the s_waitcnt vmcnt(0) before the ticket's atomic removed: the last split may read "
-                      "partials not yet written",
-    "partials_no_sc1": "split partials stored and loaded without sc1 under xcds 0: another XCD's L2 may serve "
-                       "stale partials",
-}
 
 
 def compile_helpers(tgt: Target, layout: str, mutant: str | None = None):

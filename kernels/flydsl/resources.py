@@ -40,7 +40,7 @@ from nvfp4_suite.reference.paged_cache import LAYOUTS
 
 from .host import TOPKS, XCDS, flydsl_missing, rocm_path
 from .lanes import NDT, SPLITS
-from .targets import ARCHS, target
+from .targets import ARCHS, add_arch_option, target
 
 MAX_REGS = 256
 
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     """The command line; see the module docstring."""
     p = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.resources",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
+    add_arch_option(p)
     p.add_argument("--topk", type=int, nargs="+", default=list(TOPKS))
     p.add_argument("--splits", type=int, nargs="+", default=list(SPLITS))
     p.add_argument("--xcds", type=int, nargs="+", default=list(XCDS))

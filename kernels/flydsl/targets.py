@@ -72,3 +72,9 @@ def target(arch: str) -> Target:
         raise ValueError(f"no target record for arch {arch!r}: the FlyDSL kernel is built for "
                          f"{' and '.join(ARCHS)}; a new target needs its Target in kernels/flydsl/targets.py")
     return TARGETS[base]
+
+
+def add_arch_option(parser) -> None:
+    """``--arch TARGET`` (repeatable, one of ``ARCHS``; default both) on an ``argparse`` parser:
+    the one form every command of the FlyDSL kernel and its simulator takes."""
+    parser.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")

@@ -14,7 +14,7 @@ mutants are backends that each inject that one bug into a correct implementation
   independent correct implementation;
 - ``nvfp4_suite.kernels.triton.decode:<name>``: the Triton kernel built with one of its ``MUTANTS``;
 - ``nvfp4_suite.kernels.flydsl.sim.backend:<name>_<arch>``: the FlyDSL kernel compiled with
-  one of ``nvfp4_suite.kernels.flydsl.decode.MUTANTS`` for ``arch``, run by the simulator.
+  one of ``nvfp4_suite.kernels.flydsl.mutants.MUTANTS`` for ``arch``, run by the simulator.
 
 ``tests/test_bugs.py`` holds the registry to account: every detectable mutant
 fails a golden case carrying its own class's flag, every class has a mutant
@@ -112,7 +112,7 @@ MUTANTS = (
     Mutant("nvfp4_suite.kernels.triton.decode:v_scale_linear", "v-scale-swizzle"),
     Mutant("nvfp4_suite.kernels.triton.decode:minus_one", "minus-one"),
     Mutant("nvfp4_suite.kernels.triton.decode:merge_no_rescale", "split-rescale"),
-    # nvfp4_suite.kernels.flydsl.decode.MUTANTS, each on the target where it is a bug (FNUZ only on gfx942)
+    # nvfp4_suite.kernels.flydsl.mutants.MUTANTS, each on the target where it is a bug (FNUZ only on gfx942)
     Mutant("nvfp4_suite.kernels.flydsl.sim.backend:causal_off_by_one_gfx950", "stale-tail"),
     Mutant("nvfp4_suite.kernels.flydsl.sim.backend:v_scale_linear_gfx950", "v-scale-swizzle"),
     Mutant("nvfp4_suite.kernels.flydsl.sim.backend:merge_no_rescale_gfx950", "split-rescale"),

@@ -27,7 +27,7 @@ import time
 
 from nvfp4_suite.kernels.flydsl.sim import bench
 from nvfp4_suite.kernels.flydsl.sim.backend import sim_missing
-from nvfp4_suite.kernels.flydsl.targets import ARCHS
+from nvfp4_suite.kernels.flydsl.targets import ARCHS, add_arch_option
 from nvfp4_suite.vectors.cli.runner import guarded
 from nvfp4_suite.vectors.engine.verdict import SetupError
 from nvfp4_suite.vectors.simulator.sweep import run_tasks, tasks_for
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     """The command line; see the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.simulator.bench",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
+    add_arch_option(ap)
     ap.add_argument("--golden", action="store_true", help="also time the golden catalog per target")
     ap.add_argument("--case", type=int, action="append", help="with --golden: only this case id (repeatable)")
     ap.add_argument("--examples", type=int, default=0, help="also time N generated problems per target")

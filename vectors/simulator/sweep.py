@@ -29,7 +29,7 @@ from typing import Callable
 
 from nvfp4_suite.kernels.flydsl.lanes import SPLITS
 from nvfp4_suite.kernels.flydsl.sim.backend import FlydslSimBackend, sim_missing
-from nvfp4_suite.kernels.flydsl.targets import ARCHS
+from nvfp4_suite.kernels.flydsl.targets import ARCHS, add_arch_option
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.cli.progress import Progress
 from nvfp4_suite.vectors.cli.render import golden_lines
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     """The command line; see the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.simulator.sweep",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
+    add_arch_option(ap)
     ap.add_argument("--golden", action="store_true", help="check every golden case")
     ap.add_argument("--case", type=int, action="append", help="only this golden case id (repeatable)")
     ap.add_argument("--splits", type=int, action="append", choices=SPLITS,

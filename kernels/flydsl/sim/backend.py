@@ -37,6 +37,7 @@ from nvfp4_suite.reference.formats import bf16_bits, from_bf16_bits
 from ...protocol import GPU_LAUNCH_TIMEOUT_S, INTERPRETED_LIMITS, Capabilities
 from ..host import TOPKS, XCDS, flydsl_missing, launch_plan, rocm_path
 from ..lanes import LAYOUTS, PART_F, SPLITS, k_table
+from ..mutants import MEMORY_ORDER_MUTANTS, MUTANTS
 from ..targets import ARCHS
 from .compile import BUNDLE, CompileError, arg_order, assembly_path, bundled, cache_dir, cached, needed
 from .launch import Kernel, dispatch
@@ -122,7 +123,7 @@ def run(problem: DecodeProblem, arch: str, *, splits: int = 1, xcds: int = 0, ou
     buffer's prior contents, so rows the kernel never stores keep them.
     ``order`` is the workgroup order (``launch.workgroup_order``); ``options``
     reach the instruction handlers (``exp_ulps``); ``mutant`` builds the kernel
-    with one of ``nvfp4_suite.kernels.flydsl.decode.MUTANTS``; ``buckets`` the compiled TOPK
+    with one of ``nvfp4_suite.kernels.flydsl.mutants.MUTANTS``; ``buckets`` the compiled TOPK
     widths (``TOPK_BUCKETS``; None compiles the problem's own). ``memorder``: ``"check"``
     raises SimError on the memory-model check's first complaints, ``"stale"`` lets
     unordered loads return their stale value, None runs no check; the
@@ -267,13 +268,9 @@ def gfx950() -> FlydslSimBackend:
 
 
 # The kernel mutants as ``module:attr`` backends, e.g.
-# ``nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950`` (names as in
-# ``nvfp4_suite.kernels.flydsl.decode.MUTANTS``, which needs FlyDSL to import; kept in
-# step by a test). The memory-order mutants run with stale values substituted
-# (``memorder="stale"``), so the check sees their bug as a wrong output.
-MUTANTS = ("causal_off_by_one", "v_scale_linear", "merge_no_rescale", "ticket_not_reset", "fnuz_uncorrected",
-           "ticket_no_wait", "partials_no_sc1")
-MEMORY_ORDER_MUTANTS = ("ticket_no_wait", "partials_no_sc1")
+# ``nvfp4_suite.kernels.flydsl.sim.backend:ticket_not_reset_gfx950``
+# (``nvfp4_suite.kernels.flydsl.mutants``). The memory-order mutants run with stale
+# values substituted (``memorder="stale"``), so the check sees their bug as a wrong output.
 for _m in MUTANTS:
     for _arch in ARCHS:
         globals()[f"{_m}_{_arch}"] = functools.partial(FlydslSimBackend, _arch, mutant=_m,

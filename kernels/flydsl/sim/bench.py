@@ -34,7 +34,7 @@ import numpy as np
 from nvfp4_suite.reference import emulate
 from nvfp4_suite.reference.examples import random_problem
 
-from ..targets import ARCHS
+from ..targets import ARCHS, add_arch_option
 from .backend import FlydslSimBackend, sim_missing
 from .launch import make_test_wave
 from .program import parse_instruction
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     """Print the benchmark tables; exit 2 when the kernel cannot be had here."""
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.flydsl.sim.bench",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
+    add_arch_option(ap)
     ap.add_argument("--splits", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5, help="launches and floors timed alternately per target")
     ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")

@@ -275,7 +275,7 @@ def write_bundle(path: Path = BUNDLE, names: list[str] | None = None) -> list[st
 def assembly_path(arch: str, topk: int, splits: int, xcds: int = 0, layout: str = "token_rows",
                   mutant: str | None = None) -> Path:
     """The cached assembly of one configuration (``mutant``: one of
-    ``decode.MUTANTS`` or None), compiling it first when needed.
+    ``nvfp4_suite.kernels.flydsl.mutants.MUTANTS`` or None), compiling it first when needed.
 
     A bundled assembly (``compiled.tar.xz``) of the installed FlyDSL version
     is taken instead of compiling. Where FlyDSL or the linker is missing, an
@@ -327,7 +327,7 @@ def main(argv=None) -> int:
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--xcds", type=int, default=0)
     p.add_argument("--layout", choices=paged_cache.LAYOUTS, default="token_rows")
-    p.add_argument("--mutant", default=None, help="build a mutant (nvfp4_suite.kernels.flydsl.decode.MUTANTS)")
+    p.add_argument("--mutant", default=None, help="build a mutant (nvfp4_suite.kernels.flydsl.mutants.MUTANTS)")
     p.add_argument("--bundle", action="store_true",
                    help=f"compile every configuration the simulator backends may launch and the mutants the tests "
                         f"use (what the cache and bundle lack), then write {BUNDLE.name} of exactly those")
