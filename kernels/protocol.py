@@ -1,9 +1,9 @@
 """The backend protocol: what an implementation under test declares and receives.
 
 This module is the one description of the contract between the suite and a
-backend. The README's "Writing a backend" section is generated from it
-(``python -m nvfp4_suite.kernels.protocol`` prints that section; a test keeps the README
-equal to it).
+backend. The "Writing a backend" section of ``docs/backends.md`` is generated
+from it (``python -m nvfp4_suite.kernels.protocol`` prints that section; a test keeps
+the page equal to it).
 
 A backend declares what it supports in one ``Capabilities`` record; the
 strategies draw only launches and problems inside it, and the harness passes
@@ -349,6 +349,6 @@ if __name__ == "__main__":
     import argparse
 
     argparse.ArgumentParser(prog="python -m nvfp4_suite.kernels.protocol",
-                            description="Print the README's 'Writing a backend' section, generated from this "
+                            description="Print docs/backends.md's 'Writing a backend' section, generated from this "
                                         "module (tests/test_protocol.py keeps the two equal).").parse_args()
     print(README_SECTION, end="")

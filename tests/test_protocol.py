@@ -1,5 +1,5 @@
-"""nvfp4_suite.kernels.protocol: the declared capabilities, the launch record, and the README
-section generated from the protocol."""
+"""nvfp4_suite.kernels.protocol: the declared capabilities, the launch record, and the
+docs/backends.md section generated from the protocol."""
 
 from pathlib import Path
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_writing_a_backend_section_is_the_generated_one():
-    assert README_SECTION in (ROOT / "README.md").read_text()
+    assert README_SECTION in (ROOT / "docs" / "backends.md").read_text()
 
 
 @pytest.mark.parametrize("kw, msg", [

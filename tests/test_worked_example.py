@@ -1,4 +1,4 @@
-"""The README's worked example runs as written: its adapter, on a numpy model of the kernel
+"""The worked example of docs/backends.md runs as written: its adapter, on a numpy model of the kernel
 (``tests/thirdparty.py`` standing in for ``mykernel``), and its commands.
 
 """
@@ -14,18 +14,18 @@ import thirdparty as T
 from nvfp4_suite.reference import layout as L
 from nvfp4_suite.vectors.cli import main
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text()
 
 
 def _block(marker: str) -> str:
-    m = re.search(re.escape(f"<!-- worked-example: {marker} -->") + r"\n```python\n(.*?)```", README, re.S)
-    assert m, f"README: no python block after the worked-example marker {marker!r}"
+    m = re.search(re.escape(f"<!-- worked-example: {marker} -->") + r"\n```python\n(.*?)```", DOC, re.S)
+    assert m, f"docs/backends.md: no python block after the worked-example marker {marker!r}"
     return m.group(1)
 
 
 def _commands() -> list[list[str]]:
-    start = README.index("<!-- worked-example: adapter.py -->")
-    block = re.search(r"\n```\n(python -m nvfp4_suite\.vectors .*?)```", README[start:], re.S).group(1)
+    start = DOC.index("<!-- worked-example: adapter.py -->")
+    block = re.search(r"\n```\n(python -m nvfp4_suite\.vectors .*?)```", DOC[start:], re.S).group(1)
     return [line.split()[3:] for line in block.strip().splitlines()]
 
 
@@ -35,7 +35,7 @@ class _Inputs:
 
 
 def _mykernel() -> types.ModuleType:
-    """``mykernel.decode`` as the README calls it, running the numpy model."""
+    """``mykernel.decode`` as the worked example calls it, running the numpy model."""
     mod = types.ModuleType("mykernel")
 
     def decode(k_codes, k_scales, v_codes, v_scales, q, topk, block_table, seq_lens, *, q_len, sm_scale,
