@@ -8,7 +8,7 @@ checks it: the same ``CheckConfig`` fields and defaults, the same catalogs
 (the built-in one, then the project catalog: ``--nvfp4-catalog`` or the
 default folder when it exists), the same engine. pytest gets:
 
-- one test per golden case and launch, ``test_golden[SPEC-017-stale-tail-splits2]``
+- one test per golden case and launch, ``test_golden[SPEC-008-stale-tail-1-splits1]``
   (a project catalog's case: ``test_golden[SPEC-project:000-name-splits1]``;
   an invalid-input case has one test, ``...-invalid``): a launch outside the
   backend's capabilities is a skip with the reason; a failure prints the
