@@ -87,8 +87,16 @@ __all__ = [
     "unswizzle_v_scales",
 ]
 
-from .arithmetic import EXACT_P_BF16, SEED_GEOMETRY, Exact, Geometry, arithmetic_name, parse_arithmetic  # noqa: E402
+from .arithmetic import (  # noqa: E402
+    EXACT_P_BF16,
+    OPERANDS,
+    SEED_GEOMETRY,
+    Exact,
+    Geometry,
+    arithmetic_name,
+    parse_arithmetic,
+)
 from .emulate import Emulation, emulate, emulate_details  # noqa: E402
 
-__all__ += ["EXACT_P_BF16", "SEED_GEOMETRY", "Emulation", "Exact", "Geometry", "arithmetic_name", "emulate",
+__all__ += ["EXACT_P_BF16", "OPERANDS", "SEED_GEOMETRY", "Emulation", "Exact", "Geometry", "arithmetic_name", "emulate",
             "emulate_details", "parse_arithmetic"]

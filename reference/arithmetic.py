@@ -11,6 +11,11 @@ each one's interval):
   taken from P unrounded, whatever running max P is relative to and however
   the slots are split; judged against the exact oracle with P's rounding as
   one more term. ``Exact(p_bf16=False)`` is the exact class.
+- ``Exact(p_bf16, operands)`` with ``operands`` other than ``"exact"``: the
+  above, except that K and V enter the dot products as the rounded operands
+  ``operands`` names (``OPERANDS``, formulas at ``operand_formula``), the
+  global scales folded into them and applied nowhere else; judged against
+  the exact oracle computed on those operands.
 - ``Geometry``: the whole float32 chain (keys per running max, keys per lane,
   P's rounding, the split rule); judged against the emulation of that
   geometry, to the last bf16 rounding.
@@ -72,12 +77,45 @@ class Geometry:
 SEED_GEOMETRY = Geometry(32, 8, True)
 
 
+# The operands a kernel of the exact class may multiply in its dot products, for K (global
+# scale g = fp32(k_global_scale)) and alike for V (g = fp32(v_global_scale)); e2m1 and e4m3 are
+# a code's and its block-scale byte's values (CONTRACT.md section 7.1; the oracle forms them in
+# nvfp4_suite.reference.arrays.operand_table).
+OPERANDS = ("exact", "bf16-folded", "bf16-dequant")
+_FORMULAS = {
+    # The suite's own: exact products, the global scales applied to the logits and the output.
+    "exact": "e2m1 * e4m3",
+    # A Triton kernel that folds the global scale into each block scale, rounds that to bf16,
+    # and multiplies in bf16 before its tensor-core dots (issue 36's second serving kernel).
+    "bf16-folded": "bf16(e2m1 * bf16(fp32(e4m3 * g)))",
+    # A dequantise-ahead kernel: the fp32 product (e2m1 * e4m3) * g converted once to bf16
+    # (FlashInfer's NVFP4 KV dequantisation to a 16-bit cache, then a bf16 attention kernel).
+    "bf16-dequant": "bf16(fp32(fp32(e2m1 * e4m3) * g))",
+}
+
+
+def operand_formula(operands: str) -> str:
+    """The value an operand of ``operands`` (one of ``OPERANDS``) enters the dots as:
+    ``fp32`` and ``bf16`` round to nearest even (bf16 from the float32 value),
+    products are exact before their rounding, ``g`` is the float32 global scale."""
+    return _FORMULAS[operands]
+
+
 @dataclasses.dataclass(frozen=True)
 class Exact:
     """The exact class, with P rounded to bf16 before the PV product where
-    ``p_bf16`` (the module note says what is and is not assumed)."""
+    ``p_bf16``, and K and V entering the dots as ``operands`` (one of
+    ``OPERANDS``: ``"exact"``, the exact products with the global scales
+    applied to the logits and the output; otherwise the rounded operands of
+    ``operand_formula``, the global scales folded in). The module note says
+    what is and is not assumed."""
 
     p_bf16: bool = True
+    operands: str = "exact"
+
+    def __post_init__(self):
+        if self.operands not in OPERANDS:
+            raise ValueError(f"Exact {self}: operands = {self.operands!r}, expected one of {OPERANDS}")
 
 
 EXACT_P_BF16 = Exact(p_bf16=True)
@@ -88,13 +126,22 @@ def p_rounded(arithmetic) -> bool:
     return arithmetic is not None and arithmetic.p_bf16
 
 
+def operands_of(arithmetic) -> str:
+    """The operands (one of ``OPERANDS``) a kernel of ``arithmetic`` (None, ``Exact``
+    or ``Geometry``) multiplies: ``"exact"`` but for an ``Exact`` that declares others
+    (an emulated ``Geometry`` takes the exact products, CONTRACT.md section 6)."""
+    return arithmetic.operands if isinstance(arithmetic, Exact) else "exact"
+
+
 def arithmetic_name(arithmetic) -> str:
-    """The name ``parse_arithmetic`` reads back: ``exact``, ``exact-p-bf16``, ``seed``
-    or ``geometry:KxL[,p-bf16][,position]``."""
-    if arithmetic is None or arithmetic == Exact(False):
+    """The name ``parse_arithmetic`` reads back: ``exact``, ``exact-p-bf16`` (either
+    followed by ``,operands=NAME`` for operands other than ``exact``), ``seed`` or
+    ``geometry:KxL[,p-bf16][,position]``."""
+    if arithmetic is None:
         return "exact"
     if isinstance(arithmetic, Exact):
-        return "exact-p-bf16"
+        return (("exact-p-bf16" if arithmetic.p_bf16 else "exact")
+                + ("" if arithmetic.operands == "exact" else f",operands={arithmetic.operands}"))
     if arithmetic == SEED_GEOMETRY:
         return "seed"
     g = arithmetic
@@ -103,6 +150,8 @@ def arithmetic_name(arithmetic) -> str:
 
 
 _GEOMETRY = re.compile(r"geometry:(\d+)x(\d+)((?:,(?:p-bf16|position))*)$")
+# "exact" operands are the default and have no suffix: one name per declaration.
+_EXACT = re.compile(r"(exact|exact-p-bf16),operands=(" + "|".join(re.escape(o) for o in OPERANDS[1:]) + ")$")
 
 
 def parse_arithmetic(text: str):
@@ -114,11 +163,15 @@ def parse_arithmetic(text: str):
         return EXACT_P_BF16
     if text == "seed":
         return SEED_GEOMETRY
+    m = _EXACT.match(text)
+    if m:
+        return Exact(m.group(1) == "exact-p-bf16", m.group(2))
     m = _GEOMETRY.match(text)
     if m:
         opts = [o for o in m.group(3).split(",") if o]
         if len(set(opts)) == len(opts):
             return Geometry(int(m.group(1)), int(m.group(2)), "p-bf16" in opts,
                             "position" if "position" in opts else "rank")
-    raise ValueError(f"arithmetic {text!r}: expected exact, exact-p-bf16, seed or "
-                     "geometry:KxL[,p-bf16][,position] (K keys per running max, L keys per lane)")
+    raise ValueError(f"arithmetic {text!r}: expected exact, exact-p-bf16, exact[-p-bf16],operands=OPERANDS, "
+                     f"seed or geometry:KxL[,p-bf16][,position] (OPERANDS one of {', '.join(OPERANDS[1:])}; "
+                     "K keys per running max, L keys per lane)")

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .paged_cache import BLK, V_SCALE_UNSWIZZLE, D, dequantize, page_views
+from .arithmetic import OPERANDS, operand_formula
+from .formats import E4M3FN_TABLE, bf16_round, e2m1_decode
+from .paged_cache import BLK, GROUP, ROW_DATA, ROW_SCALES, V_SCALE_UNSWIZZLE, D, dequantize, page_views
 from .problem import HG, DecodeProblem
 
 
@@ -128,6 +130,54 @@ class NumpyOps:
 NUMPY = NumpyOps()
 
 
+def applied_global_scales(problem: DecodeProblem, operands: str = "exact") -> tuple[float, float]:
+    """``(k, v)``: the global scales a kernel whose operands are ``operands`` (one of
+    ``nvfp4_suite.reference.arithmetic.OPERANDS``) applies to the logits (``k``, times
+    ``sm_scale``) and to the output (``v``) after its dots: the problem's global
+    scales for ``"exact"`` operands, 1.0 where the operands hold them already."""
+    if operands not in OPERANDS:
+        raise ValueError(f"operands = {operands!r}, expected one of {OPERANDS}")
+    if operands == "exact":
+        return problem.k_global_scale, problem.v_global_scale
+    return 1.0, 1.0
+
+
+def operand_table(operands: str, global_scale: float, what: str = "global_scale") -> np.ndarray:
+    """float64 ``[256 * 256, 2]``: row ``256 * s + b`` holds the operands of data byte
+    ``b`` (its low nibble's first) in a group whose E4M3 scale byte is ``s``, as
+    ``operand_formula(operands)`` forms them with ``g = fp32(global_scale)``, for
+    ``operands`` other than ``"exact"`` (those the oracle forms by ``dequantize``).
+
+    Every operand is a function of one (code, scale byte) pair, so a gather from
+    this table is the whole rounding text, the same for every array namespace.
+    The products are exact in float64 (E2M1: 2 significant bits, E4M3: 4, a
+    float32 ``g``: 24, bf16: 8) before the one rounding the formula names.
+    NaN scale bytes give NaN (as ``dequantize``). Raises ValueError naming
+    ``what`` (the global scale's name), its value and the scale byte when a
+    finite scale byte's operand overflows to infinity (a ``g`` near the float32
+    maximum over 448 * 6): the declared kernel cannot hold that cache.
+    """
+    g = np.float64(np.float32(global_scale))
+    e2m1 = e2m1_decode(np.arange(16, dtype=np.uint8))[None, :]
+    e4m3 = E4M3FN_TABLE.astype(np.float64)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if operands == "bf16-folded":
+            vals = bf16_round(e2m1 * bf16_round((e4m3 * g).astype(np.float32)).astype(np.float64))
+        elif operands == "bf16-dequant":
+            vals = bf16_round((e2m1 * e4m3 * g).astype(np.float32))
+        else:
+            raise ValueError(f"operands = {operands!r}, expected one of {OPERANDS[1:]} (exact ones are "
+                             f"dequantize's)")
+    over = np.isinf(vals).any(axis=1)
+    if over.any():
+        s = int(np.argmax(over))
+        raise ValueError(f"{what} = {global_scale!r}: operands {operands} = {operand_formula(operands)} of "
+                         f"scale byte 0x{s:02X} ({float(E4M3FN_TABLE[s]):g}) overflow to infinity")
+    # [scale byte, code] -> [scale byte, data byte, nibble]: low nibble first.
+    pairs = np.stack([vals[:, np.arange(256) & 0xF], vals[:, np.arange(256) >> 4]], axis=-1)
+    return np.ascontiguousarray(pairs.reshape(256 * 256, 2).astype(np.float64))
+
+
 class ProblemArrays:
     """A validated problem's arrays in one namespace, pair-major: the (KV head,
     row) pairs flattened, ``P = Hkv * rows``. Built in numpy and moved once.
@@ -151,14 +201,35 @@ class ProblemArrays:
         q = problem.q.reshape(rows, hk, HG, D).transpose(1, 0, 2, 3).reshape(P, HG, D)
         self.q = ops.asarray(np.ascontiguousarray(q), np.float64)
         self._unswizzle = ops.asarray(V_SCALE_UNSWIZZLE.astype(np.int64))
+        self._tables: dict[str, tuple] = {}
 
-    def kv(self, pg, hd):
+    def kv(self, pg, hd, operands: str = "exact"):
         """float64 ``(K, V)``, each ``[A, 128, 128]``: the blocks of pages ``pg`` for KV
-        heads ``hd`` (int64 ``[A]``), dequantised (V scales unswizzled)."""
+        heads ``hd`` (int64 ``[A]``) as the operands ``operands`` names (one of
+        ``nvfp4_suite.reference.arithmetic.OPERANDS``; V scales unswizzled):
+        ``"exact"``, ``e2m1 * e4m3`` without the global scales; otherwise the
+        rounded operands with the global scales folded in (``operand_table``)."""
         kd, ks, vd, vs = self.views
         a = pg.shape[0]
         v_scale = vs[pg, hd].reshape(a, BLK * 8)[:, self._unswizzle].reshape(a, BLK, 8)
-        return self.ops.dequantize(kd[pg, hd], ks[pg, hd]), self.ops.dequantize(vd[pg, hd], v_scale)
+        if operands == "exact":
+            return self.ops.dequantize(kd[pg, hd], ks[pg, hd]), self.ops.dequantize(vd[pg, hd], v_scale)
+        if operands not in self._tables:
+            p = self.problem
+            self._tables[operands] = (
+                self.ops.asarray(operand_table(operands, p.k_global_scale, "k_global_scale")),
+                self.ops.asarray(operand_table(operands, p.v_global_scale, "v_global_scale")))
+        k_table, v_table = self._tables[operands]
+        return self._gather(k_table, kd[pg, hd], ks[pg, hd]), self._gather(v_table, vd[pg, hd], v_scale)
+
+    def _gather(self, table, data, scales):
+        """``[..., 128]`` operands of uint8 codes ``[..., 64]`` and linear scale bytes
+        ``[..., 8]`` from an ``operand_table`` in this namespace."""
+        ops = self.ops
+        lead = tuple(data.shape[:-1])
+        idx = (ops.astype(scales, ops.int64).reshape(lead + (ROW_SCALES, 1)) * 256
+               + ops.astype(data, ops.int64).reshape(lead + (ROW_SCALES, GROUP // 2)))
+        return table[idx.reshape(lead + (ROW_DATA,))].reshape(lead + (D,))
 
     def back(self, x) -> np.ndarray:
         """``[P, 16, n]`` pair-major -> numpy ``[rows, H, n]``."""

@@ -1,8 +1,9 @@
 """The exact oracle: sparse decode attention in float64.
 
-Dequantised K and V values (``e2m1 * e4m3``) and bf16 queries are exact in
-float64; the only error left is float64 summation, ~1e-16 relative, which is
-what "exact" means here.
+Dequantised K and V values (``e2m1 * e4m3``), or the rounded operands a
+kernel declares (``nvfp4_suite.reference.arithmetic.OPERANDS``: bf16 values),
+and bf16 queries are exact in float64; the only error left is float64
+summation, ~1e-16 relative, which is what "exact" means here.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import math
 
 import numpy as np
 
-from .arrays import NUMPY, ProblemArrays
+from .arrays import NUMPY, ProblemArrays, applied_global_scales
 from .paged_cache import BLK, D
 from .problem import HG, DecodeProblem, check_reference_budget
 
 
-def sparse_decode(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.ndarray, np.ndarray]:
+def sparse_decode(problem: DecodeProblem, *, ops=NUMPY, pool=None,
+                  operands: str = "exact") -> tuple[np.ndarray, np.ndarray]:
     """Exact sparse decode attention.
 
     Validates the problem first (raises ``ProblemError``). Returns
@@ -26,12 +28,17 @@ def sparse_decode(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.n
     A row that sees no key gets exact zeros and ``lse = -inf``. ops: the array
     namespace to compute in (``nvfp4_suite.reference.arrays``), pool: the
     problem's pool already there, or None; the results are numpy arrays.
+    operands: the K and V operands (``nvfp4_suite.reference.arithmetic.OPERANDS``):
+    other than ``"exact"``, k and v are the rounded operands, which hold the
+    global scales, and ``k_global`` and ``v_global`` above are 1
+    (``nvfp4_suite.reference.arrays.applied_global_scales``).
     """
-    r = _attend(problem, False, ops, pool)
+    r = _attend(problem, False, ops, pool, operands)
     return r[0], r[1]
 
 
-def oracle_details(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.ndarray, ...]:
+def oracle_details(problem: DecodeProblem, *, ops=NUMPY, pool=None,
+                   operands: str = "exact") -> tuple[np.ndarray, ...]:
     """``sparse_decode`` plus the tolerance model's inputs.
 
     Returns ``(out, lse, magnitude, score_abs, abs_v_sum)``: out/lse as
@@ -39,12 +46,13 @@ def oracle_details(problem: DecodeProblem, *, ops=NUMPY, pool=None) -> tuple[np.
     ``sum_k p_k |v_k| * v_global / l``; score_abs float64 ``[rows, H]`` = the
     largest ``sum_d |q_d k_d|`` over the keys the row sees (0 when none);
     abs_v_sum float64 ``[rows, H, 128]`` = ``sum_k |v_k| * v_global`` over them.
-    ops, pool: as for ``sparse_decode``.
+    ops, pool, operands: as for ``sparse_decode`` (v and k the operands, v_global
+    and k_global as there).
     """
-    return _attend(problem, True, ops, pool)
+    return _attend(problem, True, ops, pool, operands)
 
 
-def _attend(problem: DecodeProblem, details: bool, ops, pool):
+def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
     xp = ops.xp
     # The key mask (one byte per key, twice), out, lse and the details' float64 arrays.
     check_reference_budget("the oracle", problem, problem.num_kv_heads * problem.rows
@@ -54,8 +62,8 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool):
     f64 = ops.float64
     # [Hkv, rows] pairs, flattened; each pair is one matrix problem of 16 heads.
     mask = a.mask.reshape(P, topk * BLK)
-    kscale = problem.sm_scale * problem.k_global_scale
-    vg = problem.v_global_scale
+    kg, vg = applied_global_scales(problem, operands)
+    kscale = problem.sm_scale * kg
 
     out = ops.zeros((P, HG, D), f64)
     lse = ops.full((P, HG), -math.inf, f64)
@@ -70,7 +78,7 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool):
         sel = live[lo : lo + step]
         n = len(sel)
         hd = xp.broadcast_to(a.heads[sel][:, None], (n, topk)).reshape(-1)
-        k, v = a.kv(a.pages[sel].reshape(-1), hd)
+        k, v = a.kv(a.pages[sel].reshape(-1), hd, operands)
         # Invalid slots were gathered from page 0, which may hold anything (even
         # NaN scales): their keys are masked, but 0 * NaN would still leak.
         dead = ~a.valid[sel].reshape(-1)[:, None, None]

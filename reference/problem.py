@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from .formats import E2M1_MAX, E4M3_MAX, is_bf16
+from .formats import E2M1_MAX, E4M3_MAX, E4M3FN_TABLE, is_bf16
 from .paged_cache import BLK, LAYOUTS, D, page_bytes, page_views, unswizzle_v_scales
 
 HG = 16
@@ -480,3 +480,49 @@ def outside_slot_domain(problem: DecodeProblem, slot_lists: str = "any") -> str 
                 f"(row {r}: position {int(problem.positions[r])}, n = min(TOPK, self_blk + 1))")
     return (f"topk[{h}, {r}, {k}] = {v}: compacted lists hold {nr} distinct ascending ids in "
             f"[0, {sbr}] in slots 0..{nr - 1} (row {r}: position {int(problem.positions[r])})")
+
+
+# The block-scale domains a kernel can declare (``Capabilities.scale_sign``; CONTRACT.md section 2.7).
+SCALE_SIGNS = ("any", "non-negative")
+
+
+def outside_scale_domain(problem: DecodeProblem, scale_sign: str = "any") -> str | None:
+    """None when every E4M3 block-scale byte a row reads is inside the scale domain
+    ``scale_sign`` (one of ``SCALE_SIGNS``), otherwise why, naming the first one
+    outside it: K scales before V scales, each in (page, KV head, token, group)
+    order, with its byte and value. ``any``: every byte. ``non-negative``: no
+    byte with its sign bit set, except 0x80 (negative zero), the domain of a
+    kernel that reads a scale byte as its magnitude.
+
+    A row reads the scale bytes of the keys it sees (``key_mask``): a key it
+    does not see enters neither its scores nor its output, whatever its
+    scale's sign (a NaN byte, which would leak through ``0 * NaN``, is the
+    validator's matter). 0x80 is inside: its magnitude, +0, equals its value,
+    -0, so a magnitude reader computes the same operands (signed zeros at
+    most, which compare equal). The problem's arrays must have the
+    validator's shapes.
+    """
+    if scale_sign not in SCALE_SIGNS:
+        raise ValueError(f"scale_sign = {scale_sign!r}, expected one of {SCALE_SIGNS}")
+    if scale_sign == "any":
+        return None
+    hk = int(problem.num_kv_heads)
+    valid, pages = problem.valid_slots, problem.slot_pages()
+    heads = np.broadcast_to(np.arange(hk)[:, None, None], valid.shape)
+    # seen[page, head, token]: some row sees that key.
+    seen = np.zeros((problem.num_pages, hk, BLK), bool)
+    np.logical_or.at(seen, (pages[valid], heads[valid]), problem.key_mask()[valid])
+    pairs = np.argwhere(seen.any(axis=-1))
+    if not len(pairs):
+        return None
+    views = page_views(problem.pool, problem.layout, hk)
+    for kind, stored, linear in (("K", views.k_scale, lambda a: a), ("V", views.v_scale, unswizzle_v_scales)):
+        sc = linear(stored[pairs[:, 0], pairs[:, 1]])
+        bad = _first(((sc & 0x80) != 0) & (sc != 0x80) & seen[pairs[:, 0], pairs[:, 1]][..., None])
+        if bad is not None:
+            p, t, g = bad
+            b = int(sc[p, t, g])
+            return (f"page {pairs[p, 0]}, KV head {pairs[p, 1]}: {kind} scale of token {t}, group {g} is "
+                    f"0x{b:02X} ({float(E4M3FN_TABLE[b])!r}), negative; scale_sign=non-negative reads "
+                    f"scale bytes as magnitudes")
+    return None

@@ -19,6 +19,7 @@ import nvfp4_suite.reference as R
 from nvfp4_suite.kernels.mutants import bf16_truncate
 from nvfp4_suite.kernels.protocol import Capabilities
 from nvfp4_suite.reference import EXACT_P_BF16, SEED_GEOMETRY, Exact, Geometry, arithmetic_name, parse_arithmetic
+from nvfp4_suite.reference.arithmetic import OPERANDS
 from nvfp4_suite.reference.compare import compare_backend_output, interval_vs_oracle
 from nvfp4_suite.reference.emulate import _emulate, split_schedule
 from nvfp4_suite.reference.examples import random_problem
@@ -32,9 +33,21 @@ POSITION = Geometry(32, 8, True, "position")
 
 
 @pytest.mark.parametrize("arith", [None, EXACT_P_BF16, SEED_GEOMETRY, POSITION, Geometry(128, 32, True, "position"),
-                                   Geometry(64, 16, False)], ids=str)
+                                   Geometry(64, 16, False)]
+                         + [Exact(p, o) for p in (False, True) for o in OPERANDS[1:]], ids=str)
 def test_every_declaration_reads_back_from_its_name(arith):
     assert parse_arithmetic(arithmetic_name(arith)) == arith
+
+
+def test_declared_operands_have_names_and_unknown_ones_are_refused():
+    assert arithmetic_name(Exact(True, "bf16-folded")) == "exact-p-bf16,operands=bf16-folded"
+    assert parse_arithmetic("exact,operands=bf16-dequant") == Exact(False, "bf16-dequant")
+    # "exact" operands are the default and have one name only (no suffix).
+    for bad in ("exact,operands=exact", "exact-p-bf16,operands=bf16", "exact,operands=bf16-folded,p-bf16"):
+        with pytest.raises(ValueError, match="operands=OPERANDS"):
+            parse_arithmetic(bad)
+    with pytest.raises(ValueError, match="operands = 'fp16'"):
+        Exact(True, "fp16")
 
 
 def test_the_names_of_the_cli_and_unreadable_ones():

@@ -390,9 +390,12 @@ def test_section_7_1_names_every_arithmetic_the_cli_reads_and_what_each_declares
     from nvfp4_suite.reference import arithmetic as A
 
     body = subsection(section("Accuracy and acceptance"), "Declared arithmetic")
-    rows = {row[0].strip("`"): row[1].strip("`") for row in table_rows(body)}
+    tables = [t for t in re.split(r"\n\s*\n", body) if t.lstrip().startswith("|")]
+    assert len(tables) == 2, "section 7.1: expected the names table and the operands table"
+    rows = {row[0].strip("`"): row[1].strip("`") for row in table_rows(tables[0])}
     pattern = "geometry:KxL[,p-bf16][,position]"
-    assert set(rows) == {"exact", "exact-p-bf16", "seed", pattern}
+    operands = "exact[-p-bf16],operands=OPERANDS"
+    assert set(rows) == {"exact", "exact-p-bf16", operands, "seed", pattern}
     # Every form the table names is the one parse_arithmetic reads and refuses others with.
     for name in rows:
         assert name in str(pytest.raises(ValueError, A.parse_arithmetic, "bogus").value)
@@ -402,6 +405,14 @@ def test_section_7_1_names_every_arithmetic_the_cli_reads_and_what_each_declares
     assert A.parse_arithmetic("seed") == g
     assert rows["seed"] == f'Geometry({g.keys_per_max}, {g.keys_per_lane}, {g.p_bf16}, "{g.split_rule}")'
     assert A.parse_arithmetic("geometry:64x16,position") == A.Geometry(64, 16, False, "position")
+    assert rows[operands] == "Exact(p_bf16, operands)"
+    assert A.parse_arithmetic("exact-p-bf16,operands=bf16-folded") == A.Exact(True, "bf16-folded")
+    # Every operand form is listed with the formula the code names for it.
+    formulas = {code(r[0]): code(r[1]) for r in table_rows(tables[1])}
+    assert list(formulas) == list(A.OPERANDS)
+    assert all(formulas[o] == A.operand_formula(o) for o in A.OPERANDS)
+    for f in dataclasses.fields(A.Exact):
+        assert f"`{f.name}`" in body, f"section 7.1 does not define Exact.{f.name}"
     # Every field of Geometry and every split rule is defined in the text.
     for f in dataclasses.fields(A.Geometry):
         assert f"`{f.name}`" in body, f"section 7.1 does not define Geometry.{f.name}"
@@ -448,6 +459,13 @@ def test_slot_list_domain_table_names_every_domain():
     body = subsection(section("Which keys a row sees"), "Slot-list domains")
     listed = [code(r[0]) for r in table_rows(body)]
     assert listed == list(problem.SLOT_LISTS)
+
+
+def test_scale_sign_domain_table_names_every_domain():
+    body = subsection(section("NVFP4 storage"), "Scale-sign domains")
+    listed = [code(r[0]) for r in table_rows(body)]
+    assert listed == list(problem.SCALE_SIGNS)
+    assert "outside_scale_domain" in body
 
 
 def test_export_section_names_every_manifest_field_and_array(tmp_path, monkeypatch):

@@ -6,12 +6,14 @@ exact and the expected outputs follow from the softmax formula alone.
 
 import dataclasses
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import nvfp4_suite.reference as R
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.reference.paged_cache import pool_from_codes
+from nvfp4_suite.reference.formats import e2m1_decode
+from nvfp4_suite.reference.paged_cache import page_views, pool_from_codes, read_pages, unpack_e2m1
 
 ONE = 0x38  # E4M3 byte of 1.0
 CODE = {0.0: 0, 0.5: 1, 1.0: 2, 1.5: 3, 2.0: 4, 3.0: 5, 4.0: 6, 6.0: 7}
@@ -180,3 +182,63 @@ def test_oracle_never_nan_with_large_logits():
                        seq_lens=[700, 129])
     out, lse = R.sparse_decode(p)
     assert not np.isnan(out).any() and not np.isnan(lse).any()
+
+
+# --- declared operands (CONTRACT.md section 7.1) ---------------------------------------
+
+def _bf16(x):
+    """float32 -> bf16 (ml_dtypes, nearest even) -> float32."""
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def _operand(operands, codes, scale_bytes, g):
+    """One key's operands (codes uint8 ``[8, 16]``, its 8 scale bytes) as the formula
+    of section 7.1 says, in float32 IEEE products and ml_dtypes' bf16 rounding (the
+    scale read with its sign)."""
+    x, g = e2m1_decode(codes).astype(np.float32), np.float32(g)
+    s = R.e4m3fn_decode(scale_bytes).astype(np.float32)[:, None]
+    return (_bf16(x * _bf16(s * g)) if operands == "bf16-folded" else _bf16((x * s) * g)).reshape(128)
+
+
+@pytest.mark.parametrize("operands", ["bf16-folded", "bf16-dequant"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_oracle_on_declared_operands_is_a_float64_loop_over_keys(operands, seed):
+    p = random_problem(seed, reqs=2, q_len=2, num_kv_heads=2, topk=4, seq_lens=[200, 300 + 100 * seed],
+                       k_global_scale=0.0125, v_global_scale=0.05)
+    # Half the scale bytes negative: the oracle reads a scale with its sign.
+    pool = p.pool.copy()
+    views = page_views(pool, p.layout, 2)
+    rng = np.random.default_rng(seed)
+    for part in (views.k_scale, views.v_scale):
+        part |= (rng.random(part.shape) < 0.5).astype(np.uint8) << 7
+    p = dataclasses.replace(p, pool=pool)
+    out, lse = R.sparse_decode(p, operands=operands)
+    data = read_pages(pool, p.layout, 2)  # linear V scales
+    want_out, want_lse = np.zeros_like(out), np.full_like(lse, -np.inf)
+    for r in range(p.rows):
+        pos = int(p.positions[r])
+        for h in range(2):
+            ks, vs = [], []
+            for blk in p.topk[h, r]:
+                if not 0 <= blk <= pos // 128:
+                    continue
+                page = p.block_table[r // p.q_len, blk]
+                for t in range(min(128, pos - blk * 128 + 1)):
+                    ks.append(_operand(operands, unpack_e2m1(data.k_data[page, h, t]).reshape(8, 16),
+                                       data.k_scale[page, h, t], 0.0125))
+                    vs.append(_operand(operands, unpack_e2m1(data.v_data[page, h, t]).reshape(8, 16),
+                                       data.v_scale[page, h, t], 0.05))
+            if not ks:
+                continue
+            heads = slice(16 * h, 16 * h + 16)
+            # The global scales are inside the operands: the logits take sm_scale alone.
+            s = p.q[r, heads].astype(np.float64) @ np.array(ks, np.float64).T * p.sm_scale
+            m = s.max(axis=1, keepdims=True)
+            w = np.exp(s - m)
+            want_out[r, heads] = w @ np.array(vs, np.float64) / w.sum(axis=1, keepdims=True)
+            want_lse[r, heads] = (m + np.log(w.sum(axis=1, keepdims=True)))[:, 0]
+    _close64(out, want_out)
+    assert np.allclose(lse, want_lse, rtol=1e-12, atol=0) and (np.isinf(lse) == np.isinf(want_lse)).all()
+    assert np.isfinite(want_lse).sum() > 16  # rows that see keys were checked
+    # The declared operands are not the exact ones here (0.0125 is not a power of two).
+    assert not np.allclose(out, R.sparse_decode(p)[0], rtol=1e-6, atol=0)

@@ -322,3 +322,80 @@ def test_outside_slot_domain_names_the_first_head_row_and_slot():
                                                                                       "compacted lists hold -1")
     with pytest.raises(ValueError, match="slot_lists"):
         outside_slot_domain(p, "sorted")
+
+
+# --- scale-sign domains (outside_scale_domain) ---------------------------------
+
+def _scale_problem():
+    """Request 0 (position 129) sees all of block 0's page and tokens 0, 1 of block 1's;
+    request 1 (position 59) tokens 0..59 of its one page; nothing else is seen."""
+    p = random_problem(11, reqs=2, num_kv_heads=2, topk=4, seq_lens=[130, 60])
+    views = R.read_pages(p.pool, p.layout, 2)
+    assert (views.k_scale < 0x80).all() and (views.v_scale < 0x80).all()  # the quantiser's scales
+    return p
+
+
+def _with_scale(p, kind, page, head, token, group, byte):
+    """``p`` with the (linear) ``kind`` scale byte at (page, head, token, group) set to ``byte``."""
+    pool = p.pool.copy()
+    views = R.page_views(pool, p.layout, p.num_kv_heads)
+    if kind == "K":
+        views.k_scale[page, head, token, group] = byte
+    else:
+        lin = R.unswizzle_v_scales(views.v_scale[page, head])
+        lin[token, group] = byte
+        views.v_scale[page, head] = R.swizzle_v_scales(lin)
+    return dataclasses.replace(p, pool=pool)
+
+
+@pytest.mark.parametrize("kind", ["K", "V"])
+def test_non_negative_domain_is_its_definition_for_every_scale_byte_a_row_reads(kind):
+    from nvfp4_suite.reference.problem import outside_scale_domain
+
+    p = _scale_problem()
+    page = int(p.block_table[1, 0])
+    for byte in range(256):
+        if byte & 0x7F == 0x7F:
+            continue  # E4M3 NaN: invalid input (the validator's)
+        q = _with_scale(p, kind, page, 1, 59, 6, byte).validate()
+        msg = outside_scale_domain(q, "non-negative")
+        assert outside_scale_domain(q, "any") is None
+        if byte < 0x80 or byte == 0x80:  # non-negative, or negative zero (its magnitude's value)
+            assert msg is None, hex(byte)
+        else:
+            value = float(R.e4m3fn_decode(np.uint8(byte)))
+            assert value < 0 and msg.startswith(
+                f"page {page}, KV head 1: {kind} scale of token 59, group 6 is 0x{byte:02X} ({value!r}), negative"), msg
+
+
+def test_negative_scales_of_keys_no_row_sees_are_inside_the_domain():
+    from nvfp4_suite.reference.problem import outside_scale_domain
+
+    p = _scale_problem()
+    spare = sorted(set(range(p.num_pages)) - set(p.block_table[p.block_table >= 0].tolist()))
+    unseen = [(int(p.block_table[0, 1]), 2), (int(p.block_table[1, 0]), 60), (spare[0], 0)]
+    for kind in ("K", "V"):
+        for page, token in unseen:
+            q = _with_scale(p, kind, page, 0, token, 0, 0xB8)  # -1.0
+            assert outside_scale_domain(q, "non-negative") is None, (kind, page, token)
+        # The last key request 0 sees is read.
+        q = _with_scale(p, kind, int(p.block_table[0, 1]), 0, 1, 0, 0xB8)
+        assert outside_scale_domain(q, "non-negative") is not None
+
+
+def test_outside_scale_domain_names_k_before_v_and_the_first_index():
+    from nvfp4_suite.reference.problem import outside_scale_domain
+
+    p = _scale_problem()
+    a, b = sorted([int(p.block_table[0, 0]), int(p.block_table[1, 0])])
+    q = _with_scale(p, "V", a, 0, 0, 0, 0xC0)
+    q = _with_scale(q, "K", b, 1, 9, 3, 0xA0)
+    q = _with_scale(q, "K", b, 1, 4, 7, 0x90)
+    q = _with_scale(q, "K", b, 0, 50, 0, 0x81)  # the smallest negative subnormal
+    assert outside_scale_domain(q, "non-negative").startswith(
+        f"page {b}, KV head 0: K scale of token 50, group 0 is 0x81 (-0.001953125), negative")
+    q = _with_scale(_with_scale(p, "V", b, 1, 4, 7, 0xC0), "V", b, 1, 4, 2, 0xB0)
+    assert outside_scale_domain(q, "non-negative").startswith(
+        f"page {b}, KV head 1: V scale of token 4, group 2 is 0xB0")
+    with pytest.raises(ValueError, match="scale_sign = 'positive', expected one of"):
+        outside_scale_domain(p, "positive")

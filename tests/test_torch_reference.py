@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install -e
 
 from nvfp4_suite.kernels.torch import reference as TR  # noqa: E402
 from nvfp4_suite.kernels.triton.decode import GEOMETRY as TRITON_GEOMETRY  # noqa: E402
-from nvfp4_suite.reference import SEED_GEOMETRY, Geometry, compare  # noqa: E402
+from nvfp4_suite.reference import SEED_GEOMETRY, Exact, Geometry, compare  # noqa: E402
 from nvfp4_suite.reference.compare.tolerance import gamma_exact  # noqa: E402
 from nvfp4_suite.reference.emulate import (  # noqa: E402
     bf16_round_f32,
@@ -30,6 +30,7 @@ from nvfp4_suite.reference.emulate import (  # noqa: E402
     fma_f32,
     split_schedule,
 )
+from nvfp4_suite.reference.examples import random_problem  # noqa: E402
 from nvfp4_suite.reference.formats import bf16_round, bf16_ulp  # noqa: E402
 from nvfp4_suite.reference.oracle import oracle_details  # noqa: E402
 from nvfp4_suite.vectors import catalog  # noqa: E402
@@ -215,3 +216,21 @@ def test_gpu_exp2_equals_numpy_for_every_float32_argument_the_emulation_meets():
         diff = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
         bad += [hex(int(bits[i])) for i in diff[:5]]
     assert not bad, f"float32 arguments whose CUDA exp2 differs from numpy's: {bad[:20]}"
+
+
+@pytest.mark.parametrize("operands", ["bf16-folded", "bf16-dequant"])
+def test_the_oracle_on_declared_operands_runs_the_same_text_in_torch(operands):
+    # Global scales that round (0.0125, 0.05): the operand table, gathered in torch, is the
+    # whole difference from the exact operands.
+    p = random_problem(7, reqs=2, q_len=2, num_kv_heads=2, topk=6, k_global_scale=0.0125, v_global_scale=0.05)
+    arith = Exact(True, operands)
+    a = oracle_details(p, operands=operands)
+    b = oracle_details(p, ops=TR.TorchOps("cpu"), operands=operands)
+    two_e = 2 * compare.oracle_noise(p, a[2], a[3], a[4], operands=operands)
+    assert np.all(np.abs(a[0] - b[0]) <= two_e) and np.all(np.abs(a[2] - b[2]) <= two_e)
+    assert _bits_equal(a[4], b[4])
+    ia = compare.interval_from_oracle(p, a, geometry=arith)
+    ib = compare.interval_from_oracle(p, b, geometry=arith)
+    for f in ("lo", "hi", "nearest"):
+        assert _bits_equal(getattr(ia, f), getattr(ib, f)), f
+    assert not _bits_equal(a[0], oracle_details(p)[0])  # the operands are not the exact ones

@@ -99,6 +99,31 @@ is emulated with its own rule.
    needs no such term: it is the float32 value the emulated kernel holds,
    exactly.)
 
+6. Declared operands (oracle only; ``Exact(p_bf16, operands)``, CONTRACT.md
+   section 7.1). A kernel whose K and V enter its dots as rounded operands
+   ``k'``, ``v'`` (``bf16-folded``: ``bf16(e2m1 * bf16(fp32(e4m3 * g)))``;
+   ``bf16-dequant``: ``bf16(fp32(fp32(e2m1 * e4m3) * g))``), the global
+   scales folded in and applied nowhere else, is judged against the oracle
+   computed on exactly those operands (``oracle_details(operands=...)``):
+   each operand is a bf16 value, exact in float64, so its rounding is part
+   of ``pre``, not of ``delta``. What is left is the exact class's float32
+   chain on other inputs, and every term keeps its form with the units the
+   kernel computes in: ``A = sum_k p_k |v'_k| / l`` and ``sum_k |v'_k|``
+   (``v_global`` 1: the output is ``acc / l``, no later product, so term 4's
+   ``(64 + 8 TOPK) v_global`` becomes ``64 + 8 TOPK``); the scores are
+   ``q.k'`` (products of two bf16 values, exact in float32), scaled by
+   ``c = softmax_constant(sm_scale, 1) = fp32(sm_scale log2 e)``, so term
+   1's ``eta = 2 ln2 c 128 u max_k sum|q_d k'_d|``; gamma is the exact
+   class's and P's rounding the same ``2**-8 (1 + 2**-7) A`` where
+   ``p_bf16``; term 5 has ``k_global = v_global = 1``
+   (``nvfp4_suite.reference.arrays.applied_global_scales`` is the one home
+   of which scales a declaration applies after its dots). With
+   power-of-two global scales (and no underflow) nothing rounds: the bf16
+   operands are the exact products times ``g`` (at most 6 significant
+   bits); otherwise the exact class's interval, whose ``pre`` holds the
+   unrounded products, does not contain such a kernel
+   (tests/test_thirdparty_bf16.py).
+
 Then the same interval, ``rne(exact - delta) <= got <= rne(exact + delta)``,
 which the old ``|got - exact| <= delta + ulp(|exact| + delta) / 2`` matched
 except at binade edges.
@@ -115,13 +140,13 @@ import dataclasses
 
 import numpy as np
 
-from ..arithmetic import SEED_GEOMETRY, Exact, Geometry, p_rounded
-from ..arrays import NUMPY
-from ..emulate import F32_EPS, emulate_details, kernel_constant
+from ..arithmetic import SEED_GEOMETRY, Exact, Geometry, operands_of, p_rounded
+from ..arrays import NUMPY, applied_global_scales
+from ..emulate import F32_EPS, emulate_details
 from ..formats import bf16_round
 from ..oracle import oracle_details
 from ..paged_cache import BLK, D
-from ..problem import DecodeProblem
+from ..problem import DecodeProblem, softmax_constant
 
 P_BF16_REL = 2.0**-8 * (1 + 2.0**-7)
 F64_EPS = 2.0**-53  # unit roundoff of float64 (term 5)
@@ -214,24 +239,27 @@ def gamma_exact(problem: DecodeProblem, eps: float) -> float:
     return (2 * BLK * problem.TOPK + 64) * eps
 
 
-def oracle_noise(problem: DecodeProblem, magnitude, score_abs, abs_v_sum) -> np.ndarray:
+def oracle_noise(problem: DecodeProblem, magnitude, score_abs, abs_v_sum, *, operands: str = "exact") -> np.ndarray:
     """Term 5 of the module note: E, the bound on the distance from the oracle's
     float64 output to the real value, float64 ``[rows, H, 128]``.
 
     magnitude, abs_v_sum: float64 ``[rows, H, 128]``; score_abs: float64
     ``[rows, H]``; all three as ``nvfp4_suite.reference.oracle.oracle_details``
-    returns them.
+    returns them for ``operands`` (one of ``nvfp4_suite.reference.arithmetic.OPERANDS``).
     """
-    kscale = problem.sm_scale * problem.k_global_scale
+    kg, vg = applied_global_scales(problem, operands)
+    kscale = problem.sm_scale * kg
     eta = (2 * kscale * (D + 1) * F64_EPS * np.asarray(score_abs, np.float64))[..., None]
     n_ops = 2 * BLK * problem.TOPK + 64
-    under = 2.0**-1074 * (abs_v_sum + n_ops * problem.v_global_scale + 1)
+    under = 2.0**-1074 * (abs_v_sum + n_ops * vg + 1)
     return (gamma_exact(problem, F64_EPS) + 2 * eta) * magnitude + under
 
 
-def _underflow(problem: DecodeProblem, abs_v_sum: np.ndarray) -> np.ndarray:
-    """Term 4 of the module note: U for each element."""
-    return 2.0**-125 * (abs_v_sum + (64 + 8 * problem.TOPK) * problem.v_global_scale) + 2.0**-126
+def _underflow(problem: DecodeProblem, abs_v_sum: np.ndarray, operands: str) -> np.ndarray:
+    """Term 4 of the module note: U for each element (``v_global`` the scale applied
+    after the PV sum for ``operands``)."""
+    vg = applied_global_scales(problem, operands)[1]
+    return 2.0**-125 * (abs_v_sum + (64 + 8 * problem.TOPK) * vg) + 2.0**-126
 
 
 def interval_vs_emulation(problem: DecodeProblem, *, splits: int = 1,
@@ -248,7 +276,7 @@ def interval_from_emulation(problem: DecodeProblem, e, *, splits: int, geometry:
     ``splits`` and ``geometry``."""
     gamma = gamma_emulated(problem, geometry, splits)
     eta = e.score_noise.astype(np.float64)[..., None]
-    delta = e.flip_risk + (gamma + 2 * eta) * e.magnitude + _underflow(problem, e.abs_v_sum)
+    delta = e.flip_risk + (gamma + 2 * eta) * e.magnitude + _underflow(problem, e.abs_v_sum, operands_of(geometry))
     return _interval(e.pre_round.astype(np.float64), delta, shared=e.flip_risk)
 
 
@@ -260,27 +288,30 @@ def interval_vs_oracle(problem: DecodeProblem, *, p_bf16: bool | None = None,
     p_bf16: the implementation rounds P to bf16 before the PV product (adds
     ``2**-8 (1 + 2**-7) A`` to ``delta``); None: as ``geometry`` says, False
     for the exact class. geometry None or an ``Exact``: the exact class's gamma;
-    a ``Geometry``: its chain's. ops, pool: where the oracle runs.
+    a ``Geometry``: its chain's. The oracle computes on the operands the
+    declaration names (``operands_of``). ops, pool: where the oracle runs.
     """
-    details = oracle_details(problem, ops=ops, pool=pool)
+    details = oracle_details(problem, ops=ops, pool=pool, operands=operands_of(geometry))
     return interval_from_oracle(problem, details, p_bf16=p_bf16, geometry=geometry, splits=splits)
 
 
 def interval_from_oracle(problem: DecodeProblem, details, *, p_bf16: bool | None = None,
                          geometry: Geometry | Exact | None = None, splits: int = 1) -> Interval:
     """The acceptance interval from ``details``, the tuple ``oracle_details`` returns
-    (from either reference) for ``problem``; p_bf16, geometry: as for
-    ``interval_vs_oracle``."""
+    (from either reference) for ``problem``, computed on the operands ``geometry``
+    names (``operands_of``); p_bf16, geometry: as for ``interval_vs_oracle``."""
     p_bf16 = resolve_p_bf16(p_bf16, geometry)
+    operands = operands_of(geometry)
     out, _, mag, sabs, vsum = details
-    c = float(kernel_constant(problem))
+    # The kernel's score scale: its constant times the global scale it applies to the logits.
+    c = float(softmax_constant(problem.sm_scale, applied_global_scales(problem, operands)[0]))
     eta = (2 * np.log(2) * c * D * F32_EPS * sabs)[..., None]
     if geometry is None or isinstance(geometry, Exact):
         gamma = gamma_exact(problem, F32_EPS)
     else:
         gamma = gamma_emulated(problem, geometry, splits)
     delta = (gamma + 2 * eta) * mag * (1 + P_BF16_REL) + (P_BF16_REL * mag if p_bf16 else 0.0)
-    delta = delta + _underflow(problem, vsum) + oracle_noise(problem, mag, sabs, vsum)
+    delta = delta + _underflow(problem, vsum, operands) + oracle_noise(problem, mag, sabs, vsum, operands=operands)
     return _interval(out, delta, shared=P_BF16_REL * mag if p_bf16 else 0.0)
 
 
@@ -294,13 +325,17 @@ def backend_interval(problem: DecodeProblem, *, geometry: Geometry | Exact | Non
                      ops=NUMPY, pool=None) -> tuple[Interval, str]:
     """The interval for a problem and a declared arithmetic: ``(interval, against)``,
     the acceptance interval for a backend of ``geometry`` (the exact oracle's
-    for None; the exact oracle's with P's bf16 rounding for ``Exact(p_bf16=True)``;
-    otherwise the emulation of that ``Geometry`` at ``splits``) and how reports
-    name it. ops, pool: where the references run (``nvfp4_suite.reference.arrays``)."""
-    if geometry is None or geometry == Exact(False):
-        return interval_vs_oracle(problem, p_bf16=False, ops=ops, pool=pool), "oracle"
-    if isinstance(geometry, Exact):
-        return interval_vs_oracle(problem, geometry=geometry, ops=ops, pool=pool), "oracle (exact class, P in bf16)"
+    for None; for an ``Exact``, the exact oracle's on its declared operands, with
+    P's bf16 rounding where ``p_bf16``; otherwise the emulation of that
+    ``Geometry`` at ``splits``) and how reports name it, e.g. ``oracle`` or
+    ``oracle (exact class, P in bf16, operands bf16-folded)``. ops, pool: where
+    the references run (``nvfp4_suite.reference.arrays``)."""
+    if geometry is None or isinstance(geometry, Exact):
+        operands = operands_of(geometry)
+        terms = ((", P in bf16" if p_rounded(geometry) else "")
+                 + ("" if operands == "exact" else f", operands {operands}"))
+        against = f"oracle (exact class{terms})" if terms else "oracle"
+        return interval_vs_oracle(problem, geometry=geometry, ops=ops, pool=pool), against
     return (interval_vs_emulation(problem, splits=splits, geometry=geometry, ops=ops, pool=pool),
             f"emulation({geometry_name(geometry)}, splits={splits})")
 
