@@ -46,7 +46,7 @@ def test_failing_backend_exits_1_saves_a_repro_and_replay_reproduces_it(tmp_path
     assert r.returncode == 0, r.stdout + r.stderr
     spec = "test_cli_helpers:HeadMod"
     helper = tmp_path / "test_cli_helpers.py"
-    helper.write_text("from mutants import NumpyKernel\n\n\ndef HeadMod():\n    return NumpyKernel('head_mod')\n")
+    helper.write_text("from nvfp4_suite.kernels.mutants import NumpyKernel\n\n\ndef HeadMod():\n    return NumpyKernel('head_mod')\n")
     env["PYTHONPATH"] += ":" + str(tmp_path)
     r = _run("check", "--backend", spec, "--examples", "20", "--no-golden", "--splits", "1", env_extra=env)
     assert r.returncode == 1, r.stdout + r.stderr
@@ -132,11 +132,12 @@ def test_a_reference_backend_run_ends_by_saying_how_to_check_your_kernel():
 
 def test_ctrl_c_is_a_message_and_exit_2(monkeypatch, capsys):
     from nvfp4_suite.vectors import cli
+    from nvfp4_suite.vectors.engine import check
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "check_generated", interrupted)
+    monkeypatch.setattr(check, "check_generated", interrupted)
     assert cli.main(["check", "--backend", "emulate", "--no-golden", "--examples", "3"]) == 2
     assert "interrupted: no verdict" in capsys.readouterr().err
 
@@ -652,14 +653,16 @@ def test_json_report_of_a_conformant_run_validates_with_golden_and_generated_par
 def test_json_report_is_written_for_an_interrupted_run_and_for_no_verdict(small_builtin, tmp_path, monkeypatch,
                                                                           capsys):
     from nvfp4_suite.vectors import cli
+    from nvfp4_suite.vectors.engine import check
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "check_generated", interrupted)
+    monkeypatch.setattr(check, "check_generated", interrupted)
     assert cli.main(["check", "--backend", "emulate", "--examples", "3", "--json", str(tmp_path / "i.json")]) == 2
     data = _json_report(tmp_path / "i.json")
-    assert data["verdict"] == "INTERRUPTED" and data["exit_code"] == 2 and data["catalogs"][0]["counts"]["PASS"] == 2
+    assert data["verdict"] == "NO VERDICT" and data["interrupted"] and data["exit_code"] == 2
+    assert data["catalogs"][0]["counts"]["PASS"] == 2
     assert cli.main(["check", "--no-golden", "--examples", "0", "--json", str(tmp_path / "n.json")]) == 2
     data = _json_report(tmp_path / "n.json")
     assert data["verdict"] == "NO VERDICT" and "nothing to check" in data["reason"]

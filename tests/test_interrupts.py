@@ -26,7 +26,7 @@ def test_a_signal_is_the_users_interrupt_and_names_itself(sig):
 
 
 def test_reader_gone_sees_a_closed_pipe():
-    code = ("import time, sys\nfrom nvfp4_suite.vectors import interrupts\n"
+    code = ("import time, sys\nfrom nvfp4_suite.vectors.engine import interrupts\n"
             "print(interrupts.reader_gone(), file=sys.stderr, flush=True)\nprint('x', flush=True)\n"
             "time.sleep(1)\nprint(interrupts.reader_gone(), file=sys.stderr)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

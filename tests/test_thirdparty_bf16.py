@@ -27,7 +27,7 @@ from nvfp4_suite.reference.compare import backend_interval, compare_with_interva
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.paged_cache import page_views
 from nvfp4_suite.reference.problem import outside_scale_domain
-from nvfp4_suite.vectors.strategies import problems
+from nvfp4_suite.vectors.engine.strategies import problems
 
 P_EXACT = Exact(False, "bf16-folded")  # the model's arithmetic where P is exact (module note)
 

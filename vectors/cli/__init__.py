@@ -112,7 +112,7 @@ def _printing(run, part: str) -> None:
     elif part == "serving":
         _say(*run.serving.lines)
     elif part == "case":
-        _say(*render.replay_lines(run.case))
+        _say(*render.replay_lines(run.case, run.problem))
 
 
 def _hooks() -> Hooks:
@@ -135,7 +135,11 @@ def cmd_check(args) -> Verdict:
     run = args.run = CheckRun(config)
     verdict = run_check(run, _hooks())
     _clear_bar()
-    _say(render.verdict_line(run, verdict))
+    if verdict.kind is Kind.NO_VERDICT and verdict.interrupted:
+        print(f"\ninterrupted ({run.stopped}): no verdict; " + render.verdict_line(run, verdict).split("; ", 1)[1],
+              file=sys.stderr)
+    else:
+        _say(render.verdict_line(run, verdict))
     if verdict.kind is Kind.CONFORMANT and run.subject.spec in REFERENCE_BACKENDS:
         _say(f"This checked the suite's own {run.subject.spec!r} backend. To check your kernel: "
              "python -m nvfp4_suite.vectors check --backend yourpkg.module:YourBackend (docs/backends.md).")

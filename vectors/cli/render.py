@@ -196,7 +196,9 @@ def verdict_line(run, verdict) -> str:
     ``ReplayRun``): the verdict, the backend and what was judged."""
     name = shown(run.subject.name) if run.subject is not None else "?"
     if hasattr(run, "catalogs"):
-        return f"{verdict.head()}: backend {name}; " + "; ".join(_check_summary(run))
+        parts = _check_summary(run)
+        took = parts.pop() if run.seconds is not None else None
+        return f"{verdict.head()}: backend {name}; " + ", ".join(parts) + (f"; {took}" if took else "")
     c = run.case
     ran = 0 if c is None else len(c.ran)
     failed = 0 if c is None else len(c.failures)
@@ -205,9 +207,10 @@ def verdict_line(run, verdict) -> str:
             + (f", {skipped} outside the backend's capabilities" if skipped else "") + ")")
 
 
-def replay_lines(case) -> list[str]:
-    """The report of a replayed case file (a ``CaseResult``): per launch run its
-    report (PASS, or the failure), per launch skipped why."""
+def replay_lines(case, problem) -> list[str]:
+    """The report of a replayed case file (a ``CaseResult`` of ``problem``): per
+    launch run its report (PASS, or the failure; a crash as ``FAIL: backend
+    raised ...``), per launch skipped why."""
     out = []
     failures = {f.launch: f for f in case.failures}
     if case.expected_error:
@@ -215,7 +218,8 @@ def replay_lines(case) -> list[str]:
                    + ("PASS" if not failures else "FAIL"))
     for launch in case.ran:
         f = failures.get(launch)
-        out.append(f"{launch.describe()}: " + ("PASS" if f is None else f.text))
+        text = "PASS" if f is None else f.text if f.report is not None or case.expected_error else f"FAIL: {f.text}"
+        out.append(f"{launch.describe(problem)}: {text}")
     for launch, why in case.skipped:
-        out.append(f"{launch.describe()}: SKIPPED: {why}")
+        out.append(f"{launch.describe(problem)}: SKIPPED: {why}")
     return out

@@ -58,7 +58,7 @@ def outcome(fn: Callable[[], Verdict | int], before_print: Callable[[], None] | 
         return no_verdict("stdout's reader went away", interrupted=True)
     except KeyboardInterrupt as e:
         why = e.reason if isinstance(e, interrupts.Interrupted) else "KeyboardInterrupt"
-        say(f"\ninterrupted ({why}): no verdict")
+        say(f"\ninterrupted{f' ({why})' if isinstance(e, interrupts.Interrupted) else ''}: no verdict")
         return no_verdict(f"interrupted ({why})", interrupted=True)
     except SystemExit as e:
         # Backend calls are guarded by the harness; this is code reached some

@@ -701,6 +701,7 @@ class ReplayRun:
 
     config: ReplayConfig
     subject: Subject | None = None
+    problem: DecodeProblem | None = None
     case: CaseResult | None = None
     verdict: Verdict | None = None
     seconds: float | None = None
@@ -718,6 +719,7 @@ def run_replay(run: ReplayRun, hooks: Hooks | None = None) -> Verdict:
     hooks = hooks or Hooks()
     config = run.config
     problem, meta, extra = load_case(config.file)
+    run.problem = problem
     expected_error = meta.get("expected_error")
     if not expected_error:
         try:

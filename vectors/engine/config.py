@@ -16,6 +16,7 @@ from nvfp4_suite.kernels.protocol import DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES,
 from nvfp4_suite.reference.arithmetic import parse_arithmetic
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.engine import interrupts
+from nvfp4_suite.vectors.engine.harness import shown
 from nvfp4_suite.vectors.engine.verdict import SetupError
 
 # The backends ``check`` picks from when none is named, best first.
@@ -62,6 +63,8 @@ class CheckConfig:
             return f"--timeout {self.timeout:g}: must be > 0 seconds"
         if self.shape == "small" and not self.golden and self.examples == 0:
             return "nothing to check: --no-golden with --examples 0"
+        if self.shape == "serving" and self.examples == 0:
+            return "--shape serving checks generated problems: give --examples > 0"
         return None
 
 
@@ -179,7 +182,7 @@ def load_subject(config: CheckConfig) -> Subject:
     if config.splits:
         bad = [s for s in config.splits if s not in caps.splits]
         if bad:
-            raise SetupError(f"--splits {bad}: backend {backend.name!r} supports {list(caps.splits)}")
+            raise SetupError(f"--splits {bad}: backend {shown(backend.name)} supports {list(caps.splits)}")
     timeout = None
     if config.isolate or config.timeout is not None:
         timeout = float(config.timeout if config.timeout is not None else caps.launch_timeout_s)
