@@ -50,8 +50,9 @@ def _groups(problem: DecodeProblem, chunk_bytes: int):
     Yields ``(sel, slots)``: int64 numpy ``[n]`` pair indices (pair-major, as
     ``ProblemArrays``) and int64 ``[n, c]`` the slot indices of each pair's
     ``c`` valid slots in slot order. One count per chunk, so no chunk carries
-    padding and a pair's arithmetic does not depend on the others'; chunks hold
-    at most ``chunk_bytes`` of float64 working set.
+    padding and a pair's arithmetic does not depend on the others'. A chunk's
+    float64 working set (K, V and their absolute values) stays within
+    ``chunk_bytes``, or is one pair's.
     """
     valid = problem.valid_slots.reshape(-1, problem.TOPK)
     count = valid.sum(axis=1)
