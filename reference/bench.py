@@ -1,12 +1,16 @@
 """Benchmark of the reference implementations against a float32 floor.
 
-``python -m nvfp4_suite.reference.bench [--reps N] [--what oracle,emulate]``
+``python -m nvfp4_suite.reference.bench [--reps N] [--what oracle,emulate] [--reqs N]``
 
 Builds the production-size step (64 requests, q_len 1, Hkv 4, TOPK 16, every
 row sees 2048 keys, token_rows) and times each reference function against a
 floor measured in the same run: a plain float32 softmax attention (two
-batched matmuls) over the same number of keys, already dequantised. Prints
-each time, its ratio to the floor, and the peak memory numpy allocated.
+batched einsum contractions) over the same number of keys, already
+dequantised. Prints each time, its ratio to the floor, and the peak memory
+numpy allocated. With ``oracle`` it then times the oracle on the same step
+with 2 to 6 of the 16 slots of each (KV head, row) valid (as in generated
+problems, where 17-32% are), against the same floor over exactly those
+valid keys: the oracle's work should follow the keys a row sees, not TOPK.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from .paged_cache import BLK, D, page_bytes, page_views
 from .problem import HG, DecodeProblem
 
 
-def production_problem(seed: int = 0, reqs: int = 64, num_kv_heads: int = 4, topk: int = 16) -> DecodeProblem:
-    """Production-size problem with random bytes: every row sees ``topk * 128`` keys.
+def production_problem(seed: int = 0, reqs: int = 64, num_kv_heads: int = 4, topk: int = 16,
+                       valid: tuple[int, int] | None = None) -> DecodeProblem:
+    """Production-size problem with random bytes: every row sees ``topk * 128`` keys,
+    or with ``valid = (lo, hi)`` only the first ``n`` slots of each (KV head, row)
+    hold a block id (``n`` drawn in ``lo..hi``), the rest ``-1``.
 
     Codes are uniform; scale bytes are drawn from 0x30..0x40 (0.5..2), so the
     pool is valid without the cost of quantising float data.
@@ -39,6 +46,9 @@ def production_problem(seed: int = 0, reqs: int = 64, num_kv_heads: int = 4, top
     ids = np.stack([
         np.stack([rng.permutation(topk) for _ in range(reqs)]) for _ in range(num_kv_heads)
     ]).astype(np.int32)
+    if valid is not None:
+        n = rng.integers(valid[0], valid[1] + 1, ids.shape[:2])
+        ids[np.arange(topk) >= n[..., None]] = -1
     return DecodeProblem(
         q=bf16_round(rng.standard_normal((reqs, HG * num_kv_heads, D))),
         pool=pool,
@@ -55,12 +65,33 @@ def production_problem(seed: int = 0, reqs: int = 64, num_kv_heads: int = 4, top
 
 
 def float32_floor(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Plain softmax attention in float32: q ``[B,16,128]``, k/v ``[B,N,128]``."""
-    s = np.matmul(q, k.transpose(0, 2, 1)) * np.float32(D**-0.5)
+    """Plain softmax attention in float32: q ``[B,16,128]``, k/v ``[B,N,128]`` -> ``[B,16,128]``.
+
+    ``optimize=True`` lets einsum hand each contraction to BLAS, as matmul would:
+    a slower floor would flatter the ratios.
+    """
+    s = np.einsum("bhd,bkd->bhk", q, k, optimize=True) * np.float32(D**-0.5)
     s -= s.max(axis=-1, keepdims=True)
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
-    return np.matmul(s, v)
+    return np.einsum("bhk,bkd->bhd", s, v, optimize=True)
+
+
+def valid_key_operands(p: DecodeProblem, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The floor's float32 operands over the keys the oracle reads: for each count
+    ``c`` of valid slots, ``(q [n,16,128], k [n,c*128,128], v [n,c*128,128])`` for
+    the ``n`` (KV head, row) pairs with that count (random K/V: the floor's time
+    does not depend on the values)."""
+    rng = np.random.default_rng(seed)
+    count = p.valid_slots.sum(axis=-1).reshape(-1)
+    q = p.q.reshape(p.rows, p.num_kv_heads, HG, D).transpose(1, 0, 2, 3).reshape(-1, HG, D)
+    out = []
+    for c in np.unique(count[count > 0]):
+        sel = count == c
+        shape = (int(sel.sum()), int(c) * BLK, D)
+        out.append((q[sel], rng.standard_normal(shape, dtype=np.float32),
+                    rng.standard_normal(shape, dtype=np.float32)))
+    return out
 
 
 def _timed(fn, reps: int) -> tuple[float, int]:
@@ -82,17 +113,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.reference.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions; the minimum is reported")
     ap.add_argument("--what", default="oracle,emulate", help="comma-separated: oracle, emulate")
+    ap.add_argument("--reqs", type=int, default=64, help="requests of the step (64: production size)")
     args = ap.parse_args(argv)
-    print("building the production-size problem (64 req x Hkv 4 x TOPK 16, 2048 keys a row)...", flush=True)
-    p = production_problem()
+    print(f"building the production-size problem ({args.reqs} req x Hkv 4 x TOPK 16, 2048 keys a row)...",
+          flush=True)
+    p = production_problem(reqs=args.reqs)
     n_pairs, n_keys = p.rows * p.num_kv_heads, p.TOPK * BLK
     rng = np.random.default_rng(1)
     q32 = p.q.reshape(n_pairs, HG, D)
     k32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
     v32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
     floor, floor_peak = _timed(lambda: float32_floor(q32, k32, v32), args.reps)
-    print(f"{'what':<10} {'seconds':>9} {'x floor':>8} {'peak MiB':>9}")
-    print(f"{'floor':<10} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (K/V inputs: "
+    print(f"{'what':<12} {'seconds':>9} {'x floor':>8} {'peak MiB':>9}")
+    print(f"{'floor':<12} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (K/V inputs: "
           f"{(k32.nbytes + v32.nbytes) / 2**20:.0f} MiB, not counted)")
     whats = [w.strip() for w in args.what.split(",") if w.strip()]
     fn: Callable[[DecodeProblem], object]  # the reference timed: either one's output is discarded
@@ -104,10 +137,28 @@ def main(argv=None) -> int:
         else:
             ap.error(f"--what: unknown {what!r}")
         t, peak = _timed(lambda: fn(p), args.reps)
-        print(f"{what:<10} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
+        print(f"{what:<12} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
     whole = p.num_pages * p.num_kv_heads * 2 * BLK * D * 8
     print(f"(a float64 dequantised copy of the whole pool would be {whole / 2**20:.0f} MiB)")
+    if "oracle" in whats:
+        _valid_keys(args.reqs, args.reps)
     return 0
+
+
+def _valid_keys(reqs: int, reps: int) -> None:
+    """The oracle against the float32 floor over the same valid keys (module note)."""
+    from .oracle import sparse_decode
+
+    p = production_problem(reqs=reqs, valid=(2, 6))
+    operands = valid_key_operands(p)
+    keys = sum(k.shape[0] * k.shape[1] for _, k, _ in operands)
+    print(f"the same step with 2..6 of 16 slots valid a row ({keys / (p.rows * p.num_kv_heads):.0f} "
+          f"of 2048 keys a row on average):")
+    floor, floor_peak = _timed(lambda: [float32_floor(*x) for x in operands], reps)
+    print(f"{'floor-valid':<12} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (float32 einsum "
+          f"over the valid keys only)")
+    t, peak = _timed(lambda: sparse_decode(p), reps)
+    print(f"{'oracle-valid':<12} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
 
 
 if __name__ == "__main__":

@@ -52,16 +52,36 @@ def oracle_details(problem: DecodeProblem, *, ops=NUMPY, pool=None,
     return _attend(problem, True, ops, pool, operands)
 
 
+def _groups(problem: DecodeProblem, chunk_bytes: int):
+    """The (row, KV head) pairs that see a key, in chunks of equal valid-slot count.
+
+    Yields ``(sel, slots)``: int64 numpy ``[n]`` pair indices (pair-major, as
+    ``ProblemArrays``) and int64 ``[n, c]`` the slot indices of each pair's
+    ``c`` valid slots in slot order. One count per chunk, so no chunk carries
+    padding and a pair's arithmetic does not depend on the others'. A chunk's
+    float64 working set (K, V and their absolute values) stays within
+    ``chunk_bytes``, or is one pair's.
+    """
+    valid = problem.valid_slots.reshape(-1, problem.TOPK)
+    count = valid.sum(axis=1)
+    # A stable sort of "not valid" puts each pair's valid slots first, in slot order.
+    order = np.argsort(~valid, axis=1, kind="stable")
+    for c in np.unique(count[count > 0]):
+        members = np.flatnonzero(count == c)
+        step = max(1, chunk_bytes // (4 * int(c) * BLK * D * 8))
+        for lo in range(0, len(members), step):
+            sel = members[lo : lo + step]
+            yield sel, order[sel, :c]
+
+
 def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
     xp = ops.xp
     # The key mask (one byte per key, twice), out, lse and the details' float64 arrays.
     check_reference_budget("the oracle", problem, problem.num_kv_heads * problem.rows
                            * (2 * problem.TOPK * BLK + HG * (2 * D + 2) * 8 + D * 8))
     a = ProblemArrays(problem, ops, pool)
-    P, topk = a.P, problem.TOPK
+    P = a.P
     f64 = ops.float64
-    # [Hkv, rows] pairs, flattened; each pair is one matrix problem of 16 heads.
-    mask = a.mask.reshape(P, topk * BLK)
     kg, vg = applied_global_scales(problem, operands)
     kscale = problem.sm_scale * kg
 
@@ -71,25 +91,22 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
         mag = ops.zeros((P, HG, D), f64)
         sabs = ops.zeros((P, HG), f64)
         vsum = ops.zeros((P, D), f64)
-    live = ops.nonzero(ops.any_of(mask, 1))[0]
-    # Bound on the float64 working set of one chunk of (row, KV head) pairs.
-    step = max(1, ops.chunk_bytes // (4 * topk * BLK * D * 8))
-    for lo in range(0, len(live), step):
-        sel = live[lo : lo + step]
-        n = len(sel)
-        hd = xp.broadcast_to(a.heads[sel][:, None], (n, topk)).reshape(-1)
-        k, v = a.kv(a.pages[sel].reshape(-1), hd, operands)
-        # Invalid slots were gathered from page 0, which may hold anything (even
-        # NaN scales): their keys are masked, but 0 * NaN would still leak.
-        dead = ~a.valid[sel].reshape(-1)[:, None, None]
-        if ops.any(dead):
-            k, v = xp.where(dead, 0.0, k), xp.where(dead, 0.0, v)
-        k = k.reshape(n, topk * BLK, D)
-        v = v.reshape(n, topk * BLK, D)
+    # Only valid slots are gathered: work scales with the keys a row sees, not with
+    # TOPK. A valid slot reads a checked slab (no NaN scale) and always shows at
+    # least its block's first key, so a pair with a valid slot sees a key.
+    for sel_np, slots_np in _groups(problem, ops.chunk_bytes):
+        n, c = slots_np.shape
+        sel, slots = ops.asarray(sel_np), ops.asarray(slots_np)
+        hd = xp.broadcast_to(a.heads[sel][:, None], (n, c)).reshape(-1)
+        k, v = a.kv(a.pages[sel[:, None], slots].reshape(-1), hd, operands)
+        k = k.reshape(n, c * BLK, D)
+        v = v.reshape(n, c * BLK, D)
         q = a.q[sel]
-        see = mask[sel][:, None, :]
+        # Per key: the row's own block is cut at its position even though its slot is valid.
+        see = a.mask[sel[:, None], slots].reshape(n, 1, c * BLK)
         s = xp.matmul(q, xp.swapaxes(k, 1, 2)) * kscale
-        if ops.any(~see):
+        cut = ops.any(~see)
+        if cut:
             s = xp.where(see, s, -math.inf)
         m = ops.amax(s, -1)[..., None]
         # In place (both libraries): the chunk's largest temporaries are reused.
@@ -101,10 +118,13 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
         out[sel] = o
         lse[sel] = (m + xp.log(denom))[..., 0]
         if details:
-            mag[sel] = xp.matmul(p, xp.abs(v)) * (vg / denom)
+            # Exact, not merely bounds: the golden catalog stores intervals (and
+            # ``magnitude``) computed from them (tolerance.py's module note).
+            av = xp.abs(v)
+            mag[sel] = xp.matmul(p, av) * (vg / denom)
+            vsum[sel] = xp.matmul(ops.f64(see), av)[:, 0] * vg
             sa = xp.matmul(xp.abs(q), xp.swapaxes(xp.abs(k), 1, 2))
-            sabs[sel] = ops.amax(xp.where(see, sa, 0.0), -1)
-            vsum[sel] = xp.matmul(ops.f64(see), xp.abs(v))[:, 0] * vg
+            sabs[sel] = ops.amax(xp.where(see, sa, 0.0) if cut else sa, -1)
     lse = a.back(lse[..., None])[..., 0]
     if not details:
         return a.back(out), lse

@@ -10,6 +10,7 @@ from nvfp4_suite.reference.compare import (
     bf16_interval,
     compare_with_emulation,
     compare_with_oracle,
+    interval_from_oracle,
     interval_vs_emulation,
     oracle_noise,
 )
@@ -137,3 +138,20 @@ def test_the_oracle_lies_within_its_own_noise_bound_of_an_extended_precision_eva
         assert np.all(err <= bound), f"seed {seed}: {int((err > bound).sum())} elements beyond E"
         subnormal += int(((out != 0) & (np.abs(out) < 2.0**-1022)).sum())
     assert subnormal > 0, "no float64-subnormal output: the underflow part of E went untested"
+
+
+def test_an_upper_bound_of_any_oracle_input_only_widens_the_interval():
+    """The module note's "The inputs": ``delta`` increases with magnitude, score_abs and
+    abs_v_sum, so a bound in place of an exact value keeps every interval containing the
+    exact one (and magnitude and score_abs do move ends: the exact values are not idle)."""
+    p = random_problem(19, reqs=3, q_len=2, num_kv_heads=2, topk=8)
+    details = oracle_details(p)
+    exact = interval_from_oracle(p, details)
+    for i, name in ((2, "magnitude"), (3, "score_abs"), (4, "abs_v_sum")):
+        bound = list(details)
+        bound[i] = details[i] * 2
+        iv = interval_from_oracle(p, tuple(bound))
+        assert np.all(iv.delta >= exact.delta), name
+        assert np.all(iv.lo <= exact.lo) and np.all(iv.hi >= exact.hi), name
+        if name != "abs_v_sum":  # term 4's 2**-125 scale moves no end of these outputs
+            assert np.any((iv.lo < exact.lo) | (iv.hi > exact.hi)), name

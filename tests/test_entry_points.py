@@ -10,6 +10,7 @@ Found with ``grep -rln "__main__" --include=*.py reference kernels vectors``;
 ``test_every_entry_point_is_listed_here`` keeps the list complete."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,11 +135,16 @@ def test_protocol_prints_the_readme_section():
     assert r.returncode == 0 and r.stdout == README_SECTION
 
 
-def test_reference_bench_times_the_emulation_against_the_floor():
-    r = _m("nvfp4_suite.reference.bench", "--reps", "1", "--what", "emulate")
+def test_reference_bench_times_both_references_against_the_floors():
+    # 4 requests, not 64: the command's lines are under test here, not the speed.
+    r = _m("nvfp4_suite.reference.bench", "--reps", "1", "--what", "emulate,oracle", "--reqs", "4")
     assert r.returncode == 0, r.stdout + r.stderr
     lines = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.split()}
-    assert float(lines["floor"][2]) == 1.0 and float(lines["emulate"][2]) > 0
+    assert float(lines["floor"][2]) == 1.0 and float(lines["emulate"][2]) > 0 and float(lines["oracle"][2]) > 0
+    # The oracle on a step with 2..6 of 16 slots valid, against the floor over those keys alone.
+    assert float(lines["floor-valid"][2]) == 1.0 and float(lines["oracle-valid"][2]) > 0
+    keys = re.search(r"\((\d+) of 2048 keys a row on average\)", r.stdout)
+    assert keys and 2 * 128 <= int(keys.group(1)) <= 6 * 128, r.stdout
 
 
 @pytest.mark.parametrize("module", ["nvfp4_suite.kernels.bench", "nvfp4_suite.kernels.triton.sweep"])

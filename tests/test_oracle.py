@@ -11,9 +11,20 @@ import numpy as np
 import pytest
 
 import nvfp4_suite.reference as R
+from nvfp4_suite.reference.arrays import NumpyOps
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.formats import e2m1_decode
-from nvfp4_suite.reference.paged_cache import page_views, pool_from_codes, read_pages, unpack_e2m1
+from nvfp4_suite.reference.oracle import oracle_details
+from nvfp4_suite.reference.paged_cache import (
+    D,
+    dequantize,
+    page_views,
+    pool_from_codes,
+    read_pages,
+    unpack_e2m1,
+    unswizzle_v_scales,
+)
+from nvfp4_suite.reference.problem import HG
 
 ONE = 0x38  # E4M3 byte of 1.0
 CODE = {0.0: 0, 0.5: 1, 1.0: 2, 1.5: 3, 2.0: 4, 3.0: 5, 4.0: 6, 6.0: 7}
@@ -242,3 +253,78 @@ def test_the_oracle_on_declared_operands_is_a_float64_loop_over_keys(operands, s
     assert np.isfinite(want_lse).sum() > 16  # rows that see keys were checked
     # The declared operands are not the exact ones here (0.0125 is not a power of two).
     assert not np.allclose(out, R.sparse_decode(p)[0], rtol=1e-6, atol=0)
+
+
+def _poisoned_page_zero(p):
+    """``p`` with a page of 0xFF bytes put first (every E4M3 scale NaN, every E2M1
+    code -6): no valid slot reads it, while an invalid slot's page reads as 0."""
+    pool = np.concatenate([np.full((1, p.pool.shape[1]), 0xFF, np.uint8), p.pool])
+    block_table = np.where(p.block_table >= 0, p.block_table + 1, -1).astype(np.int32)
+    return dataclasses.replace(p, pool=pool, block_table=block_table)
+
+
+def _details_by_definition(p):
+    """``oracle_details``' five arrays from their definitions, one (KV head, row) at a
+    time in float64 over the keys ``key_mask`` shows in the valid slots' blocks."""
+    views = page_views(p.pool, p.layout, p.num_kv_heads)
+    mask, pages = p.key_mask(), p.slot_pages()
+    kscale, vg = p.sm_scale * p.k_global_scale, p.v_global_scale
+    out, mag, vsum = np.zeros(p.q.shape), np.zeros(p.q.shape), np.zeros(p.q.shape)
+    lse, sabs = np.full(p.q.shape[:2], -np.inf), np.zeros(p.q.shape[:2])
+    for h in range(p.num_kv_heads):
+        hs = slice(HG * h, HG * (h + 1))
+        for r in range(p.rows):
+            valid = pages[h, r] >= 0
+            if not valid.any():
+                continue
+            pg = pages[h, r][valid]
+            seen = mask[h, r][valid].reshape(-1)
+            k = dequantize(views.k_data[pg, h], views.k_scale[pg, h], np.float64).reshape(-1, D)[seen]
+            v = dequantize(views.v_data[pg, h], unswizzle_v_scales(views.v_scale[pg, h]),
+                           np.float64).reshape(-1, D)[seen]
+            q = p.q[r, hs].astype(np.float64)
+            s = q @ k.T * kscale
+            w = np.exp(s - s.max(axis=1, keepdims=True))
+            denom = w.sum(axis=1, keepdims=True)
+            out[r, hs] = w @ v * vg / denom
+            lse[r, hs] = s.max(axis=1) + np.log(denom[:, 0])
+            mag[r, hs] = w @ np.abs(v) * vg / denom
+            sabs[r, hs] = (np.abs(q) @ np.abs(k).T).max(axis=1)
+            vsum[r, hs] = np.abs(v).sum(axis=0) * vg
+    return out, lse, mag, sabs, vsum
+
+
+def _mixed_problem():
+    """Pairs of several valid counts (so several chunks), cut diagonal blocks, padding
+    rows, and invalid slots whose page is a poisoned page 0."""
+    p = _poisoned_page_zero(random_problem(18, reqs=4, q_len=2, num_kv_heads=2, topk=8,
+                                           seq_lens=[900, 300, 129, 0], invalid_fraction=0.4))
+    counts = p.valid_slots.sum(axis=-1)
+    assert len(np.unique(counts[counts > 0])) >= 3 and (counts == 0).any()
+    assert (~p.valid_slots).any()
+    assert (p.valid_slots[..., None] & ~p.key_mask()).any()  # a valid block cut per key
+    return p
+
+
+def test_details_match_their_definitions_over_the_keys_each_row_sees():
+    p = _mixed_problem()
+    out, lse, mag, sabs, vsum = oracle_details(p)
+    want = _details_by_definition(p)
+    assert not any(np.isnan(x).any() for x in (out, lse, mag, sabs, vsum))
+    _close64(out, want[0])
+    _close64(mag, want[2])
+    # Sums of at most 8192 non-negative float64 terms (vsum), 128 (sabs): relative error
+    # under 8192 * 2**-53 < 1e-12. lse is an absolute quantity near 0 as often as not.
+    np.testing.assert_allclose(lse, want[1], rtol=1e-14, atol=1e-13)
+    np.testing.assert_allclose(sabs, want[3], rtol=1e-12)
+    np.testing.assert_allclose(vsum, want[4], rtol=1e-12)
+    assert np.array_equal(np.isinf(lse), np.isinf(want[1]))
+
+
+def test_chunks_change_no_bit():
+    """A pair's arithmetic does not depend on which pairs share its chunk."""
+    p = _mixed_problem()
+    one = NumpyOps()
+    one.chunk_bytes = 1  # one pair per chunk; the default puts several pairs of one count together
+    for a, b in zip(oracle_details(p), oracle_details(p, ops=one)):
+        assert np.array_equal(a, b)

@@ -128,6 +128,18 @@ Then the same interval, ``rne(exact - delta) <= got <= rne(exact + delta)``,
 which the old ``|got - exact| <= delta + ulp(|exact| + delta) / 2`` matched
 except at binade edges.
 
+The inputs. Against the oracle, ``A``, ``max_k sum|q_d k_d|`` and
+``sum_k |v_k|`` enter ``delta`` only through terms that increase with them,
+so an upper bound in place of any of them would keep ``delta`` a bound. The
+oracle computes them exactly (``oracle_details``: two float64 GEMMs beside
+its own two, over the keys each row sees, as its own are), because the
+golden catalog stores intervals computed from them, and ``A`` itself. The
+cheapest bounds, ``v_global max_k |v_k|`` for ``A`` and Hoelder's
+``sum_d |q_d| max_k |k_d|`` for the score sum (one pass over V and K in place
+of each GEMM), widen ``delta`` by a median 9x on generated problems (the
+score bound alone, 2.3x) and move nearly every interval end: the exact class
+would be judged that much more loosely to save two GEMMs.
+
 
 No other tolerance constant exists in this package (``bias`` holds the
 false-alarm probability of its statistical test, ``report`` and
