@@ -9,10 +9,13 @@ decisions and where hardware may differ); ``launch`` the dispatch of
 workgroups (in a chosen order) and waves (to barriers); ``compile`` the
 on-disk cache of compiled configurations; ``backend`` the
 ``flydsl-sim-gfx942``/``-gfx950`` backends; ``bench`` the speed benchmark
-(per instruction and per launch). The drivers that run the check engine
-over it live with it, above the kernels: ``nvfp4_suite.vectors.simulator.sweep``
-(the full check over worker processes) and ``nvfp4_suite.vectors.simulator.bench``
-(the benchmark with the catalog's time per target).
+(per instruction and per launch); ``coverage`` the launches' records of the
+basic blocks and branch directions they reach, and ``coverage_exceptions``
+the directions argued unreachable or not yet reached by the catalog. The
+drivers that run the check engine over it live with it, above the kernels: ``nvfp4_suite.vectors.simulator.sweep``
+(the full check over worker processes), ``nvfp4_suite.vectors.simulator.coverage``
+(the catalog's coverage of the kernel's control flow) and
+``nvfp4_suite.vectors.simulator.bench`` (the benchmark with the catalog's time per target).
 
 An instruction without semantics here stops the run (``UnknownInstruction``)
 naming its mnemonic and its place: the instruction's index in the program

@@ -69,7 +69,10 @@ def kernel(arch: str, topk: int, splits: int, xcds: int, layout: str,
     """The parsed program of one configuration and its kernel-argument order
     (compiled once, cached on disk by ``compile``)."""
     path = assembly_path(arch, topk, splits, xcds, layout, mutant)
-    return Kernel(parse_program(path.read_text())), tuple(arg_order(path))
+    kern = Kernel(parse_program(path.read_text()))
+    # What identifies this compiled kernel in coverage records (``coverage.config_key``).
+    kern.config = {"arch": arch, "topk": topk, "splits": splits, "xcds": xcds, "layout": layout, "mutant": mutant}
+    return kern, tuple(arg_order(path))
 
 
 def pack_kernargs(program, order: tuple[int, ...], launch_args: list) -> bytes:

@@ -11,7 +11,9 @@ Two tables, each against a floor measured in the same run:
   executes one instruction for every wave it is issued to), wave-instructions
   per second (an instruction counted once per wave, as hardware counts them),
   and the ratio to the floor, the same problem through
-  ``nvfp4_suite.reference.emulate`` (numpy, the seed's arithmetic).
+  ``nvfp4_suite.reference.emulate`` (numpy, the seed's arithmetic); with
+  ``--coverage``, also the launch with coverage recording on (``coverage``),
+  timed in the same rounds, and its overhead over the launch without.
 
 Times are CPU seconds of this process (``time.process_time``). A launch and
 its floor are timed alternately, ``--rounds`` times each, and each figure is
@@ -36,6 +38,7 @@ from nvfp4_suite.reference.examples import random_problem
 
 from ..targets import ARCHS, add_arch_option
 from .backend import FlydslSimBackend, sim_missing
+from .coverage import COLLECTOR
 from .launch import make_test_wave
 from .program import parse_instruction
 from .wave import decode
@@ -83,20 +86,35 @@ def instruction_us(arch: str, text: str, n: int = 2000) -> float:
     return min(_timed(loop) for _ in range(3)) / n * 1e6
 
 
-def launch_figures(arch: str, problem, splits: int = 1, rounds: int = 5) -> dict:
+def launch_figures(arch: str, problem, splits: int = 1, rounds: int = 5, recorded: bool = False) -> dict:
     """One launch of ``problem`` on ``arch`` after a warm-up, and its floor
     (``reference.emulate`` of the same problem), timed alternately ``rounds``
     times: ``seconds`` and ``floor`` (the best of each), ``steps`` (simulator
-    instruction steps) and ``wave_instructions`` of one launch."""
+    instruction steps) and ``wave_instructions`` of one launch; ``recorded``:
+    also the launch with coverage recording on, in each round, as ``recorded_seconds``
+    (the best; the collector's records are dropped after and its switch restored)."""
     b = FlydslSimBackend(arch)
     b(problem, splits=splits)
-    before = (b.instructions, b.steps)
-    launch, floor = [], []
-    for _ in range(rounds):
-        floor.append(_timed(lambda: emulate(problem, splits=splits)))
-        launch.append(_timed(lambda: b(problem, splits=splits)))
-    return {"seconds": min(launch), "floor": min(floor), "wave_instructions": (b.instructions - before[0]) // rounds,
-            "steps": (b.steps - before[1]) // rounds}
+    launch, floor, with_records = [], [], []
+    was = COLLECTOR.enabled
+    try:
+        for _ in range(rounds):
+            floor.append(_timed(lambda: emulate(problem, splits=splits)))
+            COLLECTOR.enabled = False
+            before = (b.instructions, b.steps)
+            launch.append(_timed(lambda: b(problem, splits=splits)))
+            counts = (b.instructions - before[0], b.steps - before[1])
+            if recorded:
+                COLLECTOR.enabled = True
+                with_records.append(_timed(lambda: b(problem, splits=splits)))
+    finally:
+        COLLECTOR.enabled = was
+        if recorded:
+            COLLECTOR.reset()
+    out = {"seconds": min(launch), "floor": min(floor), "wave_instructions": counts[0], "steps": counts[1]}
+    if recorded:
+        out["recorded_seconds"] = min(with_records)
+    return out
 
 
 def main(argv=None) -> int:
@@ -107,6 +125,8 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5, help="launches and floors timed alternately per target")
     ap.add_argument("--no-instructions", action="store_true", help="skip the per-instruction table")
+    ap.add_argument("--coverage", action="store_true",
+                    help="also time each launch with coverage recording on, and its overhead")
     args = ap.parse_args(argv)
     archs = args.arch or list(ARCHS)
     if args.rounds < 1:
@@ -131,12 +151,14 @@ def main(argv=None) -> int:
     print(f"per launch: 1 row, Hkv 1, TOPK 16, 16 blocks, splits {args.splits}; floor: "
           f"nvfp4_suite.reference.emulate, timed alternately with the launch, best of {args.rounds} each")
     print(f"{'target':8} {'launch s':>9} {'floor ms':>9} {'steps':>9} {'wave-instr':>11} {'instr/s':>10} "
-          f"{'wave-instr/s':>13} {'x floor':>8}")
+          f"{'wave-instr/s':>13} {'x floor':>8}" + (f" {'recorded s':>10} {'overhead':>8}" if args.coverage else ""))
     for arch in archs:
-        f = launch_figures(arch, problem, args.splits, args.rounds)
+        f = launch_figures(arch, problem, args.splits, args.rounds, recorded=args.coverage)
         t = f["seconds"]
+        extra = (f" {f['recorded_seconds']:10.3f} {(f['recorded_seconds'] / t - 1) * 100:7.1f}%"
+                 if args.coverage else "")
         print(f"{arch:8} {t:9.3f} {f['floor'] * 1e3:9.1f} {f['steps']:9d} {f['wave_instructions']:11d} "
-              f"{f['steps'] / t:10.0f} {f['wave_instructions'] / t:13.0f} {t / f['floor']:8.1f}")
+              f"{f['steps'] / t:10.0f} {f['wave_instructions'] / t:13.0f} {t / f['floor']:8.1f}" + extra)
     return 0
 
 

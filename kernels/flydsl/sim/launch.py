@@ -59,6 +59,8 @@ import numpy as np
 from ..targets import Target
 from ..targets import target as target_of
 from . import ops  # noqa: F401  (registers every instruction family)
+from .coverage import COLLECTOR, Flow, Launch, exec_mask
+from .coverage import FULL as EXEC_FULL
 from .fuse import Stretches
 from .memory import ArrivalGuard, Lds, Memory, OrderDiverged
 from .program import NUM_SGPRS, Program, parse_instruction
@@ -140,6 +142,13 @@ class Kernel:
         # ``fuse`` False leaves every step to the loop (the tests compare the two).
         self.stretches = Stretches(program.instrs, self.cores, self.exec_free, self.control, self.writes_exec)
         self.fuse = True
+        # Coverage (``coverage``): the blocks and conditional branches, the
+        # configuration the records of this kernel's launches go under (the
+        # backend's: target, TOPK, splits, XCDs, layout, mutant), and the record
+        # of the launch in progress (None: not recording).
+        self.flow = Flow(program)
+        self.config: dict = {"arch": program.arch, "name": program.name}
+        self.recording: Launch | None = None
         self._spans: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
         d = program.descriptor
         for kind in _UNSUPPORTED_USER_SGPRS:
@@ -179,6 +188,7 @@ class Kernel:
         """Run ``w`` until it waits at a barrier or ends; SimError past ``budget`` instructions."""
         instrs, fns = self.program.instrs, self.fns
         n = len(instrs)
+        rec, starts, cond = self.recording, self.flow.is_start, self.flow.is_cond
         w.state = "run"
         # Floating-point exceptions are the instructions' results (NaN, inf), not
         # warnings: ignored for the whole run rather than per instruction.
@@ -187,8 +197,12 @@ class Kernel:
                 pc = w.pc
                 if not 0 <= pc < n:
                     raise SimError(f"wave {w.wave_id} ran off the program (pc {pc})")
+                if rec is not None and starts[pc]:
+                    rec.enter(pc, exec_mask(w.s[126:127], w.s[127:128]))
                 w.pc = pc + 1
                 fns[pc](w)
+                if rec is not None and cond[pc]:
+                    rec.branch(pc, w.pc == instrs[pc].target)
                 w.count += 1
                 if w.count > budget:
                     raise SimError(f"wave {w.wave_id} exceeded {budget} instructions (at {instrs[pc].where()})")
@@ -271,6 +285,8 @@ class Kernel:
         fusable = stretches.fusable if self.fuse else [False] * n_instrs
         ends = stretches.end
         guard = groups[0].memory.guard if groups else None
+        rec, flow = self.recording, self.flow
+        starts = flow.is_start
         steps = total = 0
         with np.errstate(all="ignore"):
             while runs:
@@ -306,6 +322,10 @@ class Kernel:
                         else:
                             left = stretch(view)
                             ran = stop - pc if left is None else left
+                            if rec is not None:
+                                # The blocks the stretch ran into, with its EXEC (it writes none).
+                                for s in flow.starts_in(pc, pc + ran):
+                                    rec.enter(s, run.exec_mask())
                             steps += ran
                             total += ran * n_ws
                             pc += ran
@@ -316,6 +336,8 @@ class Kernel:
                                     break
                                 continue
                             # The instruction whose core declined: the step below runs its handlers.
+                    if rec is not None and starts[pc]:
+                        rec.enter(pc, run.exec_mask())
                     steps += 1
                     total += n_ws
                     if steps > budget:
@@ -346,6 +368,9 @@ class Kernel:
                 if not control:
                     sched.put(pc + 1, ws, run)  # joining the next run
                     continue
+                if rec is not None and flow.is_cond[pc]:
+                    for w in ws:
+                        rec.branch(pc, w.pc == flow.target[pc])
                 # Each wave goes on at its own pc, or waits at the barrier, or has ended;
                 # the waves going on at one pc join there as one run.
                 moved: dict[int, list[Wave]] = {}
@@ -428,6 +453,19 @@ class _Run:
             base.scatter(self._view, written)
             self._gathered = self._view = None
 
+    def exec_mask(self) -> int:
+        """The EXEC populations of the run's waves (``coverage.exec_mask``), from
+        its gathered copy where it has one (the files' rows are stale until ``sync``)."""
+        if self.full:
+            return EXEC_FULL
+        if self._gathered is not None:
+            assert self._view is not None  # the copy, made with _gathered
+            sb = self._view.sb
+        else:
+            sfile = self._ctx[0]
+            sb = sfile[[w.k for w in self.waves]]
+        return exec_mask(sb[:, 126], sb[:, 127])
+
     def exec_full(self, pc: int, view: BatchView | None = None) -> bool:
         """Whether every wave's EXEC enables all 64 lanes (read from ``view``, or the run's at ``pc``)."""
         if self.full is None:
@@ -493,26 +531,42 @@ def _dispatch(kernel: Kernel, memory: Memory, kernarg: bytes, grid: tuple[int, i
     target = target or target_of(prog.arch)
     ids = workgroup_order(grid, order)
     reverse = order == "reverse"
-    if batched:
-        groups = [Group(memory, target, Lds(prog.lds_size), wg, options or {}, rank) for rank, wg in enumerate(ids)]
-        check = copy.deepcopy(memory.order)
-        steps = kernel.steps
-        memory.guard = guard = ArrivalGuard()
-        try:
-            return kernel.run_batched(groups, kernarg_addr, block, reverse=reverse)
-        except OrderDiverged:
-            # The workgroups race: undo the launch and run it one workgroup at a time.
-            guard.restore()
-            if memory.order is not None:
-                memory.order.__dict__.update(check.__dict__)
-            kernel.steps = steps
-        finally:
-            memory.guard = None
-    total = 0
-    for rank, wg in enumerate(ids):
-        group = Group(memory, target, Lds(prog.lds_size), wg, options or {}, rank)
-        total += kernel.run_group(group, kernarg_addr, block, reverse=reverse)
-    return total
+    try:
+        if batched:
+            groups = [Group(memory, target, Lds(prog.lds_size), wg, options or {}, rank)
+                      for rank, wg in enumerate(ids)]
+            check = copy.deepcopy(memory.order)
+            steps = kernel.steps
+            memory.guard = guard = ArrivalGuard()
+            kernel.recording = COLLECTOR.start()
+            try:
+                total = kernel.run_batched(groups, kernarg_addr, block, reverse=reverse)
+                _finish(kernel)
+                return total
+            except OrderDiverged:
+                # The workgroups race: undo the launch and run it one workgroup at a time.
+                guard.restore()
+                if memory.order is not None:
+                    memory.order.__dict__.update(check.__dict__)
+                kernel.steps = steps
+            finally:
+                memory.guard = None
+        # A fresh record: the abandoned batched run's reach is not the launch's.
+        kernel.recording = COLLECTOR.start()
+        total = 0
+        for rank, wg in enumerate(ids):
+            group = Group(memory, target, Lds(prog.lds_size), wg, options or {}, rank)
+            total += kernel.run_group(group, kernarg_addr, block, reverse=reverse)
+        _finish(kernel)
+        return total
+    finally:
+        kernel.recording = None
+
+
+def _finish(kernel: Kernel) -> None:
+    """Add the finished launch's coverage record, if one was made, to the collector."""
+    if kernel.recording is not None:
+        COLLECTOR.finish(kernel.config, kernel.recording)
 
 
 def make_test_wave(arch: str = "gfx950", lds_bytes: int = 65536, memory: Memory | None = None,

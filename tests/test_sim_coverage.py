@@ -1,0 +1,199 @@
+"""Coverage records of the simulated kernel (``kernels/flydsl/sim/coverage.py``),
+the coverage command's JSON (``vectors/simulator/coverage.py``) and the argued
+list of unreached directions (``coverage_exceptions``)."""
+
+import re
+
+import pytest
+from sim_kernels import hand_kernel, sim_backend
+
+from nvfp4_suite.kernels.flydsl.sim import coverage
+from nvfp4_suite.kernels.flydsl.sim.launch import dispatch
+from nvfp4_suite.kernels.flydsl.sim.memory import Memory
+
+# Wave 0 holds lane 0 (v0 == 0), wave 1 does not: the execz branch (#2) falls
+# through on wave 0 with one lane and is taken by wave 1 with none; the scc1
+# branch (#6) is never taken (workgroup id 0), so .LBB0_2 (#8) is never entered.
+TINY = """\tv_cmp_eq_u32_e32 vcc, 0, v0
+\ts_and_saveexec_b64 s[8:9], vcc
+\ts_cbranch_execz .LBB0_1
+\tv_mov_b32_e32 v1, 0
+.LBB0_1:
+\ts_or_b64 exec, exec, s[8:9]
+\ts_cmp_eq_u32 s2, 7
+\ts_cbranch_scc1 .LBB0_2
+\ts_endpgm
+.LBB0_2:
+\ts_endpgm"""
+
+
+@pytest.fixture
+def collector():
+    """The process collector, on and empty; restored after."""
+    col = coverage.COLLECTOR
+    was, kept = col.enabled, col.records
+    col.enabled, col.records = True, {}
+    yield col
+    col.enabled, col.records = was, kept
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_tiny_kernel_records_blocks_exec_and_directions(collector, batched):
+    k = hand_kernel(TINY)
+    k.config = {"arch": "gfx950", "name": "tiny"}
+    assert k.flow.starts == [0, 3, 4, 7, 8]
+    assert k.flow.conds == [2, 6]
+    dispatch(k, Memory(), b"", (1, 1, 1), block=128, batched=batched)
+    [(config, rec)] = collector.records.values()
+    assert config == {"arch": "gfx950", "name": "tiny"}
+    assert rec.launches == 1
+    assert rec.blocks == {0: coverage.FULL, 3: coverage.PARTIAL, 4: coverage.PARTIAL | coverage.NONE,
+                          7: coverage.FULL}
+    assert rec.directions == {2: coverage.TAKEN | coverage.NOT_TAKEN, 6: coverage.NOT_TAKEN}
+
+
+def test_recording_off_records_nothing(collector):
+    collector.enabled = False
+    dispatch(hand_kernel(TINY), Memory(), b"", (1, 1, 1), block=128)
+    assert collector.records == {}
+
+
+def test_collector_json_round_trip_merges():
+    a, b = coverage.Collector(), coverage.Collector()
+    rec = coverage.Launch()
+    rec.enter(0, coverage.FULL)
+    rec.branch(5, True)
+    a.finish({"arch": "gfx942", "topk": 16}, rec)
+    rec2 = coverage.Launch()
+    rec2.enter(0, coverage.NONE)
+    rec2.branch(5, False)
+    b.finish({"arch": "gfx942", "topk": 16}, rec2)
+    a.merge_json(b.to_json())
+    [(_, got)] = a.records.values()
+    assert got.blocks == {0: coverage.FULL | coverage.NONE}
+    assert got.directions == {5: coverage.TAKEN | coverage.NOT_TAKEN}
+    assert got.launches == 2
+
+
+def _text_flow(text: str) -> tuple[int, int]:
+    """Block starts and conditional branches read from the assembly text alone
+    (labels and mnemonics by regular expression), not through ``program``."""
+    body = text.split("\nk:\n", 1)[1] if "\nk:\n" in text else re.split(r"\n_?\w+:\n", text, maxsplit=1)[1]
+    body = body.split(".Lfunc_end", 1)[0]
+    n, starts, conds, label_at, targets = 0, {0}, 0, {}, []
+    for raw in body.splitlines():
+        s = raw.split(";")[0].split("//")[0].strip()
+        if not s or (s.startswith(".") and not s.endswith(":")):
+            continue
+        if s.endswith(":"):
+            label_at[s[:-1]] = n
+            continue
+        m = s.split()[0]
+        if m == "s_branch" or m.startswith("s_cbranch_"):
+            targets.append(s.split()[-1])
+            conds += m.startswith("s_cbranch_")
+            starts.add(n + 1)
+        elif m == "s_endpgm":
+            starts.add(n + 1)
+        n += 1
+    starts |= {label_at[t] for t in targets}
+    return len({s for s in starts if s < n}), conds
+
+
+def test_real_launch_records_within_the_disassembly(collector):
+    backend = sim_backend()
+    from nvfp4_suite.kernels.flydsl.sim.bench import bench_problem
+    from nvfp4_suite.kernels.flydsl.sim.compile import assembly_path
+
+    problem = bench_problem()
+    kern, _ = backend.kernel("gfx950", 16, 2, 0, "token_rows", None)
+    blocks, conds = _text_flow(assembly_path("gfx950", 16, 2, 0, "token_rows", None).read_text())
+    assert (len(kern.flow.starts), len(kern.flow.conds)) == (blocks, conds)
+    was = kern.fuse
+    try:
+        got = []
+        for fuse in (True, False):
+            collector.reset()
+            kern.fuse = fuse
+            backend.run(problem, "gfx950", splits=2)
+            [(config, rec)] = collector.records.values()
+            got.append(rec)
+    finally:
+        kern.fuse = was
+    # Fused stretches record what the steps record one by one.
+    assert got[0] == got[1]
+    rec = got[0]
+    assert config == {"arch": "gfx950", "topk": 16, "splits": 2, "xcds": 0, "layout": "token_rows", "mutant": None}
+    assert set(rec.blocks) <= set(kern.flow.starts) and 0 in rec.blocks
+    assert set(rec.directions) <= set(kern.flow.conds)
+    # A direction taken enters the block it leads to.
+    for pc, m in rec.directions.items():
+        if m & coverage.TAKEN:
+            assert kern.flow.target[pc] in rec.blocks
+        if m & coverage.NOT_TAKEN:
+            assert pc + 1 in rec.blocks
+
+
+def test_command_json_matches_its_schema(tmp_path):
+    sim_backend()
+    import json
+
+    from nvfp4_suite.vectors.simulator import coverage as command
+
+    out = tmp_path / "cov.json"
+    # Two generated problems in this process, no golden case: short.
+    assert command.main(["--json", str(out), "--arch", "gfx950", "--no-golden", "--examples", "2",
+                         "--jobs", "1"]) == 0
+    doc = json.loads(out.read_text())
+    command.check_schema(doc)
+    assert doc["configurations"], "two generated problems launch at least one configuration"
+    c = doc["configurations"][0]
+    assert c["generated"]["launches"] > 0 and c["golden"]["launches"] == 0
+    assert c["union"]["blocks_reached"] == c["generated"]["blocks_reached"]
+    # The check sees a count that disagrees with its list.
+    c["union"]["blocks_reached"] += 1
+    with pytest.raises(ValueError, match="blocks reached"):
+        command.check_schema(doc)
+
+
+def _unreached(rec: coverage.Record, flow: coverage.Flow) -> set[tuple[int, str]]:
+    return {(pc, name) for pc in flow.conds for bit, name in coverage.DIRECTION_NAMES.items()
+            if not rec.directions.get(pc, 0) & bit}
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_argued_entries_match_the_compiled_branches(arch):
+    from sim_kernels import CONFIGS
+
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import expected_unreached
+
+    backend = sim_backend()
+    for topk, splits, xcds, layout in CONFIGS:
+        kern, _ = backend.kernel(arch, topk, splits, xcds, layout, None)
+        expected_unreached(kern.config, kern.program, kern.flow)  # raises naming a branch that moved
+
+
+def test_the_catalog_leaves_unreached_only_the_listed_directions(collector):
+    """The golden cases that launch TOPK 33 and 64 at 8 splits (35 topk-64, 36
+    topk-33, 81 topk-33-compacted: the only ones launching those four
+    configurations per target), on gfx950: the full catalog on both targets
+    takes minutes, ``python -m nvfp4_suite.vectors.simulator.coverage`` runs it."""
+    backend = sim_backend()
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE, expected_unreached
+    from nvfp4_suite.vectors.engine.check import check_golden
+
+    run = check_golden(backend.FlydslSimBackend("gfx950"), cases={35, 36, 81}, splits={8})
+    assert run.ok
+    keys = sorted(collector.records)
+    assert keys == [f"gfx950 topk={t} splits=8 xcds={x} layout=token_rows" for t in (33, 64) for x in (0, 8)]
+    for key in keys:
+        config, rec = collector.records[key]
+        kern, _ = backend.kernel("gfx950", config["topk"], 8, config["xcds"], "token_rows", None)
+        expected = expected_unreached(config, kern.program, kern.flow)
+        assert _unreached(rec, kern.flow) == set(expected), key
+        # The lane-0 guards' argument: their blocks are entered with full waves only.
+        for entry in UNREACHABLE:
+            if entry.branch in (4, 7):
+                pc = kern.flow.conds[entry.branch]
+                start = max(s for s in kern.flow.starts if s <= pc)
+                assert rec.blocks[start] == coverage.FULL, (key, start)
