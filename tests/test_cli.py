@@ -46,7 +46,8 @@ def test_failing_backend_exits_1_saves_a_repro_and_replay_reproduces_it(tmp_path
     assert r.returncode == 0, r.stdout + r.stderr
     spec = "test_cli_helpers:HeadMod"
     helper = tmp_path / "test_cli_helpers.py"
-    helper.write_text("from nvfp4_suite.kernels.mutants import NumpyKernel\n\n\ndef HeadMod():\n    return NumpyKernel('head_mod')\n")
+    helper.write_text("from nvfp4_suite.kernels.mutants import NumpyKernel\n\n\n"
+                      "def HeadMod():\n    return NumpyKernel('head_mod')\n")
     env["PYTHONPATH"] += ":" + str(tmp_path)
     r = _run("check", "--backend", spec, "--examples", "20", "--no-golden", "--splits", "1", env_extra=env)
     assert r.returncode == 1, r.stdout + r.stderr

@@ -140,8 +140,9 @@ def cmd_check(args) -> Verdict:
               file=sys.stderr)
     else:
         _say(render.verdict_line(run, verdict))
-    if verdict.kind is Kind.CONFORMANT and run.subject.spec in REFERENCE_BACKENDS:
-        _say(f"This checked the suite's own {run.subject.spec!r} backend. To check your kernel: "
+    spec = run.subject.spec if run.subject is not None else None
+    if verdict.kind is Kind.CONFORMANT and spec in REFERENCE_BACKENDS:
+        _say(f"This checked the suite's own {spec!r} backend. To check your kernel: "
              "python -m nvfp4_suite.vectors check --backend yourpkg.module:YourBackend (docs/backends.md).")
     return verdict
 

@@ -164,7 +164,6 @@ def build(command: str, argv: list[str], run, verdict, seconds: float | None) ->
     spec = "" if subject is None else subject.spec
     timeout = None if subject is None else subject.timeout
     check = command == "check" and run is not None
-    config = None if run is None else run.config
     return {
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "command": command, "argv": list(argv),
         "verdict": str(verdict.kind), "exit_code": verdict.exit_code, "reason": verdict.reason,
@@ -172,9 +171,9 @@ def build(command: str, argv: list[str], run, verdict, seconds: float | None) ->
         "suite": {"version": suite_version(), "contract_version": catalog.CONTRACT_VERSION,
                   "catalog_schema_version": catalog.SCHEMA_VERSION, "generator_version": catalog.GENERATOR_VERSION},
         "backend": None if subject is None else backend_json(subject),
-        "seed": config.seed if check else None,
+        "seed": run.config.seed if check else None,
         "examples": (run.generated.n if run.generated else 0) if check and subject is not None else None,
-        "shape": config.shape if check else None,
+        "shape": run.config.shape if check else None,
         "catalogs": [_catalog_json(c, spec, timeout) for c in run.catalogs] if check else [],
         "blame": summary_lines(run.outcomes()) if check else [],
         "generated": _generated_json(run, spec, timeout) if check else None,
