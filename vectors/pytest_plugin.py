@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,7 +139,8 @@ def pytest_runtest_logreport(report):
     tally["failed"] += report.failed
 
 
-_TALLY: dict[str, dict[str, int]] = {}
+# Per backend spec: {"judged": tests passed or failed, "failed": tests failed}.
+_TALLY: dict[str, dict[str, Any]] = {}
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -150,7 +152,7 @@ def pytest_terminal_summary(terminalreporter):
 def _verdict_lines() -> list[str]:
     from nvfp4_suite.vectors.engine.verdict import decide
 
-    return [f"nvfp4: {decide(judged=t['judged'], failed=t['failed']).head()}: backend {spec}; {t['judged']} tests judged, {t['failed']} failed"
+    return [f"nvfp4: {decide(**t).head()}: backend {spec}; {t['judged']} tests judged, {t['failed']} failed"
             for spec, t in _TALLY.items()]
 
 
@@ -159,7 +161,7 @@ def pytest_sessionfinish(session, exitstatus):
     failed nothing, ends with NO VERDICT's exit status (2), as ``check`` does."""
     from nvfp4_suite.vectors.engine.verdict import decide
 
-    if exitstatus == 0 and _TALLY and any(decide(judged=t['judged'], failed=t['failed']).exit_code == 2 for t in _TALLY.values()):
+    if exitstatus == 0 and _TALLY and any(decide(**t).exit_code == 2 for t in _TALLY.values()):
         session.exitstatus = 2
 
 
