@@ -20,7 +20,7 @@ import numpy as np
 
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, Exact, Geometry
 from nvfp4_suite.reference.layout import CacheLayout
-from nvfp4_suite.reference.problem import SLOT_LISTS, TOPK_MAX, outside_slot_domain
+from nvfp4_suite.reference.problem import SCALE_SIGNS, SLOT_LISTS, TOPK_MAX, outside_scale_domain, outside_slot_domain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,11 @@ class Capabilities:
     largest generated problem it is given. slot_lists: its input domain of
     slot lists, ``"any"`` (-1 and future ids anywhere) or ``"compacted"``
     (``nvfp4_suite.reference.problem.outside_slot_domain``); golden cases
-    outside it are skipped naming the axis. cache_layout: None (it reads the
+    outside it are skipped naming the axis. scale_sign: its input domain of
+    block-scale bytes, ``"any"`` (the sign bit applies) or ``"non-negative"``
+    (no byte a row reads has its sign bit set, as NVFP4 quantisers write
+    them: the kernel may read the byte as a magnitude;
+    ``nvfp4_suite.reference.problem.outside_scale_domain``). cache_layout: None (it reads the
     canonical ``pool`` in ``problem.layout``) or the
     ``nvfp4_suite.reference.layout.CacheLayout`` it reads: it then receives a
     ``LaidOutProblem`` whose ``cache`` holds the pool re-packed into that
@@ -100,6 +104,7 @@ class Capabilities:
     targets: tuple[str, ...] = ()
     limits: Limits = Limits()
     slot_lists: str = "any"
+    scale_sign: str = "any"
     cache_layout: CacheLayout | None = None
     interpreted: bool = False
     launch_timeout_s: float = 60.0
@@ -116,6 +121,8 @@ class Capabilities:
                 raise ValueError(f"Capabilities.{field} {v!r}: must be a number of seconds > 0")
         if self.slot_lists not in SLOT_LISTS:
             raise ValueError(f"Capabilities.slot_lists {self.slot_lists!r}: must be one of {SLOT_LISTS}")
+        if self.scale_sign not in SCALE_SIGNS:
+            raise ValueError(f"Capabilities.scale_sign {self.scale_sign!r}: must be one of {SCALE_SIGNS}")
         if self.cache_layout is not None and not isinstance(self.cache_layout, CacheLayout):
             raise ValueError(f"Capabilities.cache_layout is a {type(self.cache_layout).__name__}, not a "
                              "nvfp4_suite.reference.layout.CacheLayout")
@@ -141,9 +148,14 @@ class Capabilities:
 
     def outside_domain(self, problem: DecodeProblem) -> str | None:
         """None when ``problem`` is inside the declared input domain, otherwise
-        ``"outside slot_lists=compacted: topk[h, r, s] = ..."`` (the axis, then why)."""
+        the first axis it leaves, then why: ``"outside slot_lists=compacted:
+        topk[h, r, s] = ..."`` or ``"outside scale_sign=non-negative: page p,
+        KV head h: K scale of token t, group g is 0x81 ..."``."""
         why = outside_slot_domain(problem, self.slot_lists)
-        return None if why is None else f"outside slot_lists={self.slot_lists}: {why}"
+        if why is not None:
+            return f"outside slot_lists={self.slot_lists}: {why}"
+        why = outside_scale_domain(problem, self.scale_sign)
+        return None if why is None else f"outside scale_sign={self.scale_sign}: {why}"
 
     def refuses_launch(self, problem: DecodeProblem, launch: Launch) -> str | None:
         """``refuses`` without the input domain: the layout and the launch only."""
@@ -316,7 +328,9 @@ described once in `kernels/protocol.py`; this section is generated from it by
   asked for; empty for none), `out` (whether it fills an `out=` buffer),
   `targets` (where it runs, for reports), `limits` (a `nvfp4_suite.kernels.Limits`:
   the largest generated problem it is given), `slot_lists` (its input domain:
-  `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1) and
+  `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1),
+  `scale_sign` (its block-scale domain: `"any"`, or `"non-negative"` for a
+  kernel that reads a scale byte as a magnitude, section 2.7),
   `cache_layout` (None, or the `nvfp4_suite.reference.layout.CacheLayout` it
   reads: it then receives `problem.cache` in that layout, section 2.6),
   `interpreted` (it executes in Python: a check draws 8 generated problems

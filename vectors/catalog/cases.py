@@ -198,6 +198,9 @@ def _scale_bytes(kind: str):
         "subnormal": np.array([0x01, 0x02, 0x05, 0x07, 0x81, 0x86, 0x38], np.uint8),
         "zero": np.array([0x00, 0x00, 0x38, 0x34], np.uint8),
         "max": np.array([0x7E, 0xFE, 0x7D, 0x77], np.uint8),
+        # The same classes with no sign bit: cases inside the non-negative scale domain.
+        "subnormal-nonneg": np.array([0x01, 0x02, 0x05, 0x07, 0x03, 0x06, 0x38], np.uint8),
+        "max-nonneg": np.array([0x7E, 0x7E, 0x7D, 0x77], np.uint8),
     }[kind]
 
     def pattern(shape, rng):
@@ -570,4 +573,14 @@ CASES += [
     _compacted("large-logits", lambda: compact(_large_logits())),
     _compacted("topk-33", lambda: compact(_wide_topk(33))),
     _compacted("shared-prefix", lambda: compact(_shared_prefix())),
+]
+
+# Twins inside the non-negative scale domain (reference/CONTRACT.md section 2.7), for
+# the bug classes whose cases hold negative scale bytes a row reads: a kernel that
+# reads a scale byte as a magnitude keeps a case of each class it can have.
+CASES += [
+    Case("e4m3-subnormal-nonneg", "Subnormal scale bytes (m * 2**-9) in K and V, none negative.",
+         ("e4m3-special", "fnuz"), lambda: _scale_bytes("subnormal-nonneg")),
+    Case("e4m3-max-nonneg", "Scale bytes 0x7E (448) and neighbours, none negative: FNUZ reads them halved.",
+         ("fnuz", "e4m3-special"), lambda: _scale_bytes("max-nonneg")),
 ]

@@ -75,9 +75,11 @@ def _notice(msg: str) -> None:
 def _describe_backend(subject) -> str:
     c = subject.capabilities
     parts = [f"arithmetic {arithmetic_name(subject.geometry)}", f"layouts {list(c.layouts)}",
-             f"splits {list(c.splits)}"]
+             f"splits {list(c.splits)}" + (" (the split axis is not exercised)" if c.splits == (1,) else "")]
     if c.slot_lists != "any":
         parts.append(f"slot lists {c.slot_lists}")
+    if c.scale_sign != "any":
+        parts.append(f"scale sign {c.scale_sign}")
     if c.cache_layout is not None:
         parts.append(f"cache layout {c.cache_layout.name}")
     if c.xcds != (0,):

@@ -50,12 +50,6 @@ SCALE_CLASSES = {
 }
 
 
-def slot_lists_of(caps) -> str:
-    """The slot-list domain a backend declares: ``"any"`` (-1 and future ids
-    anywhere, the default) or ``"compacted"`` (see ``strategies``)."""
-    return getattr(caps, "slot_lists", "any")
-
-
 @dataclasses.dataclass(frozen=True)
 class Condition:
     """One condition: its table ``name``, ``what`` it is, the stated minimum
@@ -74,7 +68,12 @@ class Condition:
 
 
 def _any(caps, splits) -> bool:
-    return slot_lists_of(caps) == "any"
+    return caps.slot_lists == "any"
+
+
+def _signed(caps, splits) -> bool:
+    # A backend of the non-negative scale domain is drawn no sign bit.
+    return caps.scale_sign == "any"
 
 
 def _multi_split(caps, splits) -> bool:
@@ -142,7 +141,7 @@ _LAUNCH = (
 
 _SCALES = tuple(
     Condition(f"{kv} scale {cls}", f"a visible key has a {kv} scale byte {cls}",
-              0.50 if cls.startswith("+normal") else 0.10)
+              0.50 if cls.startswith("+normal") else 0.10, _signed if cls.startswith("-") else None)
     for kv in ("K", "V") for cls in SCALE_CLASSES
 )
 

@@ -157,13 +157,15 @@ def _top_pages(shape: Shape) -> list[int]:
 
 
 def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | None = None,
-                    layouts=LAYOUTS, limits: Limits | None = None, slot_lists: str = "any") -> DecodeProblem:
+                    layouts=LAYOUTS, limits: Limits | None = None, slot_lists: str = "any",
+                    scale_sign: str = "any") -> DecodeProblem:
     """A valid serving-size ``DecodeProblem``, the same bytes for the same arguments.
 
     seed: of the numpy PCG64 stream every byte comes from. shape: the structure
     (default: ``draw_shape`` from the same stream, with ``big_pool``,
-    ``layouts`` and ``limits``). slot_lists: the slot-list domain to draw in
-    (``"any"`` or ``"compacted"``, ``nvfp4_suite.reference.problem.SLOT_LISTS``). The
+    ``layouts`` and ``limits``). slot_lists, scale_sign: the slot-list and
+    scale-sign domains to draw in (``nvfp4_suite.reference.problem.SLOT_LISTS``,
+    ``SCALE_SIGNS``). The
     problem's arrays: q float32 ``[rows, 16*Hkv, 128]``, pool uint8
     ``[num_pages, page_bytes]``, topk int32 ``[Hkv, rows, TOPK]``, block_table
     int32 ``[reqs, max_blocks]``, seq_lens int32 ``[reqs]``.
@@ -202,7 +204,7 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
     views.k_data[pg, hd] = rng.integers(0, 256, (n, BLK, 64), dtype=np.uint8)
     views.v_data[pg, hd] = rng.integers(0, 256, (n, BLK, 64), dtype=np.uint8)
     for sc in (views.k_scale, views.v_scale):
-        sc[pg, hd] = scale_bytes(rng, shape.scale_regime, (n, BLK, 8))
+        sc[pg, hd] = scale_bytes(rng, shape.scale_regime, (n, BLK, 8), scale_sign)
     write_loud_tail(pool, shape.layout, hk, block_table, seq_lens)
     q = bf16_round(rng.standard_normal((rows, HG * hk, D), dtype=np.float32) * np.float32(shape.q_std))
     return DecodeProblem(
@@ -287,7 +289,8 @@ def check_serving(backend, examples: int, seed: int, progress=None, *, splits=No
             interrupts.stop_if_asked()
             t0 = time.perf_counter()
             problem = serving_problem(seed * 1000 + i, shape, big_pool=True if i == 0 else None,
-                                      layouts=caps.layouts, limits=caps.limits, slot_lists=caps.slot_lists)
+                                      layouts=caps.layouts, limits=caps.limits, slot_lists=caps.slot_lists,
+                                      scale_sign=caps.scale_sign)
             t_gen = time.perf_counter() - t0
             launch = Launch(splits=int(rng.choice(splits or caps.splits)), xcds=int(rng.choice(caps.xcds)))
             if progress:

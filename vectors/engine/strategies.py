@@ -46,7 +46,7 @@ from nvfp4_suite.reference.examples import paged_block_table
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
 from nvfp4_suite.reference.problem import HG, SLOT_LISTS, row_positions
 from nvfp4_suite.vectors.catalog.cases import loud_tail, poison_unread
-from nvfp4_suite.vectors.engine.coverage import SCALE_CLASSES, launch_conditions, problem_conditions, slot_lists_of
+from nvfp4_suite.vectors.engine.coverage import SCALE_CLASSES, launch_conditions, problem_conditions
 
 # seq_len kinds (weights): a uniform length, a block edge, shorter than q_len
 # (the request's first rows are padding, its last ones are not), a padding
@@ -122,9 +122,16 @@ def compacted_slot_list(rng, nvis: int, topk: int) -> np.ndarray:
     return np.concatenate([ids, np.full(topk - n, -1)]).astype(np.int32)
 
 
-def scale_bytes(rng, regime: str, shape) -> np.ndarray:
+def scale_bytes(rng, regime: str, shape, scale_sign: str = "any") -> np.ndarray:
     """uint8 scale bytes of ``shape`` in ``regime`` (a ``SCALE_REGIMES`` name: plain
-    0x30..0x3F, wide 0x08..0x5F of either sign, classes, special; never an E4M3 NaN)."""
+    0x30..0x3F, wide 0x08..0x5F of either sign, classes, special; never an E4M3 NaN),
+    drawn the same for either ``scale_sign`` (``SCALE_SIGNS``), whose ``"non-negative"``
+    then clears the sign bits."""
+    out = _scale_bytes(rng, regime, shape)
+    return out & np.uint8(0x7F) if scale_sign == "non-negative" else out
+
+
+def _scale_bytes(rng, regime: str, shape) -> np.ndarray:
     if regime == "wide":
         return rng.integers(0x08, 0x60, shape, dtype=np.uint8) | (rng.integers(0, 2, shape, dtype=np.uint8) << 7)
     sc = rng.integers(0x30, 0x40, shape, dtype=np.uint8)
@@ -152,9 +159,12 @@ def _seq_len(draw, kind: str, long_ok: bool, q_len: int) -> int:
 
 @st.composite
 def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64, max_q_len: int = 4,
-             layouts=LAYOUTS, splits=(1,), slot_lists: str = "any", poison: bool | None = None) -> DecodeProblem:
+             layouts=LAYOUTS, splits=(1,), slot_lists: str = "any", poison: bool | None = None,
+             scale_sign: str = "any") -> DecodeProblem:
     """A valid ``DecodeProblem`` in one of ``layouts``, slot lists in the
-    ``slot_lists`` domain, "split multiple" counts taken from ``splits``,
+    ``slot_lists`` domain, scale bytes in the ``scale_sign`` domain (its
+    ``"non-negative"`` clears every drawn byte's sign bit), "split multiple"
+    counts taken from ``splits``,
     unread slabs poisoned (``cases.poison_unread``) as ``poison`` says (None:
     drawn); see the module docstring."""
     if slot_lists not in SLOT_LISTS:
@@ -194,7 +204,7 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
         pool = rng.integers(0, 256, shape, dtype=np.uint8)
     views = page_views(pool, layout, hk)
     for sc in (views.k_scale, views.v_scale):
-        sc[...] = scale_bytes(rng, scale_regime, sc.shape)
+        sc[...] = scale_bytes(rng, scale_regime, sc.shape, scale_sign)
 
     q = bf16_round(rng.standard_normal((rows, HG * hk, D)) * q_std)
     ids = np.empty((hk, rows, topk), np.int32)
@@ -289,11 +299,12 @@ def plan(caps: Capabilities, seed: int, splits=None):
 
 def problems_for(caps: Capabilities, poison: bool | None = None):
     """The problem strategy inside ``caps``: its layouts, at most its limits,
-    its slot-list domain (``capabilities.slot_lists``, default ``"any"``);
-    ``poison`` as ``problems``'."""
+    its slot-list and scale-sign domains (``capabilities.slot_lists``,
+    ``capabilities.scale_sign``); ``poison`` as ``problems``'."""
     lim = caps.limits
     return problems(max_reqs=lim.requests, max_kv_heads=lim.kv_heads, max_topk=lim.topk, max_q_len=lim.q_len,
-                    layouts=caps.layouts, splits=caps.splits, slot_lists=slot_lists_of(caps), poison=poison)
+                    layouts=caps.layouts, splits=caps.splits, slot_lists=caps.slot_lists, poison=poison,
+                    scale_sign=caps.scale_sign)
 
 
 # --- drawing the same problems for a seed in any process -------------------------
