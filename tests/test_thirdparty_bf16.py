@@ -134,3 +134,55 @@ def test_operand_rounding_bugs_are_caught_where_p_is_exact(bug, problem):
     assert _judge(p, M.run(p), P_EXACT).passed
     rep = _judge(p, M.run(p, bug), P_EXACT)
     assert not rep.passed and rep.n_outside > 0, bug
+
+
+# --- through the engine, as a backend ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def declared_golden():
+    """The golden run of the model declaring both axes (shared by the tests below)."""
+    from nvfp4_suite.vectors.engine.check import check_golden
+
+    return check_golden(M.Kernel())
+
+
+def test_declaring_both_axes_the_model_is_conformant_on_the_golden_catalog_and_generated_problems(
+        declared_golden):
+    from nvfp4_suite.vectors.engine.check import check_generated
+
+    run = declared_golden
+    assert run.ok, run.text()
+    # Whole cases skipped only for the scale domain: the four holding negative scales a row reads.
+    skipped = {c.name: {why.split(":")[0] for _, why in c.skipped} for c in run.cases if c.status == "SKIP"}
+    assert sorted(skipped) == ["e4m3-max", "e4m3-max-compacted", "e4m3-subnormal", "e4m3-subnormal-compacted"]
+    assert all("outside scale_sign=non-negative" in w for w in skipped.values()), skipped
+    # Each bug class keeps a case the kernel is judged on (the non-negative twins among them).
+    judged = {f for c in run.cases if c.ran for f in c.flags}
+    assert {"e4m3-special", "fnuz", "split-rescale", "large-logits"} <= judged
+    assert {c.name for c in run.cases if c.status == "PASS"} >= {"e4m3-subnormal-nonneg", "e4m3-max-nonneg"}
+    gen = check_generated(M.Kernel(), 12, 0)
+    assert gen.ok and gen.n == 12, gen.failing and gen.failing.text
+
+
+def test_declaring_any_scale_sign_the_model_fails_the_cases_with_negative_scales():
+    from nvfp4_suite.vectors.engine.check import check_golden
+
+    run = check_golden(M.Kernel(scale_sign="any"), cases={12, 14})
+    assert [c.status for c in run.cases] == ["FAIL", "FAIL"], run.text()
+
+
+def test_declaring_exact_operands_the_model_fails_where_the_global_scales_round(declared_golden):
+    from nvfp4_suite.reference import EXACT_P_BF16
+    from nvfp4_suite.vectors.engine.check import check_golden
+
+    ids = {c.id for c in declared_golden.cases if c.name in ("split-rescale", "large-logits")}
+    run = check_golden(M.Kernel(arithmetic=EXACT_P_BF16), cases=ids)
+    assert all(c.status == "FAIL" for c in run.cases) and len(run.cases) == 2, run.text()
+
+
+@pytest.mark.parametrize("bug", sorted(M.BUGS))
+def test_each_injected_bug_is_caught_by_the_golden_catalog(bug, declared_golden):
+    from nvfp4_suite.vectors.engine.check import check_golden
+
+    run = check_golden(M.Kernel(bug), stop_at_first=True)
+    assert any(c.status == "FAIL" for c in run.cases), run.text()

@@ -108,3 +108,25 @@ def run(problem, bug: str | None = None, pre_round: bool = False) -> np.ndarray:
             res = (acc / denom[:, None]).astype(np.float32)
             out[r, 16 * h:16 * (h + 1)] = res * vg if bug == "global_twice" else res
     return out if pre_round else bf16(out)
+
+
+class Kernel:
+    """The model as a backend declaring its arithmetic and scale domain
+    (``arithmetic``, ``scale_sign``: as given, to test wrong declarations);
+    it picks its own split count, so it declares ``splits=(1,)``."""
+
+    def __init__(self, bug: str | None = None, arithmetic=GEOMETRY, scale_sign: str = SCALE_SIGN):
+        from nvfp4_suite.kernels import Capabilities, Limits
+
+        self.name = "bf16-operands" + (f"-{bug}" if bug else "")
+        self.bug = bug
+        self.geometry = arithmetic
+        self.capabilities = Capabilities(splits=(1,), scale_sign=scale_sign, targets=("numpy",),
+                                         limits=Limits(requests=3, kv_heads=2, topk=8, q_len=2))
+
+    def available(self):
+        return None
+
+    def __call__(self, problem, *, splits=1):
+        problem.validate()  # the host side: invalid input raises its ProblemError
+        return run(problem, self.bug)
