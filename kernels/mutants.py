@@ -54,6 +54,8 @@ BUGS = {
     "softmax_no_max": "P = exp(score) in float32 without subtracting the running max: large scores overflow",
     "nan_scale_unchecked": "the host side never scans the read pages' scale bytes for E4M3 NaN",
     "unvalidated": "no host-side validation: invalid input runs (or crashes) instead of raising its ProblemError",
+    "sm_scale_ignored": "the problem's sm_scale ignored: a hard-coded 128 ** -0.5 instead",
+    "sm_scale_twice": "sm_scale applied twice (once folded into the queries, once into the scores)",
 }
 
 ROUNDING_BUGS = {
@@ -193,7 +195,8 @@ class NumpyKernel:
         if bug == "pos_off_by_one":
             pos = np.where(pos >= 0, pos + (r % problem.q_len > 0), pos)
         self_blk = np.where(pos >= 0, pos // BLK, -1)
-        scale = problem.sm_scale * problem.k_global_scale
+        sm_scale = {"sm_scale_ignored": D**-0.5, "sm_scale_twice": problem.sm_scale**2}.get(bug, problem.sm_scale)
+        scale = sm_scale * problem.k_global_scale
         out = np.zeros((rows, problem.H, D))
         bt_flat = problem.block_table.reshape(-1)
         stride = problem.block_table.shape[1]

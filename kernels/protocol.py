@@ -80,7 +80,10 @@ class Capabilities:
     block-scale bytes, ``"any"`` (the sign bit applies) or ``"non-negative"``
     (no byte a row reads has its sign bit set, as NVFP4 quantisers write
     them: the kernel may read the byte as a magnitude;
-    ``nvfp4_suite.reference.problem.outside_scale_domain``). cache_layout: None (it reads the
+    ``nvfp4_suite.reference.problem.outside_scale_domain``). sm_scale: None
+    (the kernel takes the problem's softmax scale) or the constant it
+    hard-codes: generated problems then hold it, and golden cases with
+    another are skipped naming the axis. cache_layout: None (it reads the
     canonical ``pool`` in ``problem.layout``) or the
     ``nvfp4_suite.reference.layout.CacheLayout`` it reads: it then receives a
     ``LaidOutProblem`` whose ``cache`` holds the pool re-packed into that
@@ -105,6 +108,7 @@ class Capabilities:
     limits: Limits = Limits()
     slot_lists: str = "any"
     scale_sign: str = "any"
+    sm_scale: float | None = None
     cache_layout: CacheLayout | None = None
     interpreted: bool = False
     launch_timeout_s: float = 60.0
@@ -123,6 +127,9 @@ class Capabilities:
             raise ValueError(f"Capabilities.slot_lists {self.slot_lists!r}: must be one of {SLOT_LISTS}")
         if self.scale_sign not in SCALE_SIGNS:
             raise ValueError(f"Capabilities.scale_sign {self.scale_sign!r}: must be one of {SCALE_SIGNS}")
+        if self.sm_scale is not None and (isinstance(self.sm_scale, bool) or not isinstance(self.sm_scale, (
+                int, float)) or not 0 < self.sm_scale < float("inf")):
+            raise ValueError(f"Capabilities.sm_scale {self.sm_scale!r}: must be None or a finite float > 0")
         if self.cache_layout is not None and not isinstance(self.cache_layout, CacheLayout):
             raise ValueError(f"Capabilities.cache_layout is a {type(self.cache_layout).__name__}, not a "
                              "nvfp4_suite.reference.layout.CacheLayout")
@@ -155,7 +162,12 @@ class Capabilities:
         if why is not None:
             return f"outside slot_lists={self.slot_lists}: {why}"
         why = outside_scale_domain(problem, self.scale_sign)
-        return None if why is None else f"outside scale_sign={self.scale_sign}: {why}"
+        if why is not None:
+            return f"outside scale_sign={self.scale_sign}: {why}"
+        if self.sm_scale is not None and float(problem.sm_scale) != float(self.sm_scale):
+            return (f"outside sm_scale={self.sm_scale!r}: the problem's sm_scale is {float(problem.sm_scale)!r} "
+                    "(the kernel's softmax scale is a constant)")
+        return None
 
     def refuses_launch(self, problem: DecodeProblem, launch: Launch) -> str | None:
         """``refuses`` without the input domain: the layout and the launch only."""
@@ -330,7 +342,9 @@ described once in `kernels/protocol.py`; this section is generated from it by
   the largest generated problem it is given), `slot_lists` (its input domain:
   `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1),
   `scale_sign` (its block-scale domain: `"any"`, or `"non-negative"` for a
-  kernel that reads a scale byte as a magnitude, section 2.7),
+  kernel that reads a scale byte as a magnitude, section 2.7), `sm_scale`
+  (None, or the softmax scale a kernel hard-codes: cases with another are
+  skipped),
   `cache_layout` (None, or the `nvfp4_suite.reference.layout.CacheLayout` it
   reads: it then receives `problem.cache` in that layout, section 2.6),
   `interpreted` (it executes in Python: a check draws 8 generated problems

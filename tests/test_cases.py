@@ -7,17 +7,20 @@ every detectable numpy mutant of such a class fails one of those cases that
 carries its flag (the proof ``tests/test_bugs.py`` gives for the whole catalog).
 """
 
+import dataclasses
 import functools
 
 import pytest
 
 from nvfp4_suite.kernels import get_backend
-from nvfp4_suite.kernels.protocol import Launch
+from nvfp4_suite.kernels.protocol import Capabilities, Launch, Limits
+from nvfp4_suite.reference import SEED_GEOMETRY, emulate
+from nvfp4_suite.reference.paged_cache import D
 from nvfp4_suite.reference.problem import outside_slot_domain
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog import bugs, cases
 from nvfp4_suite.vectors.catalog.casefile import load_case
-from nvfp4_suite.vectors.engine.check import check_invalid
+from nvfp4_suite.vectors.engine.check import check_generated, check_golden, check_invalid
 from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
 
 # Classes no compacted input can show: a compacted list never has an invalid slot before a valid one.
@@ -91,3 +94,35 @@ def test_each_numpy_mutant_fails_a_case_a_compacted_kernel_runs_carrying_its_fla
             if not rep.passed:
                 return
     pytest.fail(f"{spec} passed every case of class {mutant.bug} that a compacted kernel runs")
+
+
+class _SeedIgnoringSmScale:
+    """The seed's arithmetic with a hard-coded softmax scale of 128 ** -0.5 (issue 38's
+    held-out kernel); ``declared``: whether it declares that constant."""
+
+    name = "fixed-scale"
+    geometry = SEED_GEOMETRY
+
+    def __init__(self, declared: bool):
+        self.capabilities = Capabilities(splits=(1,), targets=("numpy",), sm_scale=D**-0.5 if declared else None,
+                                         limits=Limits(requests=2, kv_heads=2, topk=8, q_len=2))
+
+    def available(self):
+        return None
+
+    def __call__(self, problem, *, splits=1):
+        return emulate(dataclasses.replace(problem, sm_scale=D**-0.5), splits=splits)
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_kernel_with_a_hard_coded_softmax_scale_fails_unless_it_declares_it(declared):
+    ids = {c["id"] for c in catalog.load_manifest()["cases"]
+           if "softmax-scale" in c["flags"] and not c["name"].endswith("-compacted")}
+    assert len(ids) == 2
+    run = check_golden(_SeedIgnoringSmScale(declared), cases=ids | {26})
+    statuses = [str(c.status) for c in run.cases]
+    assert statuses == (["PASS", "SKIP", "SKIP"] if declared else ["PASS", "FAIL", "FAIL"]), run.text()
+    if declared:
+        assert all(any(why.startswith("outside sm_scale=") for _, why in c.skipped) for c in run.cases[1:])
+    gen = check_generated(_SeedIgnoringSmScale(declared), 20, 0, shrink=False)
+    assert gen.ok is declared, gen.failing and gen.failing.text

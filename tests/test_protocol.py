@@ -1,6 +1,7 @@
 """nvfp4_suite.kernels.protocol: the declared capabilities, the launch record, and the
 docs/backends.md section generated from the protocol."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,31 @@ def test_a_backend_declaring_a_cache_layout_takes_either_canonical_pool():
     p = random_problem(3, reqs=1, topk=2, layout="planar")
     assert Capabilities(layouts=("token_rows",), cache_layout=SEPARATE).refuses(p, Launch()) is None
     assert "layout 'planar'" in Capabilities(layouts=("token_rows",)).refuses(p, Launch())
+
+
+def test_a_fixed_softmax_scale_is_a_domain_axis_naming_the_value():
+    from nvfp4_suite.reference.examples import random_problem
+    from nvfp4_suite.reference.paged_cache import D
+
+    p = random_problem(3, reqs=2, topk=3)
+    caps = Capabilities(sm_scale=D**-0.5)
+    assert caps.outside_domain(p) is None
+    other = dataclasses.replace(p, sm_scale=0.3 * D**-0.5)
+    why = caps.outside_domain(other)
+    assert why.startswith("outside sm_scale=0.08838834764831845: the problem's sm_scale is 0.0265"), why
+    assert Capabilities().outside_domain(other) is None
+    for bad in (0.0, -1.0, float("inf"), True, "0.1"):
+        with pytest.raises(ValueError, match="Capabilities.sm_scale"):
+            Capabilities(sm_scale=bad)
+
+
+def test_a_negative_scale_byte_is_outside_a_non_negative_scale_domain_naming_it():
+    from nvfp4_suite.vectors import catalog
+
+    case = next(c for c in catalog.load_manifest()["cases"] if c["name"] == "e4m3-subnormal")
+    p, _, _ = catalog.load_entry(case)
+    why = Capabilities(scale_sign="non-negative").outside_domain(p)
+    assert why.startswith("outside scale_sign=non-negative: page ") and "negative" in why, why
+    assert Capabilities().outside_domain(p) is None
+    with pytest.raises(ValueError, match="Capabilities.scale_sign 'positive'"):
+        Capabilities(scale_sign="positive")

@@ -57,4 +57,6 @@ CLASSES = (
     BugClass("rounding", "thousands of ordinary outputs judged to the bit: a bf16 rounding other than "
                          "nearest-even (of P or of the output), or a stray ulp, shows"),
     BugClass("invalid", "invalid input: the host side must reject it with the named ProblemError"),
+    BugClass("softmax-scale", "softmax scales other than 128 ** -0.5, not powers of two: a kernel that ignores "
+                              "sm_scale, applies it twice or folds it wrongly is wrong"),
 )

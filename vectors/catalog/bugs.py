@@ -98,6 +98,8 @@ MUTANTS = (
     Mutant("nvfp4_suite.kernels.mutants:numpy_odd_block_dropped", "odd-blocks"),
     Mutant("nvfp4_suite.kernels.mutants:numpy_exact_output_truncated", "rounding"),
     Mutant("nvfp4_suite.kernels.mutants:numpy_unvalidated", "invalid"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_sm_scale_ignored", "softmax-scale"),
+    Mutant("nvfp4_suite.kernels.mutants:numpy_sm_scale_twice", "softmax-scale"),
     # nvfp4_suite.kernels.mutants: SeedKernel(bug) as seed_<bug> (seed geometry, judged against the emulation)
     Mutant("nvfp4_suite.kernels.mutants:seed_output_truncated", "rounding"),
     Mutant("nvfp4_suite.kernels.mutants:seed_output_half_away", "rounding", undetectable=_HALF_AWAY),

@@ -584,3 +584,21 @@ CASES += [
     Case("e4m3-max-nonneg", "Scale bytes 0x7E (448) and neighbours, none negative: FNUZ reads them halved.",
          ("fnuz", "e4m3-special"), lambda: _scale_bytes("max-nonneg")),
 ]
+
+
+def _sm_scale(seed: int, factor: float) -> DecodeProblem:
+    """A problem whose softmax scale is ``factor * 128 ** -0.5`` (``factor`` not a power of two)."""
+    return _replace(_base(seed, reqs=2, q_len=2, num_kv_heads=2, topk=4, seq_lens=[300, 200]),
+                    sm_scale=factor * D**-0.5)
+
+
+# Softmax scales other than the usual 128 ** -0.5: a kernel that drops the argument,
+# applies it twice or folds it wrongly into another constant fails these.
+CASES += [
+    Case("sm-scale-small", "sm_scale = 0.3 / sqrt(128): flatter softmax; a kernel using 1 / sqrt(128) is wrong.",
+         ("softmax-scale",), lambda: _sm_scale(130, 0.3)),
+    Case("sm-scale-large", "sm_scale = 3.3 / sqrt(128): peaked softmax; ignoring or squaring sm_scale shows.",
+         ("softmax-scale",), lambda: _sm_scale(131, 3.3)),
+]
+CASES += [_compacted("sm-scale-large", lambda: compact(_sm_scale(131, 3.3)))]
+

@@ -80,6 +80,8 @@ def _describe_backend(subject) -> str:
         parts.append(f"slot lists {c.slot_lists}")
     if c.scale_sign != "any":
         parts.append(f"scale sign {c.scale_sign}")
+    if c.sm_scale is not None:
+        parts.append(f"sm_scale fixed at {c.sm_scale!r}")
     if c.cache_layout is not None:
         parts.append(f"cache layout {c.cache_layout.name}")
     if c.xcds != (0,):

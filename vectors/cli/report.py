@@ -79,7 +79,7 @@ def backend_json(subject) -> dict:
     return {"spec": subject.spec, "name": str(backend.name), "arithmetic": arithmetic_name(backend.geometry),
             "capabilities": {"layouts": list(c.layouts), "splits": list(c.splits), "xcds": list(c.xcds),
                              "orders": list(c.orders), "out": bool(c.out), "targets": list(c.targets),
-                             "slot_lists": c.slot_lists, "scale_sign": c.scale_sign,
+                             "slot_lists": c.slot_lists, "scale_sign": c.scale_sign, "sm_scale": c.sm_scale,
                              "cache_layout": None if layout is None else layout.name,
                              "limits": dict(dataclasses.asdict(c.limits)), "interpreted": c.interpreted,
                              "launch_timeout_s": c.launch_timeout_s, "shrink_budget_s": c.shrink_budget_s},

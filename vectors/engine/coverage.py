@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from nvfp4_suite.reference import DecodeProblem
-from nvfp4_suite.reference.paged_cache import BLK, page_views, unswizzle_v_scales
+from nvfp4_suite.reference.paged_cache import BLK, D, page_views, unswizzle_v_scales
 
 # The CI draws the stated minimum shares are tested over (tests/test_coverage.py).
 CI_DRAWS = 200
@@ -89,6 +89,7 @@ def _both(*fs):
 
 
 NO_WORK = "no valid slot in any row"
+OTHER_SM_SCALE = "sm_scale != 128**-0.5"
 
 _BASE = (
     Condition("has work", "some row has a valid slot (otherwise every output is zero)", 0.90),
@@ -117,6 +118,8 @@ _BASE = (
     Condition("|q| >= 16", "a large query element (peaked softmax, P underflows); logits themselves are "
               "not computed here", 0.20),
     Condition("unread slabs poisoned", "(page, KV head) slabs no valid slot reads hold NaN scale bytes", 0.20),
+    Condition(OTHER_SM_SCALE, "a softmax scale other than 128 ** -0.5 (a kernel that ignores sm_scale shows)",
+              0.30, lambda caps, splits: caps.sm_scale is None),
 )
 
 _LAUNCH = (
@@ -180,6 +183,8 @@ def problem_conditions(p: DecodeProblem) -> set[str]:
     sb = p.self_blocks
     work = valid.any(axis=-1)
     out.add("has work" if work.any() else NO_WORK)
+    if float(p.sm_scale) != D**-0.5:
+        out.add(OTHER_SM_SCALE)
     if (~work).any() and work.any():
         out.add("row with no valid slot")
     if (pos < 0).any():

@@ -39,7 +39,7 @@ from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
 from nvfp4_suite.reference.problem import HG, TOPK_MAX, read_slabs, row_positions
 from nvfp4_suite.vectors.catalog.cases import write_loud_tail
-from nvfp4_suite.vectors.engine.strategies import compacted_slot_list, scale_bytes
+from nvfp4_suite.vectors.engine.strategies import SM_SCALE_FACTORS, compacted_slot_list, scale_bytes
 
 ROWS = (64, 256)
 MAX_KV_HEADS = 8
@@ -158,14 +158,15 @@ def _top_pages(shape: Shape) -> list[int]:
 
 def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | None = None,
                     layouts=LAYOUTS, limits: Limits | None = None, slot_lists: str = "any",
-                    scale_sign: str = "any") -> DecodeProblem:
+                    scale_sign: str = "any", sm_scale: float | None = None) -> DecodeProblem:
     """A valid serving-size ``DecodeProblem``, the same bytes for the same arguments.
 
     seed: of the numpy PCG64 stream every byte comes from. shape: the structure
     (default: ``draw_shape`` from the same stream, with ``big_pool``,
     ``layouts`` and ``limits``). slot_lists, scale_sign: the slot-list and
     scale-sign domains to draw in (``nvfp4_suite.reference.problem.SLOT_LISTS``,
-    ``SCALE_SIGNS``). The
+    ``SCALE_SIGNS``); sm_scale: the softmax scale (None: drawn as the generated
+    problems' is, ``strategies.SM_SCALE_FACTORS``). The
     problem's arrays: q float32 ``[rows, 16*Hkv, 128]``, pool uint8
     ``[num_pages, page_bytes]``, topk int32 ``[Hkv, rows, TOPK]``, block_table
     int32 ``[reqs, max_blocks]``, seq_lens int32 ``[reqs]``.
@@ -207,9 +208,12 @@ def serving_problem(seed: int, shape: Shape | None = None, *, big_pool: bool | N
         sc[pg, hd] = scale_bytes(rng, shape.scale_regime, (n, BLK, 8), scale_sign)
     write_loud_tail(pool, shape.layout, hk, block_table, seq_lens)
     q = bf16_round(rng.standard_normal((rows, HG * hk, D), dtype=np.float32) * np.float32(shape.q_std))
+    if sm_scale is None:
+        factors, weights = zip(*SM_SCALE_FACTORS.items())
+        sm_scale = float(rng.choice(factors, p=np.array(weights) / sum(weights))) * D**-0.5
     return DecodeProblem(
         q=q, pool=pool, layout=shape.layout, num_kv_heads=hk, topk=ids, block_table=block_table,
-        seq_lens=seq_lens, q_len=q_len, sm_scale=D**-0.5, k_global_scale=shape.k_global,
+        seq_lens=seq_lens, q_len=q_len, sm_scale=sm_scale, k_global_scale=shape.k_global,
         v_global_scale=shape.v_global,
     )
 
@@ -290,7 +294,7 @@ def check_serving(backend, examples: int, seed: int, progress=None, *, splits=No
             t0 = time.perf_counter()
             problem = serving_problem(seed * 1000 + i, shape, big_pool=True if i == 0 else None,
                                       layouts=caps.layouts, limits=caps.limits, slot_lists=caps.slot_lists,
-                                      scale_sign=caps.scale_sign)
+                                      scale_sign=caps.scale_sign, sm_scale=caps.sm_scale)
             t_gen = time.perf_counter() - t0
             launch = Launch(splits=int(rng.choice(splits or caps.splits)), xcds=int(rng.choice(caps.xcds)))
             if progress:

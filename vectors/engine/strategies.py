@@ -63,6 +63,10 @@ ARRANGEMENTS = {"shuffled": 3, "junk first": 1, "valid first": 1, "diagonal firs
 # Scale-byte regimes (weights): quantiser-like bytes, a wide signed range,
 # every E4M3FN class of ``coverage.SCALE_CLASSES`` mixed in, sparse special bytes.
 SCALE_REGIMES = {"plain": 2, "classes": 2, "wide": 1, "special": 1}
+# Softmax scales, as factors of 128 ** -0.5 (weights): the usual one most often, and
+# the range models use (1/4..4), non-powers of two among them, so that a kernel that
+# ignores sm_scale, squares it or folds it wrongly fails.
+SM_SCALE_FACTORS = {1.0: 4, 0.25: 1, 0.3: 1, 0.7: 1, 1.6: 1, 3.3: 1, 4.0: 1}
 # Scale bytes a kernel must decode right: zero, -0, subnormals, the largest finite.
 SPECIAL_SCALES = np.array([0x00, 0x80, 0x01, 0x03, 0x07, 0x87, 0x7E, 0xFE], np.uint8)
 _CLASS_BYTES = [np.flatnonzero(test(np.arange(256))).astype(np.uint8) for test in SCALE_CLASSES.values()]
@@ -160,10 +164,11 @@ def _seq_len(draw, kind: str, long_ok: bool, q_len: int) -> int:
 @st.composite
 def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64, max_q_len: int = 4,
              layouts=LAYOUTS, splits=(1,), slot_lists: str = "any", poison: bool | None = None,
-             scale_sign: str = "any") -> DecodeProblem:
+             scale_sign: str = "any", sm_scale: float | None = None) -> DecodeProblem:
     """A valid ``DecodeProblem`` in one of ``layouts``, slot lists in the
     ``slot_lists`` domain, scale bytes in the ``scale_sign`` domain (its
-    ``"non-negative"`` clears every drawn byte's sign bit), "split multiple"
+    ``"non-negative"`` clears every drawn byte's sign bit), the softmax scale
+    ``sm_scale`` (None: drawn, ``SM_SCALE_FACTORS`` times ``128 ** -0.5``), "split multiple"
     counts taken from ``splits``,
     unread slabs poisoned (``cases.poison_unread``) as ``poison`` says (None:
     drawn); see the module docstring."""
@@ -218,9 +223,11 @@ def problems(draw, max_reqs: int = 8, max_kv_heads: int = 4, max_topk: int = 64,
                 count, arrangement = plans[(h * rows + r) % len(plans)]
                 ids[h, r] = _slots_any(rng, count, arrangement, nvis, topk, splits)
 
+    # Drawn last, so that every other field of a seed's problem stays as it was drawn before.
+    sm_scale = float(sm_scale) if sm_scale is not None else draw(weighted(SM_SCALE_FACTORS)) * D**-0.5
     problem = DecodeProblem(
         q=q, pool=pool, layout=layout, num_kv_heads=hk, topk=ids, block_table=block_table,
-        seq_lens=seq_lens, q_len=q_len, sm_scale=D**-0.5, k_global_scale=k_global,
+        seq_lens=seq_lens, q_len=q_len, sm_scale=sm_scale, k_global_scale=k_global,
         v_global_scale=v_global,
     )
     problem = loud_tail(problem)
@@ -299,12 +306,12 @@ def plan(caps: Capabilities, seed: int, splits=None):
 
 def problems_for(caps: Capabilities, poison: bool | None = None):
     """The problem strategy inside ``caps``: its layouts, at most its limits,
-    its slot-list and scale-sign domains (``capabilities.slot_lists``,
-    ``capabilities.scale_sign``); ``poison`` as ``problems``'."""
+    its slot-list and scale-sign domains and its fixed softmax scale, if any
+    (``capabilities.slot_lists``, ``scale_sign``, ``sm_scale``); ``poison`` as ``problems``'."""
     lim = caps.limits
     return problems(max_reqs=lim.requests, max_kv_heads=lim.kv_heads, max_topk=lim.topk, max_q_len=lim.q_len,
                     layouts=caps.layouts, splits=caps.splits, slot_lists=caps.slot_lists, poison=poison,
-                    scale_sign=caps.scale_sign)
+                    scale_sign=caps.scale_sign, sm_scale=caps.sm_scale)
 
 
 # --- drawing the same problems for a seed in any process -------------------------
