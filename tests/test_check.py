@@ -65,7 +65,7 @@ def test_each_corrupted_case_is_reported_by_case_with_exit_2_while_the_others_ru
     out = capsys.readouterr().out
     assert f"{chosen[1]['id']:3d} {chosen[1]['name']:<28} ERROR: " in out, out
     assert f"4 of {len(chosen)} cases passed, 0 failed, 0 skipped, 1 unreadable" in out, out
-    assert "NO VERDICT (the catalog has unreadable cases)" in out
+    assert "NO VERDICT (a catalog has unreadable cases)" in out
 
 
 def test_a_manifest_that_is_not_json_exits_2_naming_it(small_catalog, capsys):

@@ -361,4 +361,5 @@ NEEDS = {
     "topk-wide": ("valid slot index>=32",),
     "odd-blocks": ("odd block count in a split",),
     "rounding": ("has work",),
+    "softmax-scale": (OTHER_SM_SCALE,),
 }

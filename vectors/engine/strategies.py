@@ -66,7 +66,7 @@ SCALE_REGIMES = {"plain": 2, "classes": 2, "wide": 1, "special": 1}
 # Softmax scales, as factors of 128 ** -0.5 (weights): the usual one most often, and
 # the range models use (1/4..4), non-powers of two among them, so that a kernel that
 # ignores sm_scale, squares it or folds it wrongly fails.
-SM_SCALE_FACTORS = {1.0: 4, 0.25: 1, 0.3: 1, 0.7: 1, 1.6: 1, 3.3: 1, 4.0: 1}
+SM_SCALE_FACTORS = {1.0: 2, 0.25: 1, 0.3: 1, 0.7: 1, 1.6: 1, 3.3: 1, 4.0: 1}
 # Scale bytes a kernel must decode right: zero, -0, subnormals, the largest finite.
 SPECIAL_SCALES = np.array([0x00, 0x80, 0x01, 0x03, 0x07, 0x87, 0x7E, 0xFE], np.uint8)
 _CLASS_BYTES = [np.flatnonzero(test(np.arange(256))).astype(np.uint8) for test in SCALE_CLASSES.values()]
