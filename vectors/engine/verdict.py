@@ -25,17 +25,21 @@ import dataclasses
 import enum
 
 
-class Kind(str, enum.Enum):
-    """The kind of a verdict (a ``str``: ``Kind.CONFORMANT == "CONFORMANT"``)."""
+class _Named(str, enum.Enum):
+    """A ``str`` enum printed as its value (``Kind.CONFORMANT == "CONFORMANT"``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Kind(_Named):
+    """The kind of a verdict."""
 
     CONFORMANT = "CONFORMANT"
     NOT_CONFORMANT = "NOT CONFORMANT"
     FLAKY = "FLAKY FAILURE"
     NO_VERDICT = "NO VERDICT"
     SUITE_ERROR = "SUITE ERROR"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 EXIT_CODES = {Kind.CONFORMANT: 0, Kind.NOT_CONFORMANT: 1, Kind.FLAKY: 1, Kind.NO_VERDICT: 2, Kind.SUITE_ERROR: 3}
@@ -94,16 +98,13 @@ def decide(*, judged: int, failed: int, flaky: int = 0, errors: int = 0, stopped
     return Verdict(Kind.CONFORMANT)
 
 
-class Status(str, enum.Enum):
-    """How one golden case ended (a ``str``: ``Status.PASS == "PASS"``)."""
+class Status(_Named):
+    """How one golden case ended."""
 
     PASS = "PASS"
     FAIL = "FAIL"
     SKIP = "SKIP"
     ERROR = "ERROR"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # The Report counts a run's rounding statistics add up (check.add_rounding, render.rounding_lines).
