@@ -195,7 +195,7 @@ class NumpyKernel:
         if bug == "pos_off_by_one":
             pos = np.where(pos >= 0, pos + (r % problem.q_len > 0), pos)
         self_blk = np.where(pos >= 0, pos // BLK, -1)
-        sm_scale = {"sm_scale_ignored": D**-0.5, "sm_scale_twice": problem.sm_scale**2}.get(bug, problem.sm_scale)
+        sm_scale = {"sm_scale_ignored": D**-0.5, "sm_scale_twice": problem.sm_scale**2}.get(bug or "", problem.sm_scale)
         scale = sm_scale * problem.k_global_scale
         out = np.zeros((rows, problem.H, D))
         bt_flat = problem.block_table.reshape(-1)

@@ -23,6 +23,7 @@ ENTRY_POINTS = {
     "nvfp4_suite.vectors": "vectors/__main__.py",
     "nvfp4_suite.vectors.simulator.sweep": "vectors/simulator/sweep.py",
     "nvfp4_suite.vectors.simulator.bench": "vectors/simulator/bench.py",
+    "nvfp4_suite.vectors.simulator.coverage": "vectors/simulator/coverage.py",
     "nvfp4_suite.kernels.protocol": "kernels/protocol.py",
     "nvfp4_suite.kernels.bench": "kernels/bench.py",
     "nvfp4_suite.kernels.triton.sweep": "kernels/triton/sweep.py",

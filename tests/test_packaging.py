@@ -159,15 +159,17 @@ def test_a_wrong_kernels_generated_test_saves_the_minimised_problem(tmp_path):
     assert f"replay: python -m nvfp4_suite.vectors replay {saved[0]} --backend kernels.mine:Halved" in r.stdout
 
 
-def test_a_spec_that_does_not_load_fails_and_an_unavailable_backend_skips(tmp_path):
+def test_a_spec_that_does_not_load_or_cannot_run_here_is_no_verdict_exit_2_as_in_check(tmp_path):
     project = _user_project(tmp_path)
     (project / "kernels" / "off.py").write_text(
         "from kernels.mine import Backend\n\n\nclass Off(Backend):\n    def available(self):\n"
         "        return 'no such device here'\n")
-    r = _pytest(project, "-q", "-rsf", "--nvfp4-backend", "kernels.nope:Backend", "--nvfp4-backend", "kernels.off:Off")
-    assert r.returncode == 1 and "2 failed, 2 skipped" in r.stdout.splitlines()[-1], r.stdout + r.stderr
-    assert "cannot load backend 'kernels.nope:Backend'" in r.stdout
-    assert "backend kernels.off:Off unavailable: no such device here" in r.stdout
+    r = _pytest(project, "-q", "--nvfp4-backend", "kernels.nope:Backend")
+    assert r.returncode == 2 and "NO VERDICT for --nvfp4-backend kernels.nope:Backend: cannot load backend " \
+        "'kernels.nope:Backend'" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = _pytest(project, "-q", "--nvfp4-backend", "kernels.off:Off")
+    assert r.returncode == 2 and "not available here: no such device here" in r.stdout + r.stderr, \
+        r.stdout + r.stderr
 
 
 def test_without_nvfp4_backend_the_plugin_adds_and_imports_nothing(tmp_path):

@@ -32,8 +32,6 @@ from typing import Any
 
 import pytest
 
-from nvfp4_suite.kernels.protocol import DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES
-
 
 def pytest_addoption(parser):
     g = parser.getgroup("nvfp4", "NVFP4 sparse decode conformance (nvfp4_suite)")
@@ -41,8 +39,8 @@ def pytest_addoption(parser):
                 help="check this backend: a registered name or module.path:attr (repeatable); "
                      "adds its golden cases and generated problems as tests")
     g.addoption("--nvfp4-examples", type=int, default=None, metavar="N",
-                help=f"generated problems per backend (default {DEFAULT_EXAMPLES}; {INTERPRETED_EXAMPLES} for a "
-                     "backend that declares interpreted)")
+                help="generated problems per backend (default: check's, fewer for a backend that declares "
+                     "interpreted: nvfp4_suite.vectors.engine.config.default_examples)")
     g.addoption("--nvfp4-seed", type=int, default=0, metavar="N", help="seed of the generated problems (default 0)")
     g.addoption("--nvfp4-arithmetic", default=None, metavar="NAME",
                 help="judge the backend in this arithmetic, not the one it declares (as check --arithmetic)")

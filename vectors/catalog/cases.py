@@ -588,7 +588,7 @@ CASES += [
 
 def _sm_scale(seed: int, factor: float) -> DecodeProblem:
     """A problem whose softmax scale is ``factor * 128 ** -0.5`` (``factor`` not a power of two)."""
-    return _replace(_base(seed, reqs=2, q_len=2, num_kv_heads=2, topk=4, seq_lens=[300, 200]),
+    return _replace(_base(seed, reqs=2, q_len=2, num_kv_heads=1, topk=3, seq_lens=[300, 200]),
                     sm_scale=factor * D**-0.5)
 
 

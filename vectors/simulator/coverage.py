@@ -61,7 +61,10 @@ from pathlib import Path
 from nvfp4_suite.kernels.flydsl.sim import coverage as simcov
 from nvfp4_suite.kernels.flydsl.sim.backend import kernel, sim_missing
 from nvfp4_suite.kernels.flydsl.sim.program import Program
-from nvfp4_suite.kernels.flydsl.targets import ARCHS
+from nvfp4_suite.kernels.flydsl.targets import ARCHS, add_arch_option
+from nvfp4_suite.vectors.catalog.casefile import write_atomic
+from nvfp4_suite.vectors.cli.runner import guarded
+from nvfp4_suite.vectors.engine.verdict import SetupError
 from nvfp4_suite.vectors.simulator.sweep import golden_task, tasks_for
 
 SCHEMA = "nvfp4-sim-coverage/1"
@@ -253,30 +256,32 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.vectors.simulator.coverage",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", required=True, type=Path, help="write the coverage report here")
-    ap.add_argument("--arch", action="append", choices=ARCHS, help="target (repeatable; default both)")
+    add_arch_option(ap)
     ap.add_argument("--examples", type=int, default=0, help="generated problems per target")
     ap.add_argument("--no-golden", action="store_true", help="skip the golden catalog")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shard-size", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (1: this process)")
     args = ap.parse_args(argv)
+    return guarded(lambda: _coverage(args))
+
+
+def _coverage(args) -> int:
+    """The coverage run ``args`` asks for; exit 1 when a task crashed (its coverage is then incomplete)."""
     archs = tuple(args.arch or ARCHS)
     if args.examples < 0:
-        print(f"--examples must be >= 0, got {args.examples}", file=sys.stderr)
-        return 2
+        raise SetupError(f"--examples must be >= 0, got {args.examples}")
     if args.no_golden and args.examples == 0:
-        print("nothing to run: --no-golden and no --examples", file=sys.stderr)
-        return 2
+        raise SetupError("nothing to run: --no-golden and no --examples")
     missing = sim_missing(archs)
     if missing:
-        print(missing, file=sys.stderr)
-        return 2
+        raise SetupError(missing)
     tasks = [t for a in archs for t in tasks_for(a, not args.no_golden, examples=args.examples, seed=args.seed,
                                                   shard_size=args.shard_size)]
     cols, crashed = gather(tasks, max(1, args.jobs), out=lambda s: print(s, flush=True))
     doc = report(cols, archs, args.examples, args.seed, not args.no_golden, crashed)
     check_schema(doc)
-    args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    write_atomic(args.json, (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
     print("\n".join(table(doc)))
     print(f"written: {args.json}")
     for name in crashed:
