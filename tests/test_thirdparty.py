@@ -27,6 +27,7 @@ from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog.casefile import load_case
 from nvfp4_suite.vectors.catalog.export import export_catalog
 from nvfp4_suite.vectors.engine import check
+from nvfp4_suite.vectors.cli.render import golden_lines
 from nvfp4_suite.vectors.engine.check import check_golden
 from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
 from nvfp4_suite.vectors.engine.strategies import launches_for, problems_for
@@ -101,7 +102,7 @@ def test_misdeclared_domain_fails_exactly_the_cases_outside_the_true_domain():
     # and every compacted twin passes.
     assert failed and failed == cases - _compacted_ids(), run.text()
     # And the report says so first, above the cases' own classes.
-    lines = run.text().splitlines()
+    lines = golden_lines(run, "thirdparty")
     passing = sum(len(c.ran) for c in run.cases if c.status == "PASS")
     assert lines[1] == ("  shared by the failures: every failing launch (5) has a slot list outside the "
                         f"compacted domain (reference/CONTRACT.md 3.1); of the {passing} passing launches, "
@@ -112,7 +113,7 @@ def test_outside_domain_cases_are_run_as_information_with_outside_domain():
     kernel = T.ThirdPartyKernel(p_bf16=False)
     run = check_golden(kernel, cases=_ids(DOMAIN_SUBSET), splits=[1], outside_domain=True)
     assert run.judged == 0 and all(c.status == "SKIP" and c.outside for c in run.cases)
-    text = run.text()
+    text = "\n".join(golden_lines(run, "thirdparty"))
     assert "outside the domain, information only: splits=1" in text
     seen = [s for c in run.cases for _, s in c.outside]
     assert any("NaN" in s or "garbage" in s or "crash" in s for s in seen), seen
