@@ -50,6 +50,10 @@ class Limits:
 # the FlyDSL simulator): a generated problem must take seconds, not minutes.
 INTERPRETED_LIMITS = Limits(requests=2, kv_heads=2, topk=8, q_len=2)
 
+# The split count of a kernel that chooses its own (``Capabilities(splits=(AUTO_SPLITS,))``):
+# it receives ``splits="auto"``, and launches are recorded and replayed so.
+AUTO_SPLITS = "auto"
+
 # Generated problems a check draws when not told how many: fewer for backends
 # that declare ``interpreted`` (each problem takes seconds there, not milliseconds).
 DEFAULT_EXAMPLES = 100
@@ -136,15 +140,20 @@ class Capabilities:
         bad = [x for x in self.layouts if x not in LAYOUTS]
         if bad or not self.layouts:
             raise ValueError(f"Capabilities.layouts {self.layouts!r}: each must be one of {LAYOUTS}")
-        for field in ("splits", "xcds"):
+        if self.splits == (AUTO_SPLITS,):
+            fields: tuple[str, ...] = ("xcds",)
+        else:
+            fields = ("splits", "xcds")
+        for field in fields:
             vals = getattr(self, field)
             bad = [(i, v) for i, v in enumerate(vals) if not isinstance(v, (int, np.integer)) or v < 0
                    or (field == "splits" and v < 1)]
             if bad or not vals:
                 i, v = bad[0] if bad else (0, None)
                 raise ValueError(f"Capabilities.{field} {vals!r}: must be a non-empty tuple of "
-                                 f"{'positive' if field == 'splits' else 'non-negative'} ints; "
-                                 f"index {i} is {v!r}")
+                                 f"{'positive' if field == 'splits' else 'non-negative'} ints"
+                                 + (f" (or ({AUTO_SPLITS!r},): the kernel chooses)" if field == "splits" else "")
+                                 + f"; index {i} is {v!r}")
 
     def refuses(self, problem: DecodeProblem, launch: Launch) -> str | None:
         """None when ``launch`` on ``problem`` is inside these capabilities,
@@ -184,14 +193,21 @@ class Capabilities:
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
-    """How one problem is launched: the split count, the XCD placement (0: none)
+    """How one problem is launched: the split count (``AUTO_SPLITS``: the kernel's own), the XCD placement (0: none)
     and the workgroup arrival order (None: the backend's own). The page layout
     is the problem's (``problem.layout``: the pool's bytes are laid out in it),
     so it travels with the problem and is printed beside the launch."""
 
-    splits: int = 1
+    splits: int | str = 1
     xcds: int = 0
     order: str | None = None
+
+    @property
+    def known_splits(self) -> int:
+        """The split count the suite judges this launch at: ``splits``, or 1 for a
+        kernel's own (``AUTO_SPLITS``), which only an exact-class arithmetic judges:
+        its interval does not depend on the split count."""
+        return self.splits if isinstance(self.splits, int) else 1
 
     def kwargs(self, caps: Capabilities) -> dict:
         """The keyword arguments a backend with ``caps`` receives for this launch."""
@@ -204,9 +220,11 @@ class Launch:
 
     def as_seen_by(self, caps: Capabilities) -> Launch:
         """This launch as a backend with ``caps`` receives it: the placement and
-        the order dropped where it declares none (they never reach it)."""
+        the order dropped where it declares none (they never reach it), the
+        split count ``"auto"`` where the kernel chooses its own."""
         return dataclasses.replace(self, xcds=self.xcds if caps.xcds != (0,) else 0,
-                                   order=self.order if caps.orders else None)
+                                   order=self.order if caps.orders else None,
+                                   splits=AUTO_SPLITS if caps.splits == (AUTO_SPLITS,) else self.splits)
 
     def then(self, caps: Capabilities) -> Launch:
         """The launch of the harness's second run: the same, in the next declared
@@ -243,7 +261,7 @@ class Launch:
         if unknown:
             raise ValueError(f"launch record has unknown fields {sorted(unknown)}")
         for k in ("splits", "xcds"):
-            if k in d and not isinstance(d[k], int):
+            if k in d and not isinstance(d[k], int) and not (k == "splits" and d[k] == AUTO_SPLITS):
                 raise ValueError(f"launch record field {k!r} is {d[k]!r}, not an int")
         if not isinstance(d.get("order"), (str, type(None))):
             raise ValueError(f"launch record field 'order' is {d['order']!r}, not a string or null")
@@ -340,7 +358,10 @@ described once in `kernels/protocol.py`; this section is generated from it by
   asked for; empty for none), `out` (whether it fills an `out=` buffer),
   `targets` (where it runs, for reports), `limits` (a `nvfp4_suite.kernels.Limits`:
   the largest generated problem it is given), `slot_lists` (its input domain:
-  `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1),
+  `"any"` or `"compacted"`, `reference/CONTRACT.md` section 3.1; `splits` is
+  `("auto",)` for a kernel that chooses its own split count: it then receives
+  `splits="auto"`, each case is launched once, and only an exact-class
+  arithmetic can judge it),
   `scale_sign` (its block-scale domain: `"any"`, or `"non-negative"` for a
   kernel that reads a scale byte as a magnitude, section 2.7), `sm_scale`
   (None, or the softmax scale a kernel hard-codes: cases with another are

@@ -232,3 +232,16 @@ class Compacted(Correct):
         if why:
             raise ValueError(f"handed slot lists outside its domain: {why}")
         return R.emulate(problem, splits=splits)
+
+
+class AutoSplits(Correct):
+    """Exact class (the oracle rounded once), choosing its own split count: it
+    declares ``splits=("auto",)`` and refuses any other ``splits`` it is handed."""
+
+    geometry = None
+    capabilities = Capabilities(splits=("auto",), limits=SMALL, targets=("numpy",))
+
+    def __call__(self, problem, *, splits):
+        if splits != "auto":
+            raise ValueError(f"handed splits={splits!r}; it chooses its own")
+        return R.bf16_round(R.sparse_decode(problem)[0])

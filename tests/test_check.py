@@ -3,6 +3,7 @@ while the others run, golden cases are judged by their stored expectations."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -250,3 +251,34 @@ def test_when_the_minimising_budget_runs_out_hypothesis_draws_nothing_more(tmp_p
     assert gen.failing is not None and gen.failing.unfinished == "the minimising budget of 0 s ran out"
     assert gen.stopped is None and not gen.ok
     assert len(drawn.read_text().splitlines()) == gen.n + 1  # the problems, and the one try that stopped it
+
+
+def test_a_kernel_choosing_its_own_split_count_is_launched_once_per_case_and_judged_exactly(tmp_path, monkeypatch,
+                                                                                             capsys):
+    import hostile
+
+    from nvfp4_suite.reference.examples import random_problem
+    from nvfp4_suite.vectors.cli import main
+    from nvfp4_suite.vectors.engine.harness import save_repro
+
+    run = check_golden(hostile.AutoSplits(), cases=set(range(0, 40, 3)))
+    assert run.ok, run.text()
+    assert all([x.splits for x in c.ran] == ["auto"] for c in run.cases if c.ran)
+    assert check_generated(hostile.AutoSplits(), 8, 0).ok
+    # Recorded and replayed as it ran.
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path))
+    path = save_repro("hostile:AutoSplits", random_problem(4, reqs=2, topk=3), Launch(splits="auto"), "x")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    assert main(["replay", str(path), "--backend", "hostile:AutoSplits"]) == 0
+    assert "splits=auto layout=" in capsys.readouterr().out
+
+
+def test_a_kernel_choosing_its_own_split_count_is_refused_in_an_arithmetic_that_needs_the_count(monkeypatch):
+    from nvfp4_suite.vectors.engine.config import CheckConfig, load_subject
+    from nvfp4_suite.vectors.engine.verdict import SetupError
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    assert load_subject(CheckConfig(backend="hostile:AutoSplits", arithmetic="exact-p-bf16")).geometry is not None
+    with pytest.raises(SetupError, match=r"chooses its own split count \(splits=\('auto',\)\), but arithmetic "
+                                         r"seed divides the slots"):
+        load_subject(CheckConfig(backend="hostile:AutoSplits", arithmetic="seed"))

@@ -152,3 +152,18 @@ def test_a_negative_scale_byte_is_outside_a_non_negative_scale_domain_naming_it(
     assert Capabilities().outside_domain(p) is None
     with pytest.raises(ValueError, match="Capabilities.scale_sign 'positive'"):
         Capabilities(scale_sign="positive")
+
+
+def test_a_kernel_may_declare_that_it_chooses_its_split_count_and_its_launches_say_so():
+    caps = Capabilities(splits=("auto",))
+    launch = Launch(splits=3, xcds=0).as_seen_by(caps)
+    assert launch == Launch(splits="auto") and launch.kwargs(caps) == {"splits": "auto"}
+    assert launch.known_splits == 1 and Launch.from_json(launch.to_json()) == launch
+    from nvfp4_suite.reference.examples import random_problem
+
+    assert caps.refuses_launch(random_problem(1), Launch(splits=2)) == "splits 2 not supported (supports ['auto'])"
+    for bad in (("auto", 2), ("Auto",), ()):
+        with pytest.raises(ValueError, match="Capabilities.splits"):
+            Capabilities(splits=bad)
+    with pytest.raises(ValueError, match="'splits' is 'two', not an int"):
+        Launch.from_json({"splits": "two"})

@@ -26,8 +26,8 @@ from nvfp4_suite.reference.problem import outside_slot_domain
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog.casefile import load_case
 from nvfp4_suite.vectors.catalog.export import export_catalog
-from nvfp4_suite.vectors.engine import check
 from nvfp4_suite.vectors.cli.render import golden_lines
+from nvfp4_suite.vectors.engine import check
 from nvfp4_suite.vectors.engine.check import check_golden
 from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
 from nvfp4_suite.vectors.engine.strategies import launches_for, problems_for

@@ -75,7 +75,9 @@ def _notice(msg: str) -> None:
 def _describe_backend(subject) -> str:
     c = subject.capabilities
     parts = [f"arithmetic {arithmetic_name(subject.geometry)}", f"layouts {list(c.layouts)}",
-             f"splits {list(c.splits)}" + (" (the split axis is not exercised)" if c.splits == (1,) else "")]
+             f"splits {list(c.splits)}" + (" (the kernel's own split count: the split axis is not exercised)"
+                                           if c.splits == ("auto",) else " (the split axis is not exercised)"
+                                           if c.splits == (1,) else "")]
     if c.slot_lists != "any":
         parts.append(f"slot lists {c.slot_lists}")
     if c.scale_sign != "any":

@@ -29,7 +29,8 @@ def replay_command(file, spec: str, launch: Launch | None = None, timeout: float
     argument is shell-quoted: the command runs as printed whatever the folder's name."""
     cmd = f"python -m nvfp4_suite.vectors replay {shlex.quote(str(file))} --backend {shlex.quote(spec)}"
     if launch is not None:
-        cmd += f" --splits {launch.splits} --xcds {launch.xcds}"
+        # A kernel's own split count ("auto") is replayed as recorded: no --splits.
+        cmd += (f" --splits {launch.splits}" if isinstance(launch.splits, int) else "") + f" --xcds {launch.xcds}"
         if launch.order is not None:
             cmd += f" --order {shlex.quote(launch.order)}"
     if timeout is not None:

@@ -90,7 +90,7 @@ def launch_features(problem: DecodeProblem, launch: Launch) -> frozenset[str]:
     pos = problem.positions
     if ((pos >= 0) & (pos % 128 != 127)).any():
         out.add("partial-last-block")
-    if launch.splits > 1:
+    if isinstance(launch.splits, int) and launch.splits > 1:
         out.add("splits>1")
     if launch.xcds:
         out.add("xcds")
@@ -180,7 +180,7 @@ def class_shares(outcomes: list[Outcome]) -> list[ClassShare]:
 
 def signature_key(case_id: int, launch: Launch) -> tuple[int, int]:
     # Signatures are recorded per (case, split count): the mutants have no placement.
-    return (case_id, launch.splits)
+    return (case_id, launch.known_splits)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,7 +64,9 @@ def check_invalid(problem, expected_error: str, backend=None) -> tuple[bool, str
     seen = None
     if backend is not None:
         seen = private_copy(problem)
-        who.append((f"backend {shown(backend.name)}", lambda: backend(seen, splits=1)))
+        # The simplest launch the backend takes (splits "auto" for a kernel choosing its own).
+        kw = Launch().as_seen_by(backend.capabilities).kwargs(backend.capabilities)
+        who.append((f"backend {shown(backend.name)}", lambda: backend(seen, **kw)))
     for name, fn in who:
         got, msg = raised(fn)
         good = got == expected_error
@@ -127,10 +129,10 @@ def _expected(backend, problem, extra, launch, cache: dict[int, tuple[Interval, 
     (``stored``), a replayed file is checked where it does; a file the
     reference no longer reproduces raises CaseFileError (the backend must not
     be judged against a moved target)."""
-    key = launch.splits
+    key = launch.known_splits
     if key not in cache:
-        iv, against = backend_interval(problem, geometry=backend.geometry, splits=launch.splits)
-        name = catalog.judgment_name(backend.geometry, launch.splits)
+        iv, against = backend_interval(problem, geometry=backend.geometry, splits=key)
+        name = catalog.judgment_name(backend.geometry, key)
         if name is not None and (stored or catalog.stored_interval(extra, name) is not None):
             bad = catalog.drift(problem, extra, name, iv)
             if bad:
@@ -166,11 +168,12 @@ def judge_case(backend, res: CaseResult, problem: DecodeProblem, extra: dict, la
     file must store the judgment of the backend's geometry (``_expected``)."""
     if res.expected_error:
         good, text = check_invalid(problem, res.expected_error, backend)
-        res.ran.append(Launch())
-        res.features[Launch()] = frozenset({blame.INVALID})
+        launch = Launch().as_seen_by(backend.capabilities)  # the simplest launch, as check_invalid made it
+        res.ran.append(launch)
+        res.features[launch] = frozenset({blame.INVALID})
         if not good:
             res.status = Status.FAIL
-            res.failures.append(LaunchFailure(Launch(), text))
+            res.failures.append(LaunchFailure(launch, text))
         return res
     caps = backend.capabilities
     cache: dict[int, tuple[Interval, str]] = {}

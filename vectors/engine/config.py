@@ -12,8 +12,9 @@ import dataclasses
 from pathlib import Path
 
 from nvfp4_suite import kernels
-from nvfp4_suite.kernels.protocol import DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES, SHRINK_BUDGET_TIMEOUTS
-from nvfp4_suite.reference.arithmetic import parse_arithmetic
+from nvfp4_suite.kernels.protocol import AUTO_SPLITS, DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES, SHRINK_BUDGET_TIMEOUTS
+from nvfp4_suite.reference import Geometry
+from nvfp4_suite.reference.arithmetic import arithmetic_name, parse_arithmetic
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.engine import interrupts
 from nvfp4_suite.vectors.engine.harness import shown
@@ -179,6 +180,10 @@ def load_subject(config: CheckConfig) -> Subject:
         except ValueError as e:
             raise SetupError(str(e)) from e
     caps = backend.capabilities
+    if caps.splits == (AUTO_SPLITS,) and isinstance(geometry, Geometry):
+        raise SetupError(f"backend {shown(backend.name)} chooses its own split count (splits=('auto',)), but "
+                         f"arithmetic {arithmetic_name(geometry)} divides the slots by a split count it needs to "
+                         "know: judge it in an exact class (exact, exact-p-bf16)")
     if config.splits:
         bad = [s for s in config.splits if s not in caps.splits]
         if bad:

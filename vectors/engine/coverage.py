@@ -77,7 +77,8 @@ def _signed(caps, splits) -> bool:
 
 
 def _multi_split(caps, splits) -> bool:
-    return max(splits) > 1
+    # A kernel choosing its own split count ("auto") shows the suite none.
+    return any(isinstance(s, int) and s > 1 for s in splits)
 
 
 def _lim(field, least):
@@ -249,6 +250,8 @@ def launch_conditions(p: DecodeProblem, launch) -> set[str]:
     slots, in slot order, in chunks of ``ceil(n / splits)``."""
     s = launch.splits
     out = {f"splits={s}"}
+    if not isinstance(s, int):
+        return out  # the kernel's own split count: nothing of the split axis is known
     valid = p.valid_slots
     n = valid.sum(axis=-1)
     work = n > 0

@@ -191,7 +191,7 @@ def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
         report = Report(against, 0, 0, np.inf, [], [], [], 0, shape_error=str(first))
         first = None
     else:
-        iv, against = expected or backend_interval(problem, geometry=backend.geometry, splits=launch.splits)
+        iv, against = expected or backend_interval(problem, geometry=backend.geometry, splits=launch.known_splits)
         report = compare_with_interval(problem, first, iv, against, sentinel=backend.capabilities.out)
         if isinstance(second, OutputTypeError) or second.shape != first.shape:
             report.repeat_mismatch = int(first.size)

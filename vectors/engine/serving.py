@@ -300,7 +300,7 @@ def check_serving(backend, examples: int, seed: int, progress=None, *, splits=No
             if progress:
                 progress(f"  serving {i + 1}/{examples}: {describe(problem)}, {launch.describe(problem)}")
             t0 = time.perf_counter()
-            iv, against = reference_interval(backend, problem, launch.splits, device=dev)
+            iv, against = reference_interval(backend, problem, launch.known_splits, device=dev)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             t_ref = time.perf_counter() - t0

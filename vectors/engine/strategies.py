@@ -40,7 +40,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from nvfp4_suite.kernels.protocol import Capabilities, Launch
+from nvfp4_suite.kernels.protocol import AUTO_SPLITS, Capabilities, Launch
 from nvfp4_suite.reference import LAYOUTS, DecodeProblem, bf16_round
 from nvfp4_suite.reference.examples import paged_block_table
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
@@ -90,7 +90,7 @@ def _slots_any(rng, count: str, arrangement: str, nvis: int, topk: int, splits) 
         n = 1
     elif count == "split multiple":
         # a multiple of the largest split count that fits: of its divisors too
-        s = max([s for s in splits if s <= most], default=1)
+        s = max([s for s in splits if isinstance(s, int) and s <= most], default=1)
         n = s * int(rng.integers(1, most // s + 1))
     else:
         n = int(rng.integers(1, most + 1))
@@ -259,7 +259,7 @@ def launch_weights(caps: Capabilities, splits=None) -> dict[str, dict]:
     per ``Launch`` field: value -> integer weight, the simplest first. Split
     count 1 and no placement are the simplest (a minimised failure keeps them
     when it can) and weigh half as much as the others."""
-    return {"splits": {s: 1 if s == 1 else 2 for s in sorted(splits or caps.splits)},
+    return {"splits": {s: 1 if s in (1, AUTO_SPLITS) else 2 for s in sorted(splits or caps.splits, key=str)},
             "xcds": {x: 1 if x == 0 else 2 for x in sorted(caps.xcds)},
             "order": {o: 1 for o in caps.orders} if caps.orders else {None: 1}}
 

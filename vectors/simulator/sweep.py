@@ -79,7 +79,7 @@ def tasks_for(arch: str, golden: bool, cases=None, splits=None, examples: int = 
                 continue
             counts: list[int | None]
             if c["result"] == "valid":
-                counts = [s for s in sorted({x.splits for x in catalog.launches(c)} & set(SPLITS))
+                counts = [s for s in sorted({x.known_splits for x in catalog.launches(c)} & set(SPLITS))
                           if not splits or s in splits]
             else:
                 counts = [None]
