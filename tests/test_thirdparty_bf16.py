@@ -164,11 +164,15 @@ def test_declaring_both_axes_the_model_is_conformant_on_the_golden_catalog_and_g
     assert gen.ok and gen.n == 12, gen.failing and gen.failing.text
 
 
-def test_declaring_any_scale_sign_the_model_fails_the_cases_with_negative_scales():
+def test_declaring_any_scale_sign_the_model_fails_the_cases_with_negative_scales_and_the_report_says_why_first():
+    from nvfp4_suite.vectors.engine.blame import summary_lines
     from nvfp4_suite.vectors.engine.check import check_golden
 
-    run = check_golden(M.Kernel(scale_sign="any"), cases={12, 14})
-    assert [c.status for c in run.cases] == ["FAIL", "FAIL"], run.text()
+    # The negative-scale cases and their non-negative twins, which pass.
+    run = check_golden(M.Kernel(scale_sign="any"), cases={12, 14, 83, 84})
+    assert [c.status for c in run.cases] == ["FAIL", "FAIL", "PASS", "PASS"], run.text()
+    shared = [line for line in summary_lines(run.outcomes(), {"mutants": {}}) if "shared by the failures" in line]
+    assert "negative E4M3 block scale" in shared[0], shared
 
 
 def test_declaring_exact_operands_the_model_fails_where_the_global_scales_round(declared_golden):

@@ -23,7 +23,7 @@ from nvfp4_suite.kernels.protocol import DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES
 from nvfp4_suite.reference.arithmetic import arithmetic_name
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog import export
-from nvfp4_suite.vectors.cli import render
+from nvfp4_suite.vectors.cli import bench, render
 from nvfp4_suite.vectors.cli import report as jsonreport
 from nvfp4_suite.vectors.cli.progress import Progress
 from nvfp4_suite.vectors.cli.runner import exit_code, outcome
@@ -396,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="problems the numpy reference is timed on (minutes each; default 1)")
     sb.set_defaults(fn=cmd_serving_bench)
     export.register(sub)  # export --layout FILE DIR, import --layout FILE DUMP OUT
+    bench.register(sub, backend_help)
     return ap
 
 

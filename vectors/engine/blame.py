@@ -31,7 +31,7 @@ import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
-from nvfp4_suite.reference.problem import outside_slot_domain
+from nvfp4_suite.reference.problem import outside_scale_domain, outside_slot_domain
 
 HERE = Path(__file__).resolve().parent.parent  # the package's vectors/ folder
 SIGNATURES = HERE / "signatures.json"
@@ -43,6 +43,7 @@ INVALID = "invalid-input"
 FEATURES = {
     INVALID: "an invalid input that the host side must refuse with its ProblemError",
     "not-compacted": "a slot list outside the compacted domain (reference/CONTRACT.md 3.1)",
+    "negative-scale": "a negative E4M3 block scale that a row reads (outside scale_sign=non-negative)",
     "invalid-before-valid": "a -1 or future slot before a valid slot in some slot list",
     "future-slot": "a future block id in some slot list",
     "minus-one-slot": "a -1 slot in some slot list",
@@ -70,6 +71,8 @@ def launch_features(problem: DecodeProblem, launch: Launch) -> frozenset[str]:
     out = set()
     if outside_slot_domain(problem, "compacted") is not None:
         out.add("not-compacted")
+    if outside_scale_domain(problem, "non-negative") is not None:
+        out.add("negative-scale")
     # An invalid slot before a valid one: the last valid slot lies after the first invalid one.
     topk = problem.TOPK
     idx = np.arange(topk)[None, None, :]

@@ -670,7 +670,7 @@ def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
         run.generated = check_generated(
             subject, examples, config.seed, config.splits, progress=hooks.progress,
             progress_every=1 if hooks.live else 10, shrink_report_s=1.0 if hooks.live else 10.0,
-            shrink_budget_s=subject.shrink_budget_s)
+            shrink=config.minimise, shrink_budget_s=subject.shrink_budget_s)
         if run.generated.failing is not None:
             run.saved, run.save_error = save_failing(subject.spec, run.generated.failing)
         hooks.done(run, "generated")

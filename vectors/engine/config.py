@@ -37,7 +37,9 @@ class CheckConfig:
     split counts; None: all declared), ``isolate`` and ``timeout`` (each launch
     in a worker process, with this launch timeout in seconds; None: the
     backend's ``launch_timeout_s``), ``outside_domain`` (also run golden
-    cases outside the declared input domain, as information), ``shape``
+    cases outside the declared input domain, as information), ``minimise``
+    (shrink a failing generated problem before reporting it; the judging
+    benchmark, which only times, does not), ``shape``
     (``small`` or ``serving``: serving-size generated problems instead of the
     catalogs and small ones), ``json`` (where the JSON report goes, or None)."""
 
@@ -51,6 +53,7 @@ class CheckConfig:
     isolate: bool = False
     timeout: float | None = None
     outside_domain: bool = False
+    minimise: bool = True
     shape: str = "small"
     json: str | None = None
 

@@ -44,7 +44,7 @@ from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
 from nvfp4_suite.reference.layout import present
-from nvfp4_suite.vectors.engine import interrupts
+from nvfp4_suite.vectors.engine import interrupts, phases
 
 
 class BackendCrash(Exception):
@@ -184,19 +184,23 @@ def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
     why = caps.refuses(problem, launch)
     if why:
         raise ValueError(f"launch {launch.describe(problem)} is outside backend {backend.name}'s capabilities: {why}")
-    first, changed = _call(backend, problem, launch)
-    second, changed_again = _call(backend, problem, launch.then(caps))
+    with phases.timed("launches"):
+        first, changed = _call(backend, problem, launch)
+        second, changed_again = _call(backend, problem, launch.then(caps))
     if isinstance(first, OutputTypeError):
         against = "oracle" if backend.geometry is None else "emulation"
         report = Report(against, 0, 0, np.inf, [], [], [], 0, shape_error=str(first))
         first = None
     else:
-        iv, against = expected or backend_interval(problem, geometry=backend.geometry, splits=launch.known_splits)
-        report = compare_with_interval(problem, first, iv, against, sentinel=backend.capabilities.out)
-        if isinstance(second, OutputTypeError) or second.shape != first.shape:
-            report.repeat_mismatch = int(first.size)
-        else:
-            report.repeat_mismatch = int((first.view(np.uint32) != second.view(np.uint32)).sum())
+        with phases.timed("references"):
+            iv, against = expected or backend_interval(problem, geometry=backend.geometry,
+                                                       splits=launch.known_splits)
+        with phases.timed("judging"):
+            report = compare_with_interval(problem, first, iv, against, sentinel=backend.capabilities.out)
+            if isinstance(second, OutputTypeError) or second.shape != first.shape:
+                report.repeat_mismatch = int(first.size)
+            else:
+                report.repeat_mismatch = int((first.view(np.uint32) != second.view(np.uint32)).sum())
     report.modified_inputs = {n: max(changed.get(n, 0), changed_again.get(n, 0))
                               for n in _arrays(problem) if n in changed or n in changed_again}
     return first, report
