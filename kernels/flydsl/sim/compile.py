@@ -241,13 +241,15 @@ def unbundle(member: str) -> Path:
     return cache_dir() / member
 
 
-def write_bundle(path: Path = BUNDLE, names: list[str] | None = None) -> list[str]:
-    """Write ``path``: the entries (assembly and record, any FlyDSL version) of
+def write_bundle(path: Path | None = None, names: list[str] | None = None) -> list[str]:
+    """Write ``path`` (default: ``BUNDLE``, read when called): the entries (assembly and record, any FlyDSL version) of
     configurations ``names`` (``stem``s; default: ``bundle_configs``), each taken
     from the cache or else from the existing bundle; CompileError naming the
     first configuration that is in neither. Deterministic: the same entries
     give the same bytes whatever other configurations the cache holds (sorted names, zero times
     and owners, xz preset 9). Returns the file names."""
+    # BUNDLE read here, not bound as the default: a caller that points it elsewhere writes there.
+    path = BUNDLE if path is None else path
     names = names if names is not None else [stem(*c) for c in bundle_configs()]
     old = _bundle(path)
     files: dict[str, bytes] = {}
