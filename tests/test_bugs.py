@@ -98,11 +98,11 @@ def test_the_catalog_vocabulary_is_the_registry():
     assert catalog.load_manifest()["notes"] == cases.FLAGS
 
 
-def test_every_numpy_mutant_in_tests_mutants_is_registered():
+def test_every_numpy_mutant_in_kernels_mutants_is_registered():
     prefix = "nvfp4_suite.kernels.mutants:"
     defined = {f"{prefix}numpy_{b}" for b in mutants.BUGS} | {f"{prefix}seed_{b}" for b in mutants.ROUNDING_BUGS}
     # Other backend classes there are mutants too, except the two correct kernels.
-    defined |= {f"mutants:{n}" for n, obj in vars(mutants).items()
+    defined |= {f"{prefix}{n}" for n, obj in vars(mutants).items()
                 if isinstance(obj, type) and hasattr(obj, "available") and n not in ("NumpyKernel", "SeedKernel")}
     assert defined == {m.spec for m in bugs.mutants("numpy")}
 

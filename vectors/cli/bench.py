@@ -35,14 +35,14 @@ def time_check(spec: str, examples: int, seed: int) -> Timing:
         verdict = run_check(run, Hooks())
         with timed("reporting"):
             gen = run.generated
-            if gen is not None:
+            if gen is not None and run.subject is not None:
                 render.generated_lines(gen)
                 if gen.failing is not None:
                     render.failing_lines(gen.failing, spec, run.saved, run.save_error, run.subject.timeout)
             render.verdict_line(run, verdict)
             report.build("check", [], run, verdict, None)
         wall = time.perf_counter() - start
-    if gen is None or verdict.kind is Kind.NO_VERDICT and not gen.n:
+    if run.subject is None or gen is None or verdict.kind is Kind.NO_VERDICT and not gen.n:
         raise SetupError(f"bench: backend {spec}: no generated problem was judged ({verdict.kind.value})")
     seconds = dict(seconds)
     seconds["generation"] = max(wall - sum(seconds.values()), 0.0)
