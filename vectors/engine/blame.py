@@ -25,6 +25,7 @@ lines: the mutant first, then the shared features, then the classes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +200,8 @@ ROUNDS = 3
 # that refuses it does: outputs of an invalid input are never compared.
 NOT_REFUSED = "did not raise the expected ProblemError"
 REFUSED = "raised the expected ProblemError"
+# A passing launch's ``Observed.did``: the kernel's output there is not kept.
+PASSED = "passed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,7 +411,8 @@ class _Score:
         return (-len(self.exact), -self.share)
 
 
-def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0) -> Diagnosis:
+def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0,
+             passing: list[Observed] = ()) -> Diagnosis:
     """The mutants (``candidates(geometry)``) whose outputs agree best with the
     kernel's on the failing launches ``observed``, in greedy rounds: every
     candidate runs on ``SAMPLE`` launches spread over the cases, the
@@ -417,6 +421,20 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0)
     is named; the next round looks only at the launches it does not explain.
     A mutant whose capabilities refuse a launch is not run on it (it explains
     none of those). ``unkept``: failing launches left out for want of an output.
+
+    Mutants that equal the kernel on exactly the same failing launches (one
+    that never scans scale bytes for NaN and one that validates nothing, on
+    a kernel failing only the NaN-scale inputs) are told apart on ``passing``,
+    other launches of the kernel, first those of cases carrying the tied
+    mutants' classes: the mutant that does what the kernel did there more
+    often is the better fit. Where a passing launch's output was not kept
+    (``did`` is ``PASSED``) the correct implementation's stands for it: the
+    kernel passed it.
+
+    Each mutant runs a launch on a fresh instance, twice when its first
+    output disagrees, and either output counts: the kernel's output came
+    after every launch before it (a kernel with dirty split tickets returns
+    NaN from its second launch on), a history the diagnosis cannot replay.
     ``interrupts.Interrupted`` propagates (checked before every mutant launch)."""
     from nvfp4_suite import kernels
     from nvfp4_suite.vectors.catalog.casefile import load_case
@@ -427,12 +445,12 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0)
         return Diagnosis([], len(observed), len(observed), unkept=unkept, no_candidates=(
             f"no registered mutant of this arithmetic ({'exact' if geometry is None else geometry}) to "
             "compare outputs with"))
-    # One instance per mutant for the whole diagnosis: a mutant with state
-    # (tickets left dirty) sees its launches one after another, as the kernel did.
-    made = {c.spec: kernels.get_backend(c.spec) for c in cands}
-    baseline = correct_kernel(geometry)
+    makers = {c.spec: functools.partial(kernels.get_backend, c.spec) for c in cands}
+    makers[""] = functools.partial(correct_kernel, geometry)  # the yardstick
     problems: dict[Path, DecodeProblem] = {}
-    done: dict[tuple[str, int], np.ndarray | str | None] = {}
+    done: dict[tuple[str, int], tuple] = {}
+    # Failing launches first, then the passing ones (indices past len(observed)).
+    every = list(observed) + list(passing)
 
     def problem(o: Observed) -> DecodeProblem:
         if isinstance(o.problem, DecodeProblem):
@@ -441,21 +459,63 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0)
             problems[o.problem] = load_case(o.problem)[0]
         return problems[o.problem]
 
-    def score(key: str, backend, indices: list[int]) -> _Score:
+    def agree(key: str, i: int, did) -> tuple[bool, float] | None:
+        """``agreement`` of ``did`` with mutant ``key`` on launch ``i``, None where it cannot run it."""
+        o = every[i]
+        if (key, i) not in done:
+            interrupts.stop_if_asked()
+            backend = makers[key]()
+            done[key, i] = (mutant_did(backend, problem(o), o),)
+            if done[key, i][0] is not None and not agreement(did, done[key, i][0])[0]:
+                done[key, i] += (mutant_did(backend, problem(o), o),)
+        if done[key, i][0] is None:
+            return None
+        return max(agreement(did, got) for got in done[key, i])
+
+    def score(key: str, indices: list[int]) -> _Score:
         s = _Score()
         for i in indices:
-            if (key, i) not in done:
-                interrupts.stop_if_asked()
-                done[key, i] = mutant_did(backend, problem(observed[i]), observed[i])
-            got = done[key, i]
-            if got is None:
-                continue
-            exact, share = agreement(observed[i].did, got)
-            s.ran += 1
-            s.share += share
-            if exact:
-                s.exact.add(i)
+            a = agree(key, i, every[i].did)
+            if a is not None:
+                s.ran += 1
+                s.share += a[1]
+                if a[0]:
+                    s.exact.add(i)
         return s
+
+    def correct_did(i: int) -> np.ndarray | str | None:
+        """What the correct implementation does on launch ``i``."""
+        o = every[i]
+        if o.expected_error:
+            return REFUSED
+        if ("", i) not in done:
+            interrupts.stop_if_asked()
+            done["", i] = (mutant_did(makers[""](), problem(o), o),)
+        return done["", i][0]
+
+    def like_kernel(key: str, pool: list[int]) -> int:
+        """Launches of ``pool`` (from ``passing``) where mutant ``key`` does what
+        the kernel did: its output where kept, else (``PASSED``) what the correct implementation does."""
+        n = 0
+        for i in pool:
+            did = every[i].did
+            right = correct_did(i) if isinstance(did, str) and did == PASSED else did
+            a = None if right is None else agree(key, i, right)
+            n += bool(a and a[0])
+        return n
+
+    def untie(ranked: list[Candidate], full: dict) -> tuple[list[Candidate], dict]:
+        """``ranked`` with the mutants tied with the best reordered by
+        ``like_kernel``, and that count of each (empty: nothing to tell them apart by)."""
+        tied = [c for c in ranked if full[c].rank() == full[ranked[0]].rank()]
+        if not passing:
+            return ranked, {}
+        classes = {c.bug for c in tied}
+        own = [i for i in range(len(observed), len(every)) if classes & set(every[i].flags)]
+        pool = _spread(own, every, 2 * SAMPLE) + _spread(
+            [i for i in range(len(observed), len(every)) if i not in own], every, SAMPLE)
+        fit = {c: like_kernel(c.spec, pool) for c in tied}
+        return sorted(tied, key=lambda c: -fit[c]) + ranked[len(tied):], fit
 
     matches: list[Match] = []
     closest = None
@@ -464,52 +524,60 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0)
         left = [c for c in cands if all(c != m.candidate for m in matches)]
         if not left:
             break
-        pick = _spread(remaining, observed, SAMPLE)
+        pick = _spread(remaining, every, SAMPLE)
         if progress:
             progress(f"  diagnosis: {len(left)} mutants on {len(pick)} of {len(remaining)} failing launches")
-        first = {c: score(c.spec, made[c.spec], pick) for c in left}
+        first = {c: score(c.spec, pick) for c in left}
         ranked = sorted(left, key=lambda c: first[c].rank())  # stable: registry order breaks ties
         top = first[ranked[0]]
         if not top.exact:
-            base = score("", baseline, pick) if baseline is not None else _Score()
-            mean = top.share / max(top.ran, 1)
-            if mean > base.share / max(base.ran, 1):
-                closest = (ranked[0], mean, base.share / max(base.ran, 1))
+            base = score("", pick)
+            mean, base_mean = top.share / max(top.ran, 1), base.share / max(base.ran, 1)
+            if mean > base_mean:
+                closest = (ranked[0], mean, base_mean)
             break
         keep = [c for i, c in enumerate(ranked)
                 if first[c].exact and (i < SURVIVORS or first[c].rank() == top.rank())]
         if progress:
             progress(f"  diagnosis: {len(keep)} mutants on {len(remaining)} failing launches")
-        full = {c: score(c.spec, made[c.spec], remaining) for c in keep}
-        best = min(keep, key=lambda c: full[c].rank())
-        tied = tuple(c for c in keep if c != best and full[c].rank() == full[best].rank())
+        full = {c: score(c.spec, remaining) for c in keep}
+        ranked = sorted(keep, key=lambda c: full[c].rank())
+        fit: dict[Candidate, int] = {}
+        if len(ranked) > 1 and full[ranked[1]].rank() == full[ranked[0]].rank():
+            ranked, fit = untie(ranked, full)
+        best = ranked[0]
+        tied = tuple(c for c in ranked[1:] if full[c].rank() == full[best].rank() and fit.get(c) == fit.get(best))
         matches.append(Match(best, frozenset(full[best].exact), len(observed),
                              frozenset(observed[i].case for i in full[best].exact), tied))
         remaining = [i for i in remaining if i not in full[best].exact]
     return Diagnosis(matches, len(observed), len(remaining), closest, unkept)
 
 
-def observed_failures(golden) -> tuple[list[Observed], int]:
+def observed_launches(golden) -> tuple[list[Observed], int, list[Observed]]:
     """The failing launches of ``golden`` (a ``check.GoldenRun``) the
-    diagnosis can compare, and how many more failed without a kept output."""
-    out, unkept = [], 0
+    diagnosis can compare, how many more failed without a kept output, and
+    the launches that passed (``did`` is ``PASSED``)."""
+    out, unkept, passed = [], 0, []
     for c in golden.cases:
-        for f in c.failures:
-            did = NOT_REFUSED if c.expected_error else f.output
+        failed = {f.launch: f for f in c.failures}
+        for launch in c.ran:
+            f = failed.get(launch)
+            did = PASSED if f is None else NOT_REFUSED if c.expected_error else f.output
             if did is None:
                 unkept += 1
                 continue
-            out.append(Observed(c.id, tuple(c.flags), f.launch, c.file, did, c.expected_error))
-    return out, unkept
+            (passed if f is None else out).append(
+                Observed(c.id, tuple(c.flags), launch, c.file, did, c.expected_error))
+    return out, unkept, passed
 
 
 def diagnose_golden(golden, geometry, progress=None) -> Diagnosis | None:
     """``diagnose`` over the failing launches of ``golden`` (a
     ``check.GoldenRun``) for a kernel judged in ``geometry``; None when none failed."""
-    observed, unkept = observed_failures(golden)
+    observed, unkept, passed = observed_launches(golden)
     if not observed and not unkept:
         return None
-    return diagnose(observed, geometry, progress, unkept)
+    return diagnose(observed, geometry, progress, unkept, passed)
 
 
 def isolating_first(failed: list, diagnosis: Diagnosis | None) -> list:

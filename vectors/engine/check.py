@@ -508,16 +508,42 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     elif failing is not None and cut:
         failing.unfinished = f"the minimising budget of {shrink_budget_s:g} s ran out"
     if failing is not None and failing.flaky_text is None and failing.output is not None and not stopped:
-        # The same matching as the golden run's, on the one minimised launch.
         try:
-            failing.diagnosis = blame.diagnose(
-                [blame.Observed(-1, (), failing.launch, failing.problem, failing.output)], backend.geometry)
+            failing.diagnosis = diagnose_failing(backend, failing)
         except interrupts.Interrupted as e:
             stopped = e.reason
     totals = {"elements": state.elements, "max_ratio": state.max_ratio, "max_ulp": state.max_ulp,
               "rounding": state.rounding}
     stats = {name: [coverage.reached[name], coverage.failed[name]] for name in coverage.reached}
     return GeneratedRun(failing is None and stopped is None, state.n, stats, totals, failing, stopped, coverage)
+
+
+# Split counts the minimised problem is also run at, to tell apart mutants that
+# equal its failing launch alike (one block dropped and an empty split unwritten
+# both zero a one-block row at two splits; only the first does at one).
+OTHER_SPLITS = (1, 2, 3)
+
+
+def diagnose_failing(backend, failing: FailingProblem) -> blame.Diagnosis:
+    """The golden run's matching (``blame.diagnose``) on ``failing``'s one
+    launch; the backend's outputs on the same problem at the other
+    ``OTHER_SPLITS`` it takes break ties between mutants that equal it there alike."""
+    caps = backend.capabilities
+    p = failing.problem
+    observed = [blame.Observed(-1, (), failing.launch, p, failing.output)]
+    others = []
+    for n in OTHER_SPLITS:
+        launch = Launch(splits=n)
+        if launch == failing.launch or caps.refuses(p, launch):
+            continue
+        try:
+            got, _ = run_case(backend, p, launch)
+        except BackendCrash as e:
+            got = crashed(e)
+        did = kept(got)
+        if did is not None:
+            others.append(blame.Observed(-1, (), launch, p, did))
+    return blame.diagnose(observed, backend.geometry, passing=others)
 
 
 def save_failing(spec: str, failing: FailingProblem) -> tuple:
