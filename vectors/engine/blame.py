@@ -475,9 +475,14 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0,
             return None
         return max(agreement(did, got) for got in done[key, i])
 
-    def score(key: str, indices: list[int]) -> _Score:
+    def score(key: str, indices: list[int], need: int = 0) -> _Score:
+        """Mutant ``key``'s agreement over ``indices``; it stops as soon as it
+        can no longer equal ``need`` launches bit for bit (it then ranks below
+        the mutant that did, whatever the rest would say)."""
         s = _Score()
-        for i in indices:
+        for k, i in enumerate(indices):
+            if len(s.exact) + len(indices) - k < need:
+                break
             a = agree(key, i, every[i].did)
             if a is not None:
                 s.ran += 1
@@ -543,7 +548,9 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0,
                 if first[c].exact and (i < SURVIVORS or first[c].rank() == top.rank())]
         if progress:
             progress(f"  diagnosis: {len(keep)} mutants on {len(remaining)} failing launches")
-        full = {c: score(c.spec, remaining) for c in keep}
+        full: dict[Candidate, _Score] = {}
+        for c in keep:  # the sample's best first: the others stop once they cannot equal it
+            full[c] = score(c.spec, remaining, max((len(f.exact) for f in full.values()), default=0))
         ranked = sorted(keep, key=lambda c: full[c].rank())
         fit: dict[Candidate, int] = {}
         if len(ranked) > 1 and full[ranked[1]].rank() == full[ranked[0]].rank():
