@@ -299,7 +299,9 @@ def mutant_did(backend, problem: DecodeProblem, o: Observed) -> np.ndarray | str
     """What ``backend`` (a mutant) does on ``o``'s launch of ``problem``, as
     ``Observed.did`` says it; None when its capabilities refuse the launch. A
     mutant without placement runs the launch without it: a placement moves
-    work between workgroups, never the arithmetic of a correct kernel."""
+    work between workgroups, never the arithmetic of a correct kernel; a
+    kernel's own split count (``auto``) is run at ``Launch.known_splits``, as
+    it is judged."""
     from nvfp4_suite.vectors.engine.harness import BackendCrash, OutputTypeError, _call
 
     caps = backend.capabilities
@@ -373,9 +375,8 @@ class Diagnosis:
             return [f"  cause: {self.no_candidates}"]
         out = [m.line() for m in self.matches]
         if self.unexplained:
-            rest = "the other" if self.matches else "any of the"
-            line = (f"  cause: no registered mutant's outputs equal the kernel's on {rest} {self.unexplained} "
-                    f"of {self.of} failing launches")
+            rest = f"the other {self.unexplained} of" if self.matches else "any of the"
+            line = f"  cause: no registered mutant's outputs equal the kernel's on {rest} {self.of} failing launches"
             if self.closest is not None:
                 c, share, base = self.closest
                 line += (f"; closest: {c.phrase()}, {share:.1%} of elements equal (the correct "

@@ -518,9 +518,9 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     return GeneratedRun(failing is None and stopped is None, state.n, stats, totals, failing, stopped, coverage)
 
 
-# Split counts the minimised problem is also run at, to tell apart mutants that
-# equal its failing launch alike (one block dropped and an empty split unwritten
-# both zero a one-block row at two splits; only the first does at one).
+# Split counts the minimised problem is also run at: two mutants can equal a tiny
+# problem's one failing launch alike (a dropped odd block and an unwritten empty
+# split did, on a one-block row), and another split count tells them apart.
 OTHER_SPLITS = (1, 2, 3)
 
 
@@ -537,10 +537,9 @@ def diagnose_failing(backend, failing: FailingProblem) -> blame.Diagnosis:
         if launch == failing.launch or caps.refuses(p, launch):
             continue
         try:
-            got, _ = run_case(backend, p, launch)
+            did = kept(run_case(backend, p, launch)[0])
         except BackendCrash as e:
-            got = crashed(e)
-        did = kept(got)
+            did = crashed(e)
         if did is not None:
             others.append(blame.Observed(-1, (), launch, p, did))
     return blame.diagnose(observed, backend.geometry, passing=others)
