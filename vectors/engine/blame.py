@@ -416,7 +416,7 @@ class _Score:
 
 
 def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0,
-             passing: list[Observed] = ()) -> Diagnosis:
+             passing: list[Observed] | tuple[()] = ()) -> Diagnosis:
     """The mutants (``candidates(geometry)``) whose outputs agree best with the
     kernel's on the failing launches ``observed``, in greedy rounds: every
     candidate runs on ``SAMPLE`` launches spread over the cases, the
@@ -568,7 +568,9 @@ def observed_launches(golden) -> tuple[list[Observed], int, list[Observed]]:
     """The failing launches of ``golden`` (a ``check.GoldenRun``) the
     diagnosis can compare, how many more failed without a kept output, and
     the launches that passed (``did`` is ``PASSED``)."""
-    out, unkept, passed = [], 0, []
+    out: list[Observed] = []
+    passed: list[Observed] = []
+    unkept = 0
     for c in golden.cases:
         failed = {f.launch: f for f in c.failures}
         for launch in c.ran:
@@ -598,10 +600,13 @@ def isolating_first(failed: list, diagnosis: Diagnosis | None) -> list:
     that mutant's class (then the first in catalog order); the others keep
     their order. Unchanged without a cause."""
     best = diagnosis.best if diagnosis is not None else None
-    mine = [c for c in failed if best is not None and c.id in best.cases]
+    if best is None:
+        return failed
+    mine = [c for c in failed if c.id in best.cases]
     if not mine:
         return failed
-    pick = min(mine, key=lambda c: len(set(c.flags) - {best.candidate.bug}))
+    cause = best.candidate.bug
+    pick = min(mine, key=lambda c: len(set(c.flags) - {cause}))
     return [pick] + [c for c in failed if c is not pick]
 
 

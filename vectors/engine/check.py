@@ -526,8 +526,11 @@ OTHER_SPLITS = (1, 2, 3)
 
 def diagnose_failing(backend, failing: FailingProblem) -> blame.Diagnosis:
     """The golden run's matching (``blame.diagnose``) on ``failing``'s one
-    launch; the backend's outputs on the same problem at the other
-    ``OTHER_SPLITS`` it takes break ties between mutants that equal it there alike."""
+    launch (its ``output`` must be kept); the backend's outputs on the same
+    problem at the other ``OTHER_SPLITS`` it takes break ties between mutants
+    that equal it there alike."""
+    if failing.output is None:
+        raise ValueError(f"failing problem at launch {failing.launch.describe()}: no output kept to diagnose")
     caps = backend.capabilities
     p = failing.problem
     observed = [blame.Observed(-1, (), failing.launch, p, failing.output)]
