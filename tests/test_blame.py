@@ -330,3 +330,16 @@ def test_the_json_reports_blame_field_is_the_text_reports_cause_summary():
     run = CheckRun(CheckConfig(backend="m"), catalogs=[CatalogRun(Path("."), None, "built-in", golden)])
     text = golden_lines(golden, "m")
     assert run.blame_lines() == text[1:1 + len(run.blame_lines())] and run.blame_lines()[0].startswith("  cause: ")
+
+
+def test_a_failing_launch_whose_output_was_too_large_to_keep_is_counted_not_compared():
+    from nvfp4_suite.vectors.engine.check import GoldenRun, LaunchFailure, kept
+
+    assert kept(np.zeros(blame.KEEP_OUTPUT_BYTES // 4 + 1, np.float32)) is None
+    assert kept(None) == "returned no array"
+    c = _case(0, ["x"])
+    c.ran, c.failures = [Launch()], [LaunchFailure(Launch(), "report", output=None)]
+    d = blame.diagnose_golden(GoldenRun([c]), None)
+    assert (d.of, d.unkept) == (0, 1)
+    assert d.lines() == [f"  cause: 1 failing launches kept no output to compare (larger than "
+                         f"{blame.KEEP_OUTPUT_BYTES} bytes)"]
