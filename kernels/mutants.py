@@ -9,8 +9,10 @@ placement wrong. The suite must pass the correct ones and fail every mutant:
 that is what makes a green run mean something. Each mutant is registered,
 with its bug class, in ``nvfp4_suite.vectors.catalog.bugs`` as
 ``nvfp4_suite.kernels.mutants:numpy_<bug>`` (or ``seed_<bug>``, ``PlacementBug``,
-``XcdRowMask``). They are package code, so that ``check --backend`` and the
-recorded failure patterns the reports match against run from any install.
+``XcdRowMask``). They are package code, so that ``check --backend`` runs them
+from any install, and so does a failing check's diagnosis, which runs them on
+the failing launches and compares their outputs with the kernel's
+(``nvfp4_suite.vectors.engine.blame.diagnose``).
 """
 
 from __future__ import annotations

@@ -113,12 +113,12 @@ def _regen(check=False):
 def _snapshot(here):
     """Every byte of a catalog folder's manifest and data files; nothing else but
     the package's modules may be there (no leftover build folder)."""
-    # Beside the catalog only the package's own data files may be there (the report
-    # schema and the mutants' signatures, in the suite's vectors/ folder).
+    # Beside the catalog only the package's own data file may be there (the report
+    # schema, in the suite's vectors/ folder).
     # The package's subpackages (catalog, cli, engine, simulator) are folders of modules.
     others = {p.name for p in here.iterdir() if p.suffix != ".py" and p.name != "__pycache__"
               and not (p.is_dir() and (p / "__init__.py").is_file())}
-    assert {"data", "manifest.json"} <= others <= {"data", "manifest.json", "report.schema.json", "signatures.json"}
+    assert {"data", "manifest.json"} <= others <= {"data", "manifest.json", "report.schema.json"}
     return {"manifest.json": (here / "manifest.json").read_bytes(),
             **{f"data/{p.name}": p.read_bytes() for p in (here / "data").iterdir()}}
 

@@ -3,8 +3,8 @@ small task (on a GPU, under ``-m gpu``, for those that need one; the no-GPU
 path is then exit 2 with the reason). ``kernels.flydsl.sim.*`` are tested
 beside the simulator (tests/test_flydsl_sim_*.py); the small tasks of
 ``kernels.flydsl.resources`` (tests/test_flydsl_resources.py),
-``vectors signatures``, ``vectors.simulator.sweep`` and ``vectors.simulator.bench`` are
-in their own test files (tests/test_signatures.py, test_sim_sweep.py, test_sim_bench.py).
+``vectors.simulator.sweep`` and ``vectors.simulator.bench`` are
+in their own test files (tests/test_sim_sweep.py, test_sim_bench.py).
 
 Found with ``grep -rln "__main__" --include=*.py reference kernels vectors``;
 ``test_every_entry_point_is_listed_here`` keeps the list complete."""
@@ -117,7 +117,7 @@ def test_serving_refuses_an_unavailable_backend_with_exit_2():
     assert r.returncode == 2 and "is not available here" in r.stderr, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("old, new", [("serving", "check --shape serving"), ("signatures", "vectors signatures"),
+@pytest.mark.parametrize("old, new", [("serving", "check --shape serving"), ("signatures", "engine.blame"),
                                       ("bugs", "vectors bugs"), ("sim_sweep", "simulator.sweep"),
                                       ("io", "catalog.casefile")])
 def test_an_old_module_path_is_refused_naming_its_new_home(old, new):

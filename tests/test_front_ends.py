@@ -170,3 +170,14 @@ def test_pytest_runs_a_project_catalog_case(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:]
     assert "test_golden[hostile:Correct-project:000-prod-bug-splits1] PASSED" in r.stdout or \
         "PASSED nvfp4_suite::test_golden[hostile:Correct-project:000-prod-bug-splits1]" in r.stdout, r.stdout[-3000:]
+
+
+def test_pytest_ends_with_the_cause_of_the_golden_failures_naming_the_mutant_first(tmp_path):
+    spec = "nvfp4_suite.kernels.mutants:numpy_scale_group_shift"
+    r = _pytest(tmp_path, "--nvfp4-backend", spec, "--nvfp4-examples", "0", "-k", "scale-groups")
+    lines = r.stdout.splitlines()
+    head = f"nvfp4: cause of backend {spec}'s golden failures:"
+    assert r.returncode == 1 and head in lines, r.stdout + r.stderr
+    cause = lines[lines.index(head) + 1]
+    assert cause.startswith("  cause: outputs equal those of mutant scale-group (") and "numpy_scale_group_shift)" \
+        in cause and "bit for bit" in cause, cause

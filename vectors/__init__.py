@@ -21,7 +21,9 @@ MOVED = {
     "harness": "nvfp4_suite.vectors.engine.harness", "isolate": "nvfp4_suite.vectors.engine.isolate",
     "strategies": "nvfp4_suite.vectors.engine.strategies", "coverage": "nvfp4_suite.vectors.engine.coverage",
     "blame": "nvfp4_suite.vectors.engine.blame",
-    "signatures": "nvfp4_suite.vectors.engine.signatures (the command: python -m nvfp4_suite.vectors signatures)",
+    # The recorded failure patterns are gone: a failing run's cause summary runs the mutants itself.
+    "signatures": "nvfp4_suite.vectors.engine.blame (a failing check's cause summary now runs the mutants and "
+                  "compares their outputs; nothing is recorded)",
     "serving": "nvfp4_suite.vectors.engine.serving (the check: python -m nvfp4_suite.vectors check --shape "
                "serving; the benchmark: python -m nvfp4_suite.vectors serving-bench)",
     "interrupts": "nvfp4_suite.vectors.engine.interrupts", "results": "nvfp4_suite.vectors.engine.verdict",

@@ -16,6 +16,11 @@ default folder when it exists), the same engine. pytest gets:
 - one test of generated problems, ``test_generated[SPEC]``: on failure the
   minimised problem is saved (``.repro/``, or ``$NVFP4_REPRO_DIR``) and its
   ``replay`` command printed;
+- when golden tests failed, the cause summary of each backend's golden
+  failures at the end of the session, as ``check`` prints it above its
+  failing cases (``blame.summary_lines``: the mutant whose outputs equal the
+  kernel's first); under pytest-xdist each worker judges only its own tests,
+  so the summary is printed where the tests ran in this process only;
 - a verdict line per backend at the end of the session
   (``nvfp4_suite.vectors.engine.verdict.decide`` over its tests). A backend
   that cannot be loaded or run here, or that judged nothing, ends the
@@ -141,10 +146,34 @@ def pytest_runtest_logreport(report):
 _TALLY: dict[str, dict[str, Any]] = {}
 
 
+# Per (backend spec, catalog label): the subject's arithmetic and every golden
+# CaseResult judged, for the session's cause summary.
+_GOLDEN: dict[tuple[str, Any], tuple[Any, list]] = {}
+
+
 def pytest_terminal_summary(terminalreporter):
-    """One verdict line per backend (``nvfp4_suite.vectors.engine.verdict.decide``)."""
-    for line in _verdict_lines():
+    """The cause summary of each backend's golden failures, then one verdict
+    line per backend (``nvfp4_suite.vectors.engine.verdict.decide``)."""
+    for line in _cause_lines() + _verdict_lines():
         terminalreporter.write_line(line)
+
+
+def _cause_lines() -> list[str]:
+    """``check``'s cause summary (``blame.summary_lines`` with its diagnosis)
+    of each backend's golden tests that failed, per catalog."""
+    from nvfp4_suite.vectors.engine import blame
+    from nvfp4_suite.vectors.engine.check import GoldenRun
+
+    out = []
+    for (spec, label), (geometry, cases) in _GOLDEN.items():
+        run = GoldenRun(cases)
+        if not any(c.failures for c in cases):
+            continue
+        run.diagnosis = blame.diagnose_golden(run, geometry)
+        out.append(f"nvfp4: cause of backend {spec}'s golden failures" + (f" (catalog {label})" if label else "")
+                   + ":")
+        out += blame.summary_lines(run.outcomes(), run.diagnosis)
+    return out
 
 
 def _verdict_lines() -> list[str]:
@@ -225,6 +254,7 @@ def _golden_run(subject, entry: dict, root, launch=None):
 
         one = entry if launch is None else {**entry, "launches": [launch.to_json()]}
         res = check_case(subject, one, root=root)
+        _GOLDEN.setdefault((subject.spec, res.catalog), (subject.geometry, []))[1].append(res)
         if res.status is Status.SKIP:
             pytest.skip("; ".join(sorted({why for _, why in res.skipped})))
         if res.status is Status.ERROR:

@@ -239,17 +239,6 @@ def _split_count(text: str) -> int:
     return n
 
 
-def cmd_signatures(args) -> int:
-    """``signatures [--check] [--mutant SPEC]``: record (or check) the numpy mutants'
-    failure patterns on the golden catalog (``nvfp4_suite.vectors.engine.signatures``)."""
-    from nvfp4_suite.vectors.engine.signatures import check_or_write
-
-    rc, line = check_or_write(args.check, args.mutant, progress=_progress)
-    _clear_bar()
-    print(line)
-    return rc
-
-
 def cmd_serving_bench(args) -> int:
     """``serving-bench``: time the references and a backend on serving-size problems
     (``nvfp4_suite.vectors.engine.serving.bench``)."""
@@ -375,14 +364,6 @@ def build_parser() -> argparse.ArgumentParser:
                        description=bugs.DESCRIPTION)
     bugs.add_arguments(b)
     b.set_defaults(fn=cmd_bugs)
-    s = sub.add_parser("signatures", help="record the numpy mutants' failure patterns that reports match against",
-                       description="Run every detectable numpy mutant over the golden catalog and write "
-                                   "vectors/signatures.json (--check: compare instead), for the suite's "
-                                   "maintainers after a change of the catalog or of a mutant.")
-    s.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
-    s.add_argument("--mutant", action="append", metavar="SPEC",
-                   help="with --check: only this mutant's entry (repeatable)")
-    s.set_defaults(fn=cmd_signatures)
     sb = sub.add_parser("serving-bench", help="time the numpy reference, the torch reference and a backend on "
                                                "serving-size problems",
                         description="Per serving-size problem: the numpy reference's interval, the torch "

@@ -39,9 +39,11 @@ def replay_command(file, spec: str, launch: Launch | None = None, timeout: float
 
 
 def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
-    """The report of a ``check.GoldenRun``: counts, failing classes, one
-    representative report per failing class, replay commands (naming the
-    backend by ``spec``; ``timeout``: of an isolated run), skips, unreadable cases."""
+    """The report of a ``check.GoldenRun``: counts, the cause summary
+    (``blame.summary_lines``), one representative report per failing class
+    (the case that best isolates the first cause first:
+    ``blame.isolating_first``), replay commands (naming the backend by
+    ``spec``; ``timeout``: of an isolated run), skips, unreadable cases."""
     out = []
     failed = [c for c in run.cases if c.status is Status.FAIL]
     skipped = [c for c in run.cases if c.status is Status.SKIP]
@@ -53,11 +55,9 @@ def golden_lines(run, spec: str, timeout: float | None = None) -> list[str]:
         out.append(f"  stopped early ({run.stopped}): the cases not listed were not run")
     if failed:
         # What the failures share comes first: one cause can fail cases of many classes.
-        # A pattern recorded on the built-in catalog means nothing for a project catalog's ids.
-        builtin = all(c.catalog is None for c in run.cases)
-        out += blame.summary_lines(run.outcomes(), None if builtin else {"mutants": {}})
+        out += blame.summary_lines(run.outcomes(), run.diagnosis)
         seen = set()
-        for c in failed:
+        for c in blame.isolating_first(failed, run.diagnosis):
             first = c.failures[0]
             new = [f for f in c.flags if f not in seen]
             out.append(f"  {c.tag} FAIL at {len(c.failures)} of {len(c.ran)} launches "
@@ -156,6 +156,8 @@ def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: fl
         head = "FIRST FAILING PROBLEM (minimised):"
     out = [head, f"  rows {p.rows}, Hkv {p.num_kv_heads}, TOPK {p.TOPK}, q_len {p.q_len}, "
                  f"launch {launch.describe(p)}"]
+    if failing.diagnosis is not None:
+        out += failing.diagnosis.lines()
     out += problem_lines(p)
     if failing.flaky_text is not None:
         out += ["  the failing run:", indent(failing.text, "    "), "  the rerun:", indent(failing.flaky_text, "    ")]

@@ -127,6 +127,7 @@ def _generated_json(run, spec: str, timeout: float | None) -> dict | None:
         failing = {"size": {"rows": p.rows, "kv_heads": p.num_kv_heads, "topk": p.TOPK, "q_len": p.q_len,
                             "pages": p.num_pages},
                    "launch": f.launch.to_json(), "text": f.text, "flaky": f.flaky_text is not None,
+                   "diagnosis": [] if f.diagnosis is None else f.diagnosis.lines(),
                    "flaky_text": f.flaky_text, "unfinished": f.unfinished,
                    "saved": None if run.saved is None else str(run.saved), "save_error": run.save_error,
                    "replay": None if run.saved is None else replay_command(run.saved, spec, timeout=timeout)}
@@ -158,8 +159,6 @@ def build(command: str, argv: list[str], run, verdict, seconds: float | None) ->
     """The report of a ``check`` (``run``: a ``check.CheckRun``) or ``replay``
     (a ``check.ReplayRun``) that ended with ``verdict``; ``run`` may be
     partial (an error stopped it) or None (nothing was started)."""
-    from nvfp4_suite.vectors.engine.blame import summary_lines
-
     subject = None if run is None else run.subject
     spec = "" if subject is None else subject.spec
     timeout = None if subject is None else subject.timeout
@@ -175,7 +174,7 @@ def build(command: str, argv: list[str], run, verdict, seconds: float | None) ->
         "examples": (run.generated.n if run.generated else 0) if check and subject is not None else None,
         "shape": run.config.shape if check else None,
         "catalogs": [_catalog_json(c, spec, timeout) for c in run.catalogs] if check else [],
-        "blame": summary_lines(run.outcomes()) if check else [],
+        "blame": run.blame_lines() if check else [],
         "generated": _generated_json(run, spec, timeout) if check else None,
         "serving": None if not check or run.serving is None else {
             "problems_run": run.serving.n, "failed": run.serving.failed, "stopped": run.serving.stopped,

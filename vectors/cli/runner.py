@@ -9,7 +9,7 @@ is SUITE ERROR (exit 3), printed with its traceback, never exit 0 or 1 (a
 kernel verdict). Commands that judge return their ``Verdict``; the others
 (``regen``, ``verify``, ``list``, ...) return an exit status.
 ``guarded(fn)`` is the same for a tool's ``main`` (the simulator's
-commands, the serving benchmark, the signature recorder): its exit status.
+commands, the serving benchmark): its exit status.
 """
 
 from __future__ import annotations

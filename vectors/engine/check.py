@@ -81,12 +81,17 @@ def check_invalid(problem, expected_error: str, backend=None) -> tuple[bool, str
 
 @dataclasses.dataclass
 class LaunchFailure:
-    """One failing launch: its record, the report text, and the report (None
-    for a crash or a failed invalid-input check, which have no report)."""
+    """One failing launch: its record, the report text, the report (None
+    for a crash or a failed invalid-input check, which have no report) and,
+    for the cause summary's diagnosis (``blame.diagnose``), what the backend
+    did: its output (float32 ``[rows, H, 128]``, kept up to
+    ``blame.KEEP_OUTPUT_BYTES``), ``raised NAME`` or ``returned no array``;
+    None when not kept (an invalid input's refusal is judged, not its output)."""
 
     launch: Launch
     text: str
     report: Report | None = None
+    output: np.ndarray | str | None = None
 
 
 @dataclasses.dataclass
@@ -194,12 +199,12 @@ def judge_case(backend, res: CaseResult, problem: DecodeProblem, extra: dict, la
             res.status, res.error = Status.ERROR, str(e)
             return res
         try:
-            _, rep = run_case(backend, problem, launch, expected)
+            got, rep = run_case(backend, problem, launch, expected)
         except BackendCrash as e:
-            res.failures.append(LaunchFailure(launch, e.details()))
+            res.failures.append(LaunchFailure(launch, e.details(), output=crashed(e)))
             continue
         if not rep.passed:
-            res.failures.append(LaunchFailure(launch, rep.details(), rep))
+            res.failures.append(LaunchFailure(launch, rep.details(), rep, kept(got)))
     if res.failures:
         res.status = Status.FAIL
     elif not res.ran:
@@ -207,14 +212,30 @@ def judge_case(backend, res: CaseResult, problem: DecodeProblem, extra: dict, la
     return res
 
 
+def crashed(e: BackendCrash) -> str:
+    """What a crashed launch did, as the diagnosis compares it: ``raised NAME``."""
+    return f"raised {type(e.error).__name__}"
+
+
+def kept(got: np.ndarray | None) -> np.ndarray | str | None:
+    """A failing launch's output as kept for the diagnosis: the array up to
+    ``blame.KEEP_OUTPUT_BYTES`` (else None), ``returned no array`` for None."""
+    if got is None:
+        return "returned no array"
+    return got if got.nbytes <= blame.KEEP_OUTPUT_BYTES else None
+
+
 @dataclasses.dataclass
 class GoldenRun:
     """The golden check: one CaseResult per case run; ``stopped``: None, or why
     the run ended before its last case (an interruption: ``SIGINT``,
-    ``SIGTERM``, or stdout's reader gone), the cases run until then kept."""
+    ``SIGTERM``, or stdout's reader gone), the cases run until then kept;
+    ``diagnosis``: the mutants whose outputs agree best with the failing
+    launches' (``blame.diagnose_golden``), None until diagnosed."""
 
     cases: list[CaseResult]
     stopped: str | None = None
+    diagnosis: blame.Diagnosis | None = None
 
     def count(self, status: Status) -> int:
         """How many cases ended with ``status``."""
@@ -330,6 +351,10 @@ class FailingProblem:
     text: str
     flaky_text: str | None = None
     unfinished: str | None = None
+    # What the backend did (``LaunchFailure.output``) and, once minimised, the
+    # mutants whose outputs agree with it (``blame.diagnose``; None: not diagnosed).
+    output: np.ndarray | str | None = None
+    diagnosis: blame.Diagnosis | None = None
 
 
 @dataclasses.dataclass
@@ -427,10 +452,10 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             raise _OutOfTime()
         rep = None
         try:
-            _, rep = run_case(backend, problem, launch)
-            ok, text = rep.passed, rep.details()
+            got, rep = run_case(backend, problem, launch)
+            ok, text, did = rep.passed, rep.details(), kept(got)
         except BackendCrash as e:
-            ok, text = False, e.details()
+            ok, text, did = False, e.details(), crashed(e)
         if state.failing is None:  # still generating: minimising tries are not counted as problems
             state.n += 1
             if rep is not None:
@@ -447,7 +472,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             # Recorded before anything is printed: an interruption from here on keeps it.
             best = state.failing
             if best is None or problem_size(problem) <= problem_size(best.problem):
-                state.failing = FailingProblem(problem, launch, text)
+                state.failing = FailingProblem(problem, launch, text, output=did)
             if best is None:
                 state.since = time.monotonic()
                 if progress:
@@ -482,10 +507,45 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         failing.unfinished = f"the run stopped ({stopped})"
     elif failing is not None and cut:
         failing.unfinished = f"the minimising budget of {shrink_budget_s:g} s ran out"
+    if failing is not None and failing.flaky_text is None and failing.output is not None and not stopped:
+        try:
+            failing.diagnosis = diagnose_failing(backend, failing)
+        except interrupts.Interrupted as e:
+            stopped = e.reason
     totals = {"elements": state.elements, "max_ratio": state.max_ratio, "max_ulp": state.max_ulp,
               "rounding": state.rounding}
     stats = {name: [coverage.reached[name], coverage.failed[name]] for name in coverage.reached}
     return GeneratedRun(failing is None and stopped is None, state.n, stats, totals, failing, stopped, coverage)
+
+
+# Split counts the minimised problem is also run at: two mutants can equal a tiny
+# problem's one failing launch alike (a dropped odd block and an unwritten empty
+# split did, on a one-block row), and another split count tells them apart.
+OTHER_SPLITS = (1, 2, 3)
+
+
+def diagnose_failing(backend, failing: FailingProblem) -> blame.Diagnosis:
+    """The golden run's matching (``blame.diagnose``) on ``failing``'s one
+    launch (its ``output`` must be kept); the backend's outputs on the same
+    problem at the other ``OTHER_SPLITS`` it takes break ties between mutants
+    that equal it there alike."""
+    if failing.output is None:
+        raise ValueError(f"failing problem at launch {failing.launch.describe()}: no output kept to diagnose")
+    caps = backend.capabilities
+    p = failing.problem
+    observed = [blame.Observed(-1, (), failing.launch, p, failing.output)]
+    others = []
+    for n in OTHER_SPLITS:
+        launch = Launch(splits=n)
+        if launch == failing.launch or caps.refuses(p, launch):
+            continue
+        try:
+            did = kept(run_case(backend, p, launch)[0])
+        except BackendCrash as e:
+            did = crashed(e)
+        if did is not None:
+            others.append(blame.Observed(-1, (), launch, p, did))
+    return blame.diagnose(observed, backend.geometry, passing=others)
 
 
 def save_failing(spec: str, failing: FailingProblem) -> tuple:
@@ -620,10 +680,14 @@ class CheckRun:
                                                                            for c in self.catalogs),
                 "stopped": self.stopped}
 
-    def outcomes(self) -> list[blame.Outcome]:
-        """Every golden launch run, for the cause summary (built-in catalog ids only mean
-        something to the recorded signatures: see ``blame.summary_lines``)."""
-        return [o for c in self.catalogs if c.golden is not None for o in c.golden.outcomes()]
+    def blame_lines(self) -> list[str]:
+        """The cause summary of each catalog's golden run with failures (as its
+        report prints it: ``blame.summary_lines``), a project catalog's under its label."""
+        out = []
+        for c in self.catalogs:
+            lines = [] if c.golden is None else blame.summary_lines(c.golden.outcomes(), c.golden.diagnosis)
+            out += ([f"catalog {c.label}:"] if lines and c.label is not None else []) + lines
+        return out
 
 
 def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
@@ -658,6 +722,11 @@ def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
                                     f"(`add --catalog {root}` creates one)")
             cat.golden = check_golden(subject, progress=hooks.progress, splits=config.splits,
                                       outside_domain=config.outside_domain, root=root, notice=hooks.notice)
+            if not cat.golden.stopped:
+                try:
+                    cat.golden.diagnosis = blame.diagnose_golden(cat.golden, subject.geometry, hooks.progress)
+                except interrupts.Interrupted as e:
+                    cat.golden.stopped = e.reason
         except CaseFileError as e:
             if cat.label is None:
                 raise  # the built-in catalog: nothing to judge against
