@@ -171,17 +171,22 @@ def test_declaring_any_scale_sign_the_model_fails_the_cases_with_negative_scales
     # The negative-scale cases and their non-negative twins, which pass.
     run = check_golden(M.Kernel(scale_sign="any"), cases={12, 14, 83, 84})
     assert [c.status for c in run.cases] == ["FAIL", "FAIL", "PASS", "PASS"], run.text()
-    shared = [line for line in summary_lines(run.outcomes(), {"mutants": {}}) if "shared by the failures" in line]
+    shared = [line for line in summary_lines(run.outcomes()) if "shared by the failures" in line]
     assert "negative E4M3 block scale" in shared[0], shared
 
 
-def test_declaring_exact_operands_the_model_fails_where_the_global_scales_round(declared_golden):
+def test_declaring_exact_operands_the_model_fails_where_the_global_scales_round_and_is_told_its_operands_first(
+        declared_golden):
     from nvfp4_suite.reference import EXACT_P_BF16
+    from nvfp4_suite.vectors.engine.blame import diagnose_golden, summary_lines
     from nvfp4_suite.vectors.engine.check import check_golden
 
-    ids = {c.id for c in declared_golden.cases if c.name in ("split-rescale", "large-logits")}
+    ids = {c.id for c in declared_golden.cases if c.name in ("split-rescale", "large-logits", "scale-groups")}
     run = check_golden(M.Kernel(arithmetic=EXACT_P_BF16), cases=ids)
-    assert all(c.status == "FAIL" for c in run.cases) and len(run.cases) == 2, run.text()
+    assert [c.status for c in run.cases].count("FAIL") == 2 and len(run.cases) == 3, run.text()
+    lines = summary_lines(run.outcomes(), diagnose_golden(run, EXACT_P_BF16))
+    assert lines[0].startswith("  outputs fit another declaration:"), lines
+    assert "exact-p-bf16,operands=bf16-folded" in lines[0] and "declared: exact-p-bf16)" in lines[0]
 
 
 @pytest.mark.parametrize("bug", sorted(M.BUGS))

@@ -27,12 +27,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
 from nvfp4_suite.reference.problem import outside_scale_domain, outside_slot_domain
+from nvfp4_suite.vectors.engine import declared
 
 # The one feature of an invalid-input case's launch (what it asks of a kernel is a refusal).
 INVALID = "invalid-input"
@@ -357,7 +359,10 @@ class Diagnosis:
     implementation's)`` on the unexplained launches sampled, when one comes
     closer than the correct implementation; unkept: failing launches whose
     output was not kept (``KEEP_OUTPUT_BYTES``); no_candidates: why no mutant
-    could be compared, or None."""
+    could be compared, or None; fits: the other exact-class declarations
+    whose intervals hold every failing launch's output
+    (``declared.fitting_declarations``), with ``declared`` the arithmetic the
+    kernel was judged in."""
 
     matches: list[Match]
     of: int
@@ -365,6 +370,8 @@ class Diagnosis:
     closest: tuple[Candidate, float, float] | None = None
     unkept: int = 0
     no_candidates: str | None = None
+    fits: tuple[str, ...] = ()
+    declared: Any = None
 
     @property
     def best(self) -> Match | None:
@@ -374,9 +381,12 @@ class Diagnosis:
     def lines(self) -> list[str]:
         """The cause lines of a report, best first: one per mutant named, then
         what no mutant explains."""
+        # A declaration the outputs fit comes first unless a mutant equals them bit for bit.
+        fit = declared.line(self.declared, list(self.fits), self.of)
+        first = [] if fit is None or self.matches else [fit]
         if self.no_candidates:
-            return [f"  cause: {self.no_candidates}"]
-        out = [m.line() for m in self.matches]
+            return first + [f"  cause: {self.no_candidates}"]
+        out = first + [m.line() for m in self.matches] + ([fit] if fit is not None and self.matches else [])
         if self.unexplained:
             rest = f"the other {self.unexplained} of" if self.matches else "any of the"
             line = f"  cause: no registered mutant's outputs equal the kernel's on {rest} {self.of} failing launches"
@@ -447,17 +457,7 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0,
     from nvfp4_suite.vectors.catalog.casefile import load_case
     from nvfp4_suite.vectors.engine import interrupts
 
-    cands = candidates(geometry)
-    if not cands:
-        return Diagnosis([], len(observed), len(observed), unkept=unkept, no_candidates=(
-            f"no registered mutant of this arithmetic ({'exact' if geometry is None else geometry}) to "
-            "compare outputs with"))
-    makers = {c.spec: functools.partial(kernels.get_backend, c.spec) for c in cands}
-    makers[""] = functools.partial(correct_kernel, geometry)  # the yardstick
     problems: dict[Path, DecodeProblem] = {}
-    done: dict[tuple[str, int], tuple] = {}
-    # Failing launches first, then the passing ones (indices past len(observed)).
-    every = list(observed) + list(passing)
 
     def problem(o: Observed) -> DecodeProblem:
         if isinstance(o.problem, DecodeProblem):
@@ -465,6 +465,18 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0,
         if o.problem not in problems:
             problems[o.problem] = load_case(o.problem)[0]
         return problems[o.problem]
+
+    cands = candidates(geometry)
+    fits = tuple(_fitting(observed, geometry, problem))
+    if not cands:
+        return Diagnosis([], len(observed), len(observed), unkept=unkept, no_candidates=(
+            f"no registered mutant of this arithmetic ({'exact' if geometry is None else geometry}) to "
+            "compare outputs with"), fits=fits, declared=geometry)
+    makers = {c.spec: functools.partial(kernels.get_backend, c.spec) for c in cands}
+    makers[""] = functools.partial(correct_kernel, geometry)  # the yardstick
+    done: dict[tuple[str, int], tuple] = {}
+    # Failing launches first, then the passing ones (indices past len(observed)).
+    every = list(observed) + list(passing)
 
     def agree(key: str, i: int, did) -> tuple[bool, float] | None:
         """``agreement`` of ``did`` with mutant ``key`` on launch ``i``, None where it cannot run it."""
@@ -564,7 +576,18 @@ def diagnose(observed: list[Observed], geometry, progress=None, unkept: int = 0,
         matches.append(Match(best, frozenset(full[best].exact), len(observed),
                              frozenset(observed[i].case for i in full[best].exact), tied))
         remaining = [i for i in remaining if i not in full[best].exact]
-    return Diagnosis(matches, len(observed), len(remaining), closest, unkept)
+    return Diagnosis(matches, len(observed), len(remaining), closest, unkept, fits=fits, declared=geometry)
+
+
+def _fitting(observed: list[Observed], geometry, problem) -> list[str]:
+    """``declared.fitting_declarations`` of the failing launches ``observed``
+    (``problem``: loads an ``Observed``'s problem); none when some failing
+    launch has no output array to judge (a crash, a refusal owed) or none has
+    one kept: a declaration cannot make a crash right."""
+    if not observed or any(not isinstance(o.did, np.ndarray) or o.expected_error for o in observed):
+        return []
+    return declared.fitting_declarations(
+        geometry, [declared.Failing(problem(o), o.launch, o.did) for o in observed])
 
 
 def observed_launches(golden) -> tuple[list[Observed], int, list[Observed]]:
