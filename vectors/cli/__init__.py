@@ -29,9 +29,9 @@ from nvfp4_suite.vectors.cli.progress import Progress
 from nvfp4_suite.vectors.cli.runner import exit_code, outcome
 from nvfp4_suite.vectors.engine import interrupts
 from nvfp4_suite.vectors.engine.check import CheckRun, Hooks, ReplayConfig, ReplayRun, run_check, run_replay
-from nvfp4_suite.vectors.engine.config import PREFERENCE, CheckConfig
+from nvfp4_suite.vectors.engine.config import PREFERENCE, CheckConfig, parse_shard
 from nvfp4_suite.vectors.engine.harness import shown
-from nvfp4_suite.vectors.engine.verdict import Kind, SetupError, Verdict
+from nvfp4_suite.vectors.engine.verdict import Kind, SetupError, Verdict, decide
 
 REFERENCE_BACKENDS = ("emulate", "reference")
 
@@ -131,7 +131,7 @@ def cmd_check(args) -> Verdict:
                          catalogs=tuple(args.catalog) if args.catalog else None, golden=not args.no_golden,
                          examples=args.examples, seed=args.seed, splits=tuple(args.splits) if args.splits else None,
                          isolate=args.isolate, timeout=args.timeout, outside_domain=args.outside_domain,
-                         shape=args.shape, json=args.json)
+                         shape=args.shape, json=args.json, shard=args.shard)
     if config.shape == "serving":
         try:
             import torch  # noqa: F401 - the serving references run on torch
@@ -161,6 +161,19 @@ def cmd_replay(args) -> Verdict:
                                             timeout=args.timeout, json=args.json))
     verdict = run_replay(run, _hooks())
     _say(render.verdict_line(run, verdict))
+    return verdict
+
+
+def cmd_merge(args) -> Verdict:
+    """``merge REPORT.json...``: the JSON reports of a campaign's ``check --shard
+    K/N`` runs folded into one run (``merge.load``, ``merge.fold``) and its
+    verdict (``verdict.decide`` over the folded counts); shards of different
+    runs, a doubled or a missing shard are refused (SetupError, NO VERDICT)."""
+    from nvfp4_suite.vectors.cli import merge
+
+    merged = args.run = merge.fold(merge.load(args.reports))
+    verdict = decide(**merged.tally())
+    _say(*merge.lines(merged, verdict))
     return verdict
 
 
@@ -230,6 +243,14 @@ def cmd_add(args) -> int:
         print(f"check names it {tag}" + (" (it runs the default project catalog when that folder exists)"
                                          if catalog.label(root) == "project" else f" with --catalog {root}"))
     return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """``--shard K/N`` as ``(K, N)``; argparse names the bad value."""
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _split_count(text: str) -> int:
@@ -323,10 +344,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--shape", choices=("small", "serving"), default="small",
                    help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
                         "references on the backend's GPU when it has one); default small")
+    c.add_argument("--shard", type=_shard, metavar="K/N",
+                   help="judge only share K of N of the campaign (round robin over each catalog's launches and "
+                        "over the generated problems in draw order; the N shards together are the unsharded "
+                        "run for the same seed); fold the shards' --json reports with `merge` (docs/campaigns.md)")
     add_arithmetic_option(c)
     _isolation_args(c)
     _json_arg(c)
     c.set_defaults(fn=cmd_check)
+    mg = sub.add_parser("merge", help="fold the JSON reports of check --shard K/N runs into one verdict",
+                        description="Fold the --json reports of the N shards of one check --shard K/N campaign "
+                                    "into the unsharded run's verdict, counts and failing cases (docs/campaigns.md). "
+                                    "Refuses (exit 2) shards of different runs (backend, arithmetic, seed, "
+                                    "examples, suite version, shape, splits, catalogs), a doubled or missing "
+                                    "shard, a file that is not a report of this schema version.")
+    mg.add_argument("reports", nargs="+", metavar="REPORT.json", help="the shards' check --json reports")
+    _json_arg(mg)
+    mg.set_defaults(fn=cmd_merge)
     r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend",
                        description="Rerun a saved failure or a golden case file and print its report.")
     r.add_argument("file", help="a case file: .repro/*.npz or vectors/data/*.npz")

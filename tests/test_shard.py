@@ -1,0 +1,269 @@
+"""``check --shard K/N`` and ``merge``: the N shards of a campaign, merged, are
+the unsharded run (verdict, counts, failing cases, the generated part and
+its minimised failure), and ``merge`` refuses what is not one run's N shards,
+naming the file and the field; the pytest plugin's ``--nvfp4-shard`` keeps
+the same share of the tests."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from catalog_helpers import copy_catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+# Fails golden case 52 at some of its launches (splits 1 and 3 of 1..4), passes case 4,
+# refuses case 15's invalid input as it should; of the generated problems of seed 0
+# it passes the first draw(s) and fails a later one, which is then minimised.
+MUTANT = "nvfp4_suite.kernels.mutants:numpy_head_mod"
+CAMPAIGN = ["check", "--backend", MUTANT, "--examples", "3", "--seed", "0"]
+
+
+@pytest.fixture
+def campaign_catalog(tmp_path, monkeypatch):
+    """A built-in catalog of cases 52 (failing under MUTANT at some launches), 4 and 15
+    (invalid), so that a run takes seconds."""
+    from nvfp4_suite.vectors import catalog
+
+    cases = {c["id"]: c for c in catalog.load_manifest()["cases"]}
+    here = copy_catalog(tmp_path, monkeypatch, [cases[52], cases[4], cases[15]])
+    monkeypatch.delenv("NVFP4_CATALOG", raising=False)
+    monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "repro"))
+    monkeypatch.chdir(tmp_path)
+    return here
+
+
+def _run(*argv) -> tuple[int, dict]:
+    """Exit status and JSON report of ``python -m nvfp4_suite.vectors ARGV --json FILE``, in this process."""
+    from nvfp4_suite.vectors.cli import main
+
+    out = Path(f"report-{abs(hash(argv))}.json")
+    rc = main([*argv, "--json", str(out)])
+    return rc, json.loads(out.read_text())
+
+
+def _shards(n: int, args=CAMPAIGN) -> list[str]:
+    """The JSON reports of ``args --shard K/N`` for K = 1..N."""
+    files = []
+    for k in range(1, n + 1):
+        f = f"shard-{k}-of-{n}.json"
+        from nvfp4_suite.vectors.cli import main
+
+        assert main([*args, "--shard", f"{k}/{n}", "--json", f]) in (0, 1, 2)
+        files.append(f)
+    return files
+
+
+def _what(report: dict) -> dict:
+    """What a merged run must share with the unsharded one: verdict, per catalog
+    its counts and per case its status and launches (run, skipped, failing), and
+    the generated part with its minimised failure."""
+    cases = {}
+    for cat in report["catalogs"]:
+        for c in cat["cases"]:
+            cases[cat["label"], c["id"]] = (
+                c["status"], sorted(json.dumps(x, sort_keys=True) for x in c["launches_run"]),
+                sorted(json.dumps(x, sort_keys=True) for x in c["launches_skipped"]),
+                sorted((json.dumps(f["launch"], sort_keys=True), f["failing_elements"], f["text"])
+                       for f in c["failures"]))
+    gen = dict(report["generated"] or {})
+    gen.pop("judged", None)
+    return {"verdict": (report["verdict"], report["exit_code"], report["reason"]),
+            "counts": [(c["label"], c["counts"], c["error"]) for c in report["catalogs"]],
+            "cases": cases, "generated": gen, "examples": report["examples"]}
+
+
+def test_shards_merged_are_the_unsharded_run_for_1_2_3_and_7_shards(campaign_catalog, capsys):
+    from nvfp4_suite.vectors.cli import report as jsonreport
+
+    rc, whole = _run(*CAMPAIGN)
+    want = _what(whole)
+    # The campaign is worth comparing: golden failures at some launches of a case, and a
+    # generated failure past the first draws, minimised.
+    assert rc == 1 and whole["verdict"] == "NOT CONFORMANT"
+    failing_case = want["cases"]["built-in", 52]
+    assert failing_case[0] == "FAIL" and 0 < len(failing_case[3]) < len(failing_case[1])
+    assert whole["generated"]["problems_run"] >= 2 and whole["generated"]["failing"] is not None
+    launches = sum(len(c[1]) + len(c[2]) for c in want["cases"].values())
+    schema = jsonreport.load_schema()
+    for n in (1, 2, 3, 7):
+        files = _shards(n)
+        shards = [json.loads(Path(f).read_text()) for f in files]
+        # Disjoint shares: each launch, and each generated problem, judged by one shard.
+        ran = [(c["id"], json.dumps(x, sort_keys=True)) for s in shards for cat in s["catalogs"]
+               for c in cat["cases"] for x in c["launches_run"] + [y["launch"] for y in c["launches_skipped"]]]
+        assert len(ran) == len(set(ran)) == launches, (n, ran)
+        drawn = [j["index"] for s in shards if s["generated"] for j in s["generated"]["judged"]]
+        assert len(drawn) == len(set(drawn)), (n, drawn)
+        capsys.readouterr()
+        mrc, merged = _run("merge", *files)
+        out = capsys.readouterr().out
+        assert mrc == rc, (n, out)
+        assert _what(merged) == want, n
+        assert jsonreport.validate(merged, schema) == [], n
+        assert merged["shard"] is None and [s["k"] for s in merged["shards"]] == list(range(1, n + 1))
+        assert merged["campaign"] == whole["campaign"]
+        assert out.splitlines()[-1].startswith(f"NOT CONFORMANT: backend {MUTANT}; merged {n} shards; "), out
+        assert "built-in:052-padding-requests-qlen2-compacted FAIL: 2 of" in out, out
+        for s in shards:
+            assert jsonreport.validate(s, schema) == [] and s["shard"]["n"] == n
+
+
+def test_a_passing_campaign_merges_to_the_same_statistics_and_coverage(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["check", "--backend", "emulate", "--no-golden", "--examples", "10", "--seed", "3"]
+    rc, whole = _run(*args)
+    assert rc == 0
+    mrc, merged = _run("merge", *_shards(3, args))
+    assert mrc == 0 and _what(merged) == _what(whole)
+    assert merged["generated"]["coverage"] and merged["generated"]["elements"] > 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "CONFORMANT: backend emulate; merged 3 shards; generated: 10 problems (0 failed)")
+
+
+def test_a_later_failure_of_another_shard_is_named_and_not_counted(campaign_catalog, capsys):
+    # The mutant fails most draws: the unsharded run counts the draws up to its first failure and
+    # minimises that one; the other shards fail a later draw of their own, which the merge names
+    # but does not count.
+    args = ["check", "--backend", MUTANT, "--no-golden", "--examples", "6"]
+    rc, whole = _run(*args)
+    files = _shards(3, args)
+    capsys.readouterr()
+    mrc, merged = _run("merge", *files)
+    out = capsys.readouterr().out
+    assert mrc == rc == 1 and _what(merged) == _what(whole)
+    first = whole["generated"]["problems_run"] - 1
+    later = [(s["shard"]["k"], j["index"]) for s in map(lambda f: json.loads(Path(f).read_text()), files)
+             for j in s["generated"]["judged"] if j["failed"] and j["index"] > first]
+    assert later, "no shard failed past the first failure: the case this test is about did not happen"
+    for k, i in later:
+        assert (f"generated: shard {k}/3 also failed problem {i}, past the first failure (problem {first}, "
+                f"shard {first % 3 + 1}/3) where the unsharded run stops counting: not counted") in out, out
+
+
+# --- refusals -----------------------------------------------------------------
+
+@pytest.fixture
+def two_shards(tmp_path, monkeypatch):
+    """Shards 1/2 and 2/2 of a cheap campaign (emulate, two generated problems), in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    return _shards(2, ["check", "--backend", "emulate", "--no-golden", "--examples", "2"])
+
+
+def _refused(capsys, *files, json_out=None) -> str:
+    """merge FILES must be NO VERDICT (exit 2); its error message."""
+    from nvfp4_suite.vectors.cli import main
+
+    capsys.readouterr()
+    assert main(["merge", *files] + (["--json", json_out] if json_out else [])) == 2
+    return capsys.readouterr().err
+
+
+def test_merge_refuses_shards_of_different_runs_naming_the_files_and_field(two_shards, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "2", "--seed", "1", "--shard", "2/2",
+                 "--json", "seed1.json"]) == 0
+    err = _refused(capsys, two_shards[0], "seed1.json", json_out="m.json")
+    assert ("error: merge: seed1.json and shard-1-of-2.json are shards of different runs: field campaign.seed is 1 "
+            "in seed1.json, 0 in shard-1-of-2.json") in err, err
+    report = json.loads(Path("m.json").read_text())
+    assert report["verdict"] == "NO VERDICT" and "campaign.seed" in report["reason"] and report["shards"] is None
+    from nvfp4_suite.vectors.cli import report as jsonreport
+
+    assert jsonreport.validate(report, jsonreport.load_schema()) == []
+    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "3", "--shard", "2/2",
+                 "--json", "three.json"]) == 0
+    assert "field campaign.examples is 3 in three.json, 2 in shard-1-of-2.json" in _refused(
+        capsys, two_shards[0], "three.json")
+    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "2", "--shard", "2/3",
+                 "--json", "of3.json"]) in (0, 2)
+    assert "of3.json is shard 2/3 but shard-1-of-2.json is shard 1/2: field shard.n differs" in _refused(
+        capsys, two_shards[0], "of3.json")
+
+
+def test_merge_refuses_a_missing_or_doubled_shard_by_name(two_shards, capsys):
+    shutil.copy(two_shards[0], "again.json")
+    assert "error: merge: doubled shard 1/2: shard-1-of-2.json and again.json" in _refused(
+        capsys, two_shards[0], "again.json", two_shards[1])
+    assert "error: merge: missing shard 2/2 (given: shard-1-of-2.json = 1/2)" in _refused(capsys, two_shards[0])
+
+
+def test_merge_refuses_what_is_not_a_shard_report_naming_the_file(two_shards, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    Path("notes.txt").write_text("not json\n")
+    assert "error: merge: notes.txt: not a readable JSON report" in _refused(capsys, "notes.txt", two_shards[1])
+    Path("other.json").write_text('{"schema": "something-else"}\n')
+    assert "other.json: not an nvfp4-check-report report (schema 'something-else')" in _refused(
+        capsys, two_shards[0], "other.json")
+    old = json.loads(Path(two_shards[1]).read_text())
+    Path("v1.json").write_text(json.dumps({**old, "schema_version": 1}))
+    assert "v1.json: schema_version 1; this suite merges version 2 only" in _refused(capsys, two_shards[0], "v1.json")
+    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "2", "--json", "whole.json"]) == 0
+    assert "whole.json: shard null: its check ran without --shard K/N" in _refused(capsys, two_shards[0], "whole.json")
+    assert main(["check", "--backend", "no-such-backend", "--shard", "2/2", "--json", "dead.json"]) == 2
+    err = _refused(capsys, two_shards[0], "dead.json")
+    assert "dead.json: shard 2/2 did not start (NO VERDICT: error: " in err and "rerun that shard" in err, err
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0"])
+def test_a_shard_outside_1_to_n_is_a_usage_error_naming_it(text, capsys):
+    from nvfp4_suite.vectors.cli import main
+    from nvfp4_suite.vectors.engine.config import parse_shard
+
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--backend", "emulate", "--shard", text])
+    assert e.value.code == 2 and f"shard {text!r}: give K/N with 1 <= K <= N" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="give K/N"):
+        parse_shard(text)
+
+
+def test_check_config_names_a_bad_shard_and_refuses_sharding_serving():
+    from nvfp4_suite.vectors.engine.config import CheckConfig
+
+    assert CheckConfig(shard=(3, 2)).problems() == "--shard 3/2: must be K/N with 1 <= K <= N"
+    assert "--shape serving is not sharded" in CheckConfig(shard=(1, 2), shape="serving", examples=1).problems()
+    assert CheckConfig(shard=(2, 2)).problems() is None
+
+
+# --- the pytest plugin ----------------------------------------------------------
+
+def _collected(tmp_path, *args) -> list[str]:
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                        "--collect-only", "--rootdir", str(tmp_path), "--nvfp4-backend", "emulate",
+                        "--nvfp4-examples", "4", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return [line for line in r.stdout.splitlines() if "::test_" in line]
+
+
+def test_the_plugin_shards_its_golden_tests_as_check_does(tmp_path):
+    whole = _collected(tmp_path)
+    shards = [_collected(tmp_path, "--nvfp4-shard", f"{k}/3") for k in (1, 2, 3)]
+    golden = [t for s in shards for t in s if "test_golden" in t]
+    # Each golden test in exactly one shard; the generated problems' test in every one (each judges its share).
+    assert sorted(golden) == sorted(t for t in whole if "test_golden" in t) and len(golden) == len(set(golden))
+    assert all(sum("test_generated[emulate]" in t for t in s) == 1 for s in shards)
+
+
+def test_the_plugins_generated_test_judges_the_shards_share(monkeypatch):
+    from nvfp4_suite.vectors import pytest_plugin
+    from nvfp4_suite.vectors.engine import check
+    from nvfp4_suite.vectors.engine.config import CheckConfig, load_subject
+
+    seen = []
+    real = check.check_generated
+
+    def spy(*a, **k):
+        gen = real(*a, **k)
+        seen.append([j.index for j in gen.judged])
+        return gen
+
+    monkeypatch.setattr(check, "check_generated", spy)
+    subject = load_subject(CheckConfig(backend="emulate"))
+    pytest_plugin.check_generated_or_fail(subject, 5, 0, (2, 3))
+    assert seen == [[1, 4]]
+    with pytest.raises(pytest.skip.Exception, match="shard 3/3 owns none of the 2 generated problems"):
+        pytest_plugin.check_generated_or_fail(subject, 2, 0, (3, 3))
