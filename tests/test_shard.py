@@ -14,21 +14,22 @@ import pytest
 from catalog_helpers import copy_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
-# Fails golden case 52 at some of its launches (splits 1 and 3 of 1..4), passes case 4,
-# refuses case 15's invalid input as it should; of the generated problems of seed 0
-# it passes the first draw(s) and fails a later one, which is then minimised.
-MUTANT = "nvfp4_suite.kernels.mutants:numpy_head_mod"
+# Fails golden case 36 at its launches with more than one split (2 of 3), passes case 28
+# (one block, so its splits hold nothing to rescale), refuses case 15's invalid input as it
+# should; of the generated problems of seed 0 it passes the first draw and fails the second,
+# which is then minimised.
+MUTANT = "nvfp4_suite.kernels.mutants:numpy_split_no_rescale"
 CAMPAIGN = ["check", "--backend", MUTANT, "--examples", "3", "--seed", "0"]
 
 
 @pytest.fixture
 def campaign_catalog(tmp_path, monkeypatch):
-    """A built-in catalog of cases 52 (failing under MUTANT at some launches), 4 and 15
+    """A built-in catalog of cases 36 (failing under MUTANT at some launches), 28 and 15
     (invalid), so that a run takes seconds."""
     from nvfp4_suite.vectors import catalog
 
     cases = {c["id"]: c for c in catalog.load_manifest()["cases"]}
-    here = copy_catalog(tmp_path, monkeypatch, [cases[52], cases[4], cases[15]])
+    here = copy_catalog(tmp_path, monkeypatch, [cases[36], cases[28], cases[15]])
     monkeypatch.delenv("NVFP4_CATALOG", raising=False)
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "repro"))
     monkeypatch.chdir(tmp_path)
@@ -59,7 +60,7 @@ def _shards(n: int, args=CAMPAIGN) -> list[str]:
 def _what(report: dict) -> dict:
     """What a merged run must share with the unsharded one: verdict, per catalog
     its counts and per case its status and launches (run, skipped, failing), and
-    the generated part with its minimised failure."""
+    the generated part, with whether its first failing problem is flaky."""
     cases = {}
     for cat in report["catalogs"]:
         for c in cat["cases"]:
@@ -70,6 +71,11 @@ def _what(report: dict) -> dict:
                        for f in c["failures"]))
     gen = dict(report["generated"] or {})
     gen.pop("judged", None)
+    if gen.get("failing") is not None:
+        # The first failing problem is the same draw (its coverage and statistics are compared);
+        # the form hypothesis minimises it to is not: its shrinker's path depends on the process
+        # (two unsharded runs in one process can end at different minimal problems).
+        gen["failing"] = {"flaky": gen["failing"]["flaky"], "minimised": gen["failing"]["size"] is not None}
     return {"verdict": (report["verdict"], report["exit_code"], report["reason"]),
             "counts": [(c["label"], c["counts"], c["error"]) for c in report["catalogs"]],
             "cases": cases, "generated": gen, "examples": report["examples"]}
@@ -83,7 +89,7 @@ def test_shards_merged_are_the_unsharded_run_for_1_2_3_and_7_shards(campaign_cat
     # The campaign is worth comparing: golden failures at some launches of a case, and a
     # generated failure past the first draws, minimised.
     assert rc == 1 and whole["verdict"] == "NOT CONFORMANT"
-    failing_case = want["cases"]["built-in", 52]
+    failing_case = want["cases"]["built-in", 36]
     assert failing_case[0] == "FAIL" and 0 < len(failing_case[3]) < len(failing_case[1])
     assert whole["generated"]["problems_run"] >= 2 and whole["generated"]["failing"] is not None
     launches = sum(len(c[1]) + len(c[2]) for c in want["cases"].values())
@@ -106,7 +112,7 @@ def test_shards_merged_are_the_unsharded_run_for_1_2_3_and_7_shards(campaign_cat
         assert merged["shard"] is None and [s["k"] for s in merged["shards"]] == list(range(1, n + 1))
         assert merged["campaign"] == whole["campaign"]
         assert out.splitlines()[-1].startswith(f"NOT CONFORMANT: backend {MUTANT}; merged {n} shards; "), out
-        assert "built-in:052-padding-requests-qlen2-compacted FAIL: 2 of" in out, out
+        assert "built-in:036-topk-33 FAIL: 2 of 3 launches" in out, out
         for s in shards:
             assert jsonreport.validate(s, schema) == [] and s["shard"]["n"] == n
 
