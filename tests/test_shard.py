@@ -27,12 +27,16 @@ def campaign_catalog(tmp_path, monkeypatch):
     """A built-in catalog of cases 36 (failing under MUTANT at some launches), 28 and 15
     (invalid), so that a run takes seconds."""
     from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.engine.config import Subject
 
     cases = {c["id"]: c for c in catalog.load_manifest()["cases"]}
     here = copy_catalog(tmp_path, monkeypatch, [cases[36], cases[28], cases[15]])
     monkeypatch.delenv("NVFP4_CATALOG", raising=False)
     monkeypatch.setenv("NVFP4_REPRO_DIR", str(tmp_path / "repro"))
     monkeypatch.chdir(tmp_path)
+    # Minimising a generated failure took most of the time of a run, and its result is not
+    # compared (see _what): a short budget keeps the 14 runs of a test in seconds.
+    monkeypatch.setattr(Subject, "shrink_budget_s", property(lambda self: 0.3))
     return here
 
 
@@ -85,6 +89,7 @@ def test_shards_merged_are_the_unsharded_run_for_1_2_3_and_7_shards(campaign_cat
     from nvfp4_suite.vectors.cli import report as jsonreport
 
     rc, whole = _run(*CAMPAIGN)
+    checked = capsys.readouterr().out.splitlines()
     want = _what(whole)
     # The campaign is worth comparing: golden failures at some launches of a case, and a
     # generated failure past the first draws, minimised.
@@ -111,8 +116,11 @@ def test_shards_merged_are_the_unsharded_run_for_1_2_3_and_7_shards(campaign_cat
         assert jsonreport.validate(merged, schema) == [], n
         assert merged["shard"] is None and [s["k"] for s in merged["shards"]] == list(range(1, n + 1))
         assert merged["campaign"] == whole["campaign"]
-        assert out.splitlines()[-1].startswith(f"NOT CONFORMANT: backend {MUTANT}; merged {n} shards; "), out
-        assert "built-in:036-topk-33 FAIL: 2 of 3 launches" in out, out
+        # The text goes through check's renderer: its verdict line, golden counts and failing case lines.
+        took = checked[-1].rsplit("; ", 1)[0]
+        assert out.splitlines()[-1] == f"{took}; merged {n} shards", out
+        same = [line for line in checked if line.startswith(("golden vectors: ", "   36 topk-33 ", "  2 problems "))]
+        assert len(same) == 3 and all(line in out.splitlines() for line in same), (same, out)
         for s in shards:
             assert jsonreport.validate(s, schema) == [] and s["shard"]["n"] == n
 
@@ -125,8 +133,7 @@ def test_a_passing_campaign_merges_to_the_same_statistics_and_coverage(tmp_path,
     mrc, merged = _run("merge", *_shards(3, args))
     assert mrc == 0 and _what(merged) == _what(whole)
     assert merged["generated"]["coverage"] and merged["generated"]["elements"] > 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
-        "CONFORMANT: backend emulate; merged 3 shards; generated: 10 problems (0 failed)")
+    assert capsys.readouterr().out.splitlines()[-1] == "CONFORMANT: backend emulate; 10 generated problems; merged 3 shards"
 
 
 def test_a_later_failure_of_another_shard_is_named_and_not_counted(campaign_catalog, capsys):

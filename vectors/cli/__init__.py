@@ -102,6 +102,10 @@ def _printing(run, part: str) -> None:
     subject = run.subject
     if part == "backend":
         _say(_describe_backend(subject))
+        if run.config.shard is not None:
+            k, n = run.config.shard
+            _say(f"shard {k}/{n}: judging share {k} of {n} of the golden launches and of the "
+                 f"generated problems; `merge` folds the {n} shards' --json reports into the campaign's verdict")
     elif part == "catalog":
         cat = run.catalogs[-1]
         if cat.label is not None:

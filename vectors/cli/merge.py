@@ -32,10 +32,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
+from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.vectors import catalog
+from nvfp4_suite.vectors.cli import render
 from nvfp4_suite.vectors.cli import report as jsonreport
+from nvfp4_suite.vectors.engine.check import CaseResult, GoldenRun, LaunchFailure
+from nvfp4_suite.vectors.engine.harness import shown
 from nvfp4_suite.vectors.engine.verdict import SetupError, Status, Verdict
 
 Shard = tuple[str, dict]  # (the file named on the command line, its report)
@@ -208,39 +213,79 @@ def fold(shards: list[Shard]) -> Merged:
     return Merged(shards, catalogs, generated, stopped, notes)
 
 
+def golden_run(cat: dict) -> GoldenRun:
+    """A folded catalog (the report's form) as the ``check.GoldenRun`` that
+    ``render.golden_lines`` prints, so that a merge reads as a check does.
+    The cause summary's facts (``CaseResult.features``) are not in a report:
+    the merged text has no cause summary."""
+    cases = []
+    for c in cat["cases"]:
+        res = CaseResult(c["id"], c["name"], list(c["flags"]), Path(c["file"]), status=Status(c["status"]),
+                         error=c["error"], expected_error=c["expected_error"],
+                         catalog=None if c["catalog"] == "built-in" else c["catalog"])
+        res.ran = [Launch.from_json(x) for x in c["launches_run"]]
+        res.skipped = [(Launch.from_json(x["launch"]), x["reason"]) for x in c["launches_skipped"]]
+        res.failures = [LaunchFailure(Launch.from_json(f["launch"]), f["text"]) for f in c["failures"]]
+        cases.append(res)
+    return GoldenRun(cases, cat["stopped"])
+
+
 def lines(merged: Merged, verdict: Verdict) -> list[str]:
-    """The text report of a merge: the shards, failing golden cases, the
-    generated part, the notes, then the verdict line."""
+    """The text report of a merge, through ``render`` as a check's: the shards,
+    each catalog's golden report, the generated part and its failing problem
+    (minimised in its shard), the notes, then the verdict line."""
     rep0 = merged.shards[0][1]
-    camp = rep0["campaign"]
+    camp, backend = rep0["campaign"], rep0["backend"]
+    spec, timeout = camp["backend"], backend["timeout_s"]
     n = rep0["shard"]["n"]
-    out = [f"merged {n} shards of run {camp['run_id'][:12]} (backend {camp['backend']}, arithmetic "
-           f"{camp['arithmetic']}, seed {camp['seed']}, {camp['examples']} generated problems):"]
+    out = [f"merged {n} shards of run {camp['run_id'][:12]}: backend {shown(backend['name'])} (--backend {spec}; "
+           f"arithmetic {camp['arithmetic']}; seed {camp['seed']}; {camp['examples']} generated problems)"]
     out += [f"  shard {rep['shard']['k']}/{n}: {path}: {rep['verdict']}" for path, rep in merged.shards]
-    golden = failed = 0
+    parts = []
     for cat in merged.catalogs:
+        label = None if cat["label"] == "built-in" else cat["label"]
+        if label is not None:
+            out.append(f"catalog {label} ({cat['chosen']}):")
         if cat["error"] is not None:
-            out.append(f"catalog {cat['label']}: ERROR: {cat['error']}")
-        if cat["counts"] is None:
+            out.append(f"  {label}: ERROR: {cat['error']}")
+            parts.append(render.golden_summary(label, None))
             continue
-        golden += cat["counts"]["judged"]
-        failed += cat["counts"][Status.FAIL.value]
-        for c in cat["cases"]:
-            if c["status"] in (Status.FAIL.value, Status.ERROR.value):
-                what = (f"{len(c['failures'])} of {len(c['launches_run'])} launches" if c["status"] == "FAIL"
-                        else c["error"])
-                out.append(f"  {cat['label']}:{c['id']:03d}-{c['name']} {c['status']}: {what}")
+        golden = golden_run(cat)
+        out += render.golden_lines(golden, spec, timeout)
+        parts.append(render.golden_summary(label, golden))
     gen = merged.generated
-    parts = [f"golden: {golden} cases judged ({failed} failed)"]
     if gen is not None:
-        out.append(f"generated problems: {gen['problems_run']} (seed {camp['seed']})")
-        if gen["failing"] is not None:
-            f = gen["failing"]
-            out.append(f"  failing problem (minimised in its shard): {f['size']}, {f['launch']}; "
-                       f"replay: {f['replay'] or f['save_error']}")
-        parts.append(f"generated: {gen['problems_run']} problems ({int(gen['failing'] is not None)} failed)")
+        out += [f"generated problems: {gen['problems_run']} (seed {camp['seed']})",
+                render.generated_head(gen["problems_run"], gen["failing"] is None, gen["elements"],
+                                      gen["max_ratio"], gen["max_ulp"])]
+        out += _coverage_lines(gen)
+        f = gen["failing"]
+        if f is not None:
+            size = f["size"]
+            out += [render.failing_head(f["flaky"], f["unfinished"]),
+                    f"  rows {size['rows']}, Hkv {size['kv_heads']}, TOPK {size['topk']}, q_len {size['q_len']}, "
+                    f"launch {Launch.from_json(f['launch']).describe()}", render.indent(f["text"], "  ")]
+            out += ([f"saved: {f['saved']}", f"replay: {f['replay']}"] if f["saved"] is not None
+                    else [f"not saved: {f['save_error']}"])
+        parts.append(f"{gen['problems_run']} generated problems")
     out += merged.notes
-    return out + [f"{verdict.head()}: backend {camp['backend']}; merged {n} shards; " + ", ".join(parts)]
+    if merged.stopped:
+        parts.append(f"stopped early: {merged.stopped}")
+    return out + [render.verdict_text(verdict, shown(backend["name"]), parts, f"merged {n} shards")]
+
+
+def _coverage_lines(gen: dict) -> list[str]:
+    """The merged coverage table: per condition reached, its problems, share and failures
+    (the stated minimum shares and the never-reached warnings need the backend: see each shard's report)."""
+    total = gen["problems_run"]
+    if not total or not gen["coverage"]:
+        return []
+    w = max(len(name) for name in gen["coverage"])
+    out = [f"  coverage over {total} problems (conditions reached; each shard's report states the minimum shares):",
+           f"  {'condition':<{w}}  problems  share  failed"]
+    for name, c in gen["coverage"].items():
+        out.append(f"  {name:<{w}}  {c['problems']:8d}  {c['problems'] / total:5.0%}  {c['failures']:6d}")
+    return out
 
 
 def merged_report(argv: list[str], merged: Merged | None, verdict: Verdict, seconds: float | None) -> dict:

@@ -283,16 +283,16 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
     with lock.locked(catalog._root(root), exclusive=False, what="check", notice=notice):
         m = catalog.load_manifest(path=catalog._root(root) / "manifest.json")
         chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
-        mine = sharded_launches(backend.capabilities, chosen, shard)
+        # A case none of whose launches is this shard's is not run (nor counted in the progress).
+        todo = [(c, mine) for c, mine in zip(chosen, sharded_launches(backend.capabilities, chosen, shard))
+                if mine is None or mine]
         run = GoldenRun([])
         try:
-            for i, c in enumerate(chosen):
+            for i, (c, mine) in enumerate(todo):
                 interrupts.stop_if_asked()
-                if mine[i] is not None and not mine[i]:
-                    continue  # every launch of this case belongs to another shard
                 if progress:
-                    progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-                run.cases.append(check_case(backend, c, splits, outside_domain, root, launches=mine[i]))
+                    progress(f"  golden: [{i + 1}/{len(todo)}] {c['name']}")
+                run.cases.append(check_case(backend, c, splits, outside_domain, root, launches=mine))
                 if stop_at_first and run.cases[-1].status == Status.FAIL:
                     break
         except interrupts.Interrupted as e:
@@ -473,6 +473,8 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     coverage = Coverage(backend.capabilities, splits_choice)
     state = _GeneratedState()
     judged: list[Judged] | None = None if shard is None else []
+    # The problems this run judges when none fails: a shard's are draws K-1, K-1+N, ... below examples.
+    share = examples if shard is None else len(range(shard[0] - 1, examples, shard[1]))
 
     def over_budget() -> bool:
         return (state.failing is not None and shrink_budget_s is not None
@@ -507,8 +509,8 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
                 judged.append(Judged(index, 0 if rep is None else int(rep.n_elements),
                                      None if rep is None else float(rep.max_bound_ratio),
                                      None if rep is None else float(rep.max_ulp), tuple(sorted(reached)), not ok))
-            if progress and (state.n % progress_every == 0 or state.n == examples):
-                progress(f"  generated: {state.n}/{examples} problems checked")
+            if progress and (state.n % progress_every == 0 or state.n == share):
+                progress(f"  generated: {state.n}/{share} problems checked")
         else:
             state.tries += 1
         if not ok:
