@@ -1,8 +1,8 @@
-"""``check --shard K/N`` and ``merge``: the N shards of a campaign, merged, are
-the unsharded run (verdict, counts, failing cases, the generated part and
-its minimised failure), and ``merge`` refuses what is not one run's N shards,
-naming the file and the field; the pytest plugin's ``--nvfp4-shard`` keeps
-the same share of the tests."""
+"""``check --shard K/N``: the N shards of a campaign, merged (``merge``), are
+the unsharded run (verdict, counts, failing cases, the generated part); a
+shard judges a disjoint share, draws the unsharded run's problems and says
+which shard it is; the pytest plugin's ``--nvfp4-shard`` keeps the same share
+of the tests. ``tests/test_merge.py`` holds what ``merge`` refuses."""
 
 import json
 import shutil
@@ -156,70 +156,20 @@ def test_a_later_failure_of_another_shard_is_named_and_not_counted(campaign_cata
                 f"shard {first % 3 + 1}/3) where the unsharded run stops counting: not counted") in out, out
 
 
-# --- refusals -----------------------------------------------------------------
-
-@pytest.fixture
-def two_shards(tmp_path, monkeypatch):
-    """Shards 1/2 and 2/2 of a cheap campaign (emulate, two generated problems), in tmp_path."""
-    monkeypatch.chdir(tmp_path)
-    return _shards(2, ["check", "--backend", "emulate", "--no-golden", "--examples", "2"])
-
-
-def _refused(capsys, *files, json_out=None) -> str:
-    """merge FILES must be NO VERDICT (exit 2); its error message."""
+def test_a_shard_names_itself_and_counts_only_its_share(campaign_catalog, capsys):
     from nvfp4_suite.vectors.cli import main
 
-    capsys.readouterr()
-    assert main(["merge", *files] + (["--json", json_out] if json_out else [])) == 2
-    return capsys.readouterr().err
-
-
-def test_merge_refuses_shards_of_different_runs_naming_the_files_and_field(two_shards, capsys):
-    from nvfp4_suite.vectors.cli import main
-
-    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "2", "--seed", "1", "--shard", "2/2",
-                 "--json", "seed1.json"]) == 0
-    err = _refused(capsys, two_shards[0], "seed1.json", json_out="m.json")
-    assert ("error: merge: seed1.json and shard-1-of-2.json are shards of different runs: field campaign.seed is 1 "
-            "in seed1.json, 0 in shard-1-of-2.json") in err, err
-    report = json.loads(Path("m.json").read_text())
-    assert report["verdict"] == "NO VERDICT" and "campaign.seed" in report["reason"] and report["shards"] is None
-    from nvfp4_suite.vectors.cli import report as jsonreport
-
-    assert jsonreport.validate(report, jsonreport.load_schema()) == []
-    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "3", "--shard", "2/2",
-                 "--json", "three.json"]) == 0
-    assert "field campaign.examples is 3 in three.json, 2 in shard-1-of-2.json" in _refused(
-        capsys, two_shards[0], "three.json")
-    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "2", "--shard", "2/3",
-                 "--json", "of3.json"]) in (0, 2)
-    assert "of3.json is shard 2/3 but shard-1-of-2.json is shard 1/2: field shard.n differs" in _refused(
-        capsys, two_shards[0], "of3.json")
-
-
-def test_merge_refuses_a_missing_or_doubled_shard_by_name(two_shards, capsys):
-    shutil.copy(two_shards[0], "again.json")
-    assert "error: merge: doubled shard 1/2: shard-1-of-2.json and again.json" in _refused(
-        capsys, two_shards[0], "again.json", two_shards[1])
-    assert "error: merge: missing shard 2/2 (given: shard-1-of-2.json = 1/2)" in _refused(capsys, two_shards[0])
-
-
-def test_merge_refuses_what_is_not_a_shard_report_naming_the_file(two_shards, capsys):
-    from nvfp4_suite.vectors.cli import main
-
-    Path("notes.txt").write_text("not json\n")
-    assert "error: merge: notes.txt: not a readable JSON report" in _refused(capsys, "notes.txt", two_shards[1])
-    Path("other.json").write_text('{"schema": "something-else"}\n')
-    assert "other.json: not an nvfp4-check-report report (schema 'something-else')" in _refused(
-        capsys, two_shards[0], "other.json")
-    old = json.loads(Path(two_shards[1]).read_text())
-    Path("v1.json").write_text(json.dumps({**old, "schema_version": 1}))
-    assert "v1.json: schema_version 1; this suite merges version 2 only" in _refused(capsys, two_shards[0], "v1.json")
-    assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "2", "--json", "whole.json"]) == 0
-    assert "whole.json: shard null: its check ran without --shard K/N" in _refused(capsys, two_shards[0], "whole.json")
-    assert main(["check", "--backend", "no-such-backend", "--shard", "2/2", "--json", "dead.json"]) == 2
-    err = _refused(capsys, two_shards[0], "dead.json")
-    assert "dead.json: shard 2/2 did not start (NO VERDICT: error: " in err and "rerun that shard" in err, err
+    assert main(["check", "--backend", "emulate", "--examples", "7", "--shard", "2/3"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[1].startswith("shard 2/3: judging share 2 of 3 of the golden launches"), out
+    # 12 launches: case 36's 3 (two of them this shard's: places 1 and 4), case 28's 8, case 15's one
+    # (place 11, shard 3's); draws 1 and 4 of 7.
+    assert "golden: [2/2] splits-1-block" in err and "golden: [3/" not in err, err
+    assert "generated: 2/2 problems checked" in err, err
+    (verdict,) = [line for line in lines if line.startswith("CONFORMANT")]
+    assert verdict.startswith("CONFORMANT: backend emulate; shard 2/3, 2 golden cases judged (0 failed), "
+                              "2 generated problems; "), out
 
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0"])
