@@ -5,6 +5,8 @@ which shard it is; the pytest plugin's ``--nvfp4-shard`` keeps the same share
 of the tests. ``tests/test_merge.py`` holds what ``merge`` refuses."""
 
 import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -230,3 +232,59 @@ def test_the_plugins_generated_test_judges_the_shards_share(monkeypatch):
     assert seen == [[1, 4]]
     with pytest.raises(pytest.skip.Exception, match="shard 3/3 owns none of the 2 generated problems"):
         pytest_plugin.check_generated_or_fail(subject, 2, 0, (3, 3))
+
+
+# --- docs/campaigns.md ----------------------------------------------------------
+
+def _documented(section: str) -> list[str]:
+    """The commands of docs/campaigns.md's ``section`` (the text between its
+    heading and the next): each line that runs ``python -m``, as a shell, a
+    workflow step or a container argument gives it."""
+    text = (ROOT / "docs" / "campaigns.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for line in body.splitlines():
+        line = line.strip().removeprefix("- ").removeprefix("run: ")
+        if line.startswith("python -m "):
+            out.append(line)
+    assert out, f"docs/campaigns.md: no command in section {section!r}"
+    return out
+
+
+def _argv(line: str, k: int) -> list[str]:
+    """``line`` as the shell of shard ``k`` of 4 expands it (its index variables set, globs
+    matched in the working folder); a workflow's ``${{ matrix.shard }}`` is that index too."""
+    env = {"PATH": os.environ["PATH"], "K": str(k), "SLURM_ARRAY_TASK_ID": str(k), "JOB_COMPLETION_INDEX": str(k - 1)}
+    r = subprocess.run(["bash", "-c", 'set -- ' + line.replace("${{ matrix.shard }}", "$K") + '; printf "%s\\0" "$@"'],
+                       env=env, capture_output=True, text=True, check=True)
+    return r.stdout.split("\0")[:-1]
+
+
+@pytest.mark.parametrize("section", ["A CI matrix (GitHub Actions)", "A Slurm array", "A Kubernetes indexed job"])
+def test_each_documented_campaign_runs_and_merges_as_written(section, campaign_catalog, capsys):
+    from nvfp4_suite.vectors.cli import main
+
+    (check,) = [c for c in _documented(section) if " check " in c]
+    for k in range(1, 5):
+        argv = _argv(check, k)
+        assert argv[:3] == ["python", "-m", "nvfp4_suite.vectors"] and f"{k}/4" in argv, argv
+        assert main(argv[3:]) == 0
+    capsys.readouterr()
+    (merge,) = _documented("Merging")
+    assert main(_argv(merge, 1)[3:]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("; merged 4 shards")
+    assert [s["k"] for s in json.loads(Path("campaign.json").read_text())["shards"]] == [1, 2, 3, 4]
+    if section == "A CI matrix (GitHub Actions)":
+        assert [c for c in _documented(section) if " merge " in c] == [merge]
+
+
+def test_the_documented_shard_and_pytest_commands_run(campaign_catalog, capsys, tmp_path):
+    from nvfp4_suite.vectors.cli import main
+
+    (shard,) = _documented("What a shard judges")
+    assert main(shlex.split(shard)[3:]) == 0
+    assert "shard 2/4: judging share 2 of 4" in capsys.readouterr().out
+    (session,) = _documented("Under pytest")
+    r = subprocess.run([sys.executable, *shlex.split(session)[1:], "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "nvfp4: CONFORMANT: backend emulate" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
