@@ -7,7 +7,6 @@ of the tests. ``tests/test_merge.py`` holds what ``merge`` refuses."""
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -135,7 +134,8 @@ def test_a_passing_campaign_merges_to_the_same_statistics_and_coverage(tmp_path,
     mrc, merged = _run("merge", *_shards(3, args))
     assert mrc == 0 and _what(merged) == _what(whole)
     assert merged["generated"]["coverage"] and merged["generated"]["elements"] > 0
-    assert capsys.readouterr().out.splitlines()[-1] == "CONFORMANT: backend emulate; 10 generated problems; merged 3 shards"
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "CONFORMANT: backend emulate; 10 generated problems; merged 3 shards"
 
 
 def test_a_later_failure_of_another_shard_is_named_and_not_counted(campaign_catalog, capsys):
@@ -285,6 +285,6 @@ def test_the_documented_shard_and_pytest_commands_run(campaign_catalog, capsys, 
     assert main(shlex.split(shard)[3:]) == 0
     assert "shard 2/4: judging share 2 of 4" in capsys.readouterr().out
     (session,) = _documented("Under pytest")
-    r = subprocess.run([sys.executable, *shlex.split(session)[1:], "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, *shlex.split(session)[1:], "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "nvfp4: CONFORMANT: backend emulate" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

@@ -266,8 +266,9 @@ def test_a_shard_is_called_on_the_unsharded_runs_draws_of_its_share():
     whole = [digest(p, launch) for p, launch in _draw(caps, 9, seed=5)]
     assert len(set(whole)) == 9
     for k in (1, 2, 3):
-        mine = []
-        run_generated(caps, 9, 5, lambda p, launch: mine.append(digest(p, launch)), shrink=False, shard=(k, 3))
+        mine: list[str] = []
+        run_generated(caps, 9, 5, lambda p, launch, seen=mine: seen.append(digest(p, launch)), shrink=False,
+                      shard=(k, 3))
         assert mine == whole[k - 1::3], k
 
 
