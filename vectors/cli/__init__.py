@@ -23,7 +23,7 @@ from nvfp4_suite.kernels.protocol import DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES
 from nvfp4_suite.reference.arithmetic import arithmetic_name
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog import export
-from nvfp4_suite.vectors.cli import render
+from nvfp4_suite.vectors.cli import merge, render
 from nvfp4_suite.vectors.cli import report as jsonreport
 from nvfp4_suite.vectors.cli.progress import Progress
 from nvfp4_suite.vectors.cli.runner import exit_code, outcome
@@ -102,7 +102,7 @@ def _printing(run, part: str) -> None:
     subject = run.subject
     if part == "backend":
         _say(_describe_backend(subject))
-        if run.config.shard is not None:
+        if isinstance(run, CheckRun) and run.config.shard is not None:  # replay prints this part too
             k, n = run.config.shard
             _say(f"shard {k}/{n}: judging share {k} of {n} of the golden launches and of the "
                  f"generated problems; `merge` folds the {n} shards' --json reports into the campaign's verdict")
@@ -173,8 +173,6 @@ def cmd_merge(args) -> Verdict:
     K/N`` runs folded into one run (``merge.load``, ``merge.fold``) and its
     verdict (``verdict.decide`` over the folded counts); shards of different
     runs, a doubled or a missing shard are refused (SetupError, NO VERDICT)."""
-    from nvfp4_suite.vectors.cli import merge
-
     merged = args.run = merge.fold(merge.load(args.reports))
     verdict = decide(**merged.tally())
     _say(*merge.lines(merged, verdict))
@@ -477,9 +475,10 @@ def _run(args) -> int:
     result = outcome(lambda: args.fn(args), before_print=_clear_bar)
     if path is not None:
         verdict = result if isinstance(result, Verdict) else Verdict(Kind.SUITE_ERROR, f"exit status {result}")
+        seconds = round(time.time() - t0, 3)
         try:
-            jsonreport.write(path, jsonreport.build(args.cmd, args.argv, args.run, verdict,
-                                                    round(time.time() - t0, 3)))
+            jsonreport.write(path, merge.merged_report(args.argv, args.run, verdict, seconds) if args.cmd == "merge"
+                             else jsonreport.build(args.cmd, args.argv, args.run, verdict, seconds))
         except OSError as e:
             print(f"error: --json {path}: the report could not be written ({e})", file=sys.stderr)
             return 2

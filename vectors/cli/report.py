@@ -192,16 +192,12 @@ def _replay_json(run) -> dict:
 
 
 def build(command: str, argv: list[str], run, verdict, seconds: float | None) -> dict:
-    """The report of a ``check`` (``run``: a ``check.CheckRun``), ``replay``
-    (a ``check.ReplayRun``) or ``merge`` (a ``merge.Merged``) that ended with
-    ``verdict``; ``run`` may be partial (an error stopped it) or None
-    (nothing was started)."""
+    """The report of a ``check`` (``run``: a ``check.CheckRun``) or ``replay``
+    (a ``check.ReplayRun``) that ended with ``verdict``; ``run`` may be
+    partial (an error stopped it) or None (nothing was started). ``merge``
+    writes its own (``merge.merged_report``)."""
     from nvfp4_suite.vectors.engine.blame import summary_lines
 
-    if command == "merge":
-        from nvfp4_suite.vectors.cli.merge import merged_report
-
-        return merged_report(argv, run, verdict, seconds)
     subject = None if run is None else run.subject
     spec = "" if subject is None else subject.spec
     timeout = None if subject is None else subject.timeout
