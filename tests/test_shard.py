@@ -213,6 +213,16 @@ def test_the_plugin_shards_its_golden_tests_as_check_does(tmp_path):
     assert all(sum("test_generated[emulate]" in t for t in s) == 1 for s in shards)
 
 
+def test_a_plugin_shard_runs_under_pytest_xdist(tmp_path):
+    # xdist's workers must each collect the same tests: a shard's collection depends only on the
+    # manifest, the backend's capabilities and K/N, never on the worker.
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "--rootdir",
+                        str(tmp_path), "--nvfp4-backend", "emulate", "--nvfp4-examples", "4", "--nvfp4-shard", "3/3"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "nvfp4: CONFORMANT: backend emulate" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"{len(_collected(tmp_path, '--nvfp4-shard', '3/3'))} passed" in r.stdout, r.stdout[-3000:]
+
+
 def test_the_plugins_generated_test_judges_the_shards_share(monkeypatch):
     from nvfp4_suite.vectors import pytest_plugin
     from nvfp4_suite.vectors.engine import check

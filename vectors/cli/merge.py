@@ -15,9 +15,15 @@ its first failure (then it minimises that one), and a shard counts its own
 problems up to its first failure; so the fold keeps the problems whose draw
 index is at most the smallest failing index of any shard (``Judged``
 records: ``GeneratedRun.judged``), and the failing problem is that shard's,
-minimised there. A shard's failure at a later index is past the unsharded
-run's count: it is named in the text as such, not counted. The cause
-summary (``blame``) is not folded: it is left empty.
+minimised there (the same draw as the unsharded run's first failure; its
+minimised form may differ, as hypothesis' shrinking path depends on the
+process). A shard's failure at a later index is past the unsharded run's
+count: it is named in the text as such, not counted. Not folded: the cause
+summary (``blame``, left empty), the rounding statistics and the coverage
+table's stated minimum shares (each shard's report has its own).
+
+The text report goes through ``render`` as a check's does (``golden_run``
+rebuilds each folded catalog as the ``check.GoldenRun`` it prints).
 
 Refused (NO VERDICT, exit 2, naming the file and the field): a file that is
 not a report, a report of another schema version or command, a report of a
