@@ -134,11 +134,20 @@ def load(paths: list[str]) -> list[Shard]:
     return sorted(shards, key=lambda s: s[1]["shard"]["k"])
 
 
+def _launch_order(launch: dict) -> tuple:
+    """A launch's place in its case: the built-in catalog lists a case's launches by split count
+    (a kernel's own, "auto", first), XCDs, then order, so the merged case lists them, and reports
+    its first failure, as the unsharded run does (a project case listed otherwise is merged in this order)."""
+    splits = launch["splits"]
+    return (isinstance(splits, int), splits if isinstance(splits, int) else 0, launch["xcds"], launch["order"] or "")
+
+
 def _case(parts: list[dict]) -> dict:
     """One case folded from its shards' parts (see the module note)."""
     out = dict(parts[0])
-    for field in ("launches_run", "launches_skipped", "failures"):
-        out[field] = [x for p in parts for x in p[field]]
+    out["launches_run"] = sorted((x for p in parts for x in p["launches_run"]), key=_launch_order)
+    for field in ("launches_skipped", "failures"):
+        out[field] = sorted((x for p in parts for x in p[field]), key=lambda x: _launch_order(x["launch"]))
     out["error"] = next((p["error"] for p in parts if p["error"] is not None), None)
     statuses = {p["status"] for p in parts}
     out["status"] = (Status.ERROR if Status.ERROR.value in statuses else Status.FAIL if out["failures"]
