@@ -26,3 +26,23 @@ def test_a_large_failing_problem_shows_no_arrays():
     assert p.rows * p.num_kv_heads * p.TOPK > SHOWN_SLOTS and problem_lines(p) == []
     small = dataclasses.replace(p, topk=p.topk[:, :, :8])
     assert p.rows * 2 * 8 == SHOWN_SLOTS and problem_lines(small)
+
+
+def test_a_merged_reports_null_statistics_read_not_finite():
+    from nvfp4_suite.vectors.cli.render import generated_head
+
+    # A JSON report holds inf and NaN as null; merge prints them from there.
+    assert "largest |got - pre|/reach not finite, largest bf16 ulp distance not finite" in generated_head(
+        3, False, 10, None, None)
+    assert generated_head(3, True, 10, 0.5, 2.0).startswith(
+        "  3 problems, 10 output elements compared, largest |got - pre|/reach 0.5, largest bf16 ulp distance 2 ")
+
+
+def test_the_verdict_text_puts_the_last_part_after_a_semicolon():
+    from nvfp4_suite.vectors.cli.render import failing_head, verdict_text
+    from nvfp4_suite.vectors.engine.verdict import Kind, Verdict
+
+    line = verdict_text(Verdict(Kind.NOT_CONFORMANT), "x", ["1 golden cases judged (1 failed)", "2 generated problems"],
+                        "merged 2 shards")
+    assert line == "NOT CONFORMANT: backend x; 1 golden cases judged (1 failed), 2 generated problems; merged 2 shards"
+    assert failing_head(True, None).startswith("FLAKY FAILURE") and "not fully minimised" in failing_head(False, "x")

@@ -257,3 +257,31 @@ def test_the_simulator_sweep_draws_what_check_draws_for_its_shard_seed(tmp_path)
     cli = _logged(tmp_path, "cli", [sys.executable, "-m", "nvfp4_suite.vectors", "check", "--backend",
                                     "flydsl-sim-gfx950", "--no-golden", "--examples", "1", "--seed", "0"])
     assert len(cli) == 1 and sweep == cli
+
+
+def test_a_shard_is_called_on_the_unsharded_runs_draws_of_its_share():
+    # The property `check --shard` rests on: every shard draws the unsharded run's problems
+    # and launches; fn sees share K of them (draws K-1, K-1+N, ...), the others pass unseen.
+    caps = Capabilities(splits=(1, 2, 4))
+    whole = [digest(p, launch) for p, launch in _draw(caps, 9, seed=5)]
+    assert len(set(whole)) == 9
+    for k in (1, 2, 3):
+        mine: list[str] = []
+        run_generated(caps, 9, 5, lambda p, launch, seen=mine: seen.append(digest(p, launch)), shrink=False,
+                      shard=(k, 3))
+        assert mine == whole[k - 1::3], k
+
+
+def test_a_shard_stops_at_its_own_first_failure_having_drawn_as_the_unsharded_run():
+    caps = Capabilities(splits=(1, 2, 4))
+    whole = [digest(p, launch) for p, launch in _draw(caps, 9, seed=5)]
+    seen = []
+
+    def fails_at_the_third_call(p, launch):
+        seen.append(digest(p, launch))
+        assert len(seen) < 3
+
+    with pytest.raises(AssertionError):
+        run_generated(caps, 9, 5, fails_at_the_third_call, shrink=False, shard=(2, 3))
+    # After the failure only it is called again (hypothesis replays the failing example).
+    assert seen[:3] == [whole[1], whole[4], whole[7]] and set(seen[3:]) == {whole[7]}, seen

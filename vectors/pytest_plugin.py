@@ -27,6 +27,15 @@ default folder when it exists), the same engine. pytest gets:
   session with NO VERDICT's exit status, 2, as ``check`` does.
 
 JUnit output is pytest's own ``--junitxml``; ``-k stale-tail`` selects by case name.
+
+``--nvfp4-shard K/N`` keeps share K of N, the share ``check --shard K/N``
+judges (``config.owns``): the golden tests of that shard's launches, and
+``test_generated`` judging that shard's generated problems; N pytest
+processes (CI jobs, machines) with K = 1..N together run every test once.
+Under pytest-xdist the tests of one session are already spread over its
+workers, test by test, with no option: ``--nvfp4-shard`` is for separate
+sessions. The generated problems are one test, so one worker runs them;
+``--nvfp4-shard`` divides them between sessions.
 """
 
 from __future__ import annotations
@@ -57,6 +66,16 @@ def pytest_addoption(parser):
                      "GPU fault or an OOM kill fails that test only")
     g.addoption("--nvfp4-timeout", type=float, default=None, metavar="S",
                 help="seconds one launch may take in its worker (implies --nvfp4-isolate)")
+    g.addoption("--nvfp4-shard", type=_shard, default=None, metavar="K/N",
+                help="only share K of N of the golden launches and generated problems, as check --shard K/N "
+                     "(for N separate sessions: CI jobs, machines)")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """``--nvfp4-shard K/N`` as ``(K, N)``; pytest reports the ValueError naming ``text``."""
+    from nvfp4_suite.vectors.engine.config import parse_shard
+
+    return parse_shard(text)
 
 
 def pytest_configure(config):
@@ -116,7 +135,7 @@ def config_for(cfg, spec: str):
     return CheckConfig(backend=spec, arithmetic=cfg.getoption("nvfp4_arithmetic"),
                        catalogs=tuple(catalogs) if catalogs else None, examples=cfg.getoption("nvfp4_examples"),
                        seed=cfg.getoption("nvfp4_seed"), isolate=cfg.getoption("nvfp4_isolate"),
-                       timeout=cfg.getoption("nvfp4_timeout"))
+                       timeout=cfg.getoption("nvfp4_timeout"), shard=cfg.getoption("nvfp4_shard"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -209,9 +228,12 @@ def spec_tests(config, cleanup=None) -> list:
     its launches as the backend receives them (one test for an invalid-input
     case), then the generated problems. A backend that cannot load or run
     ends the session as ``check`` ends: NO VERDICT, exit status 2, with the
-    reason. The subject's worker process, if isolated, is closed by ``cleanup``."""
+    reason. The subject's worker process, if isolated, is closed by ``cleanup``.
+    ``config.shard``: only that share's launches and generated problems
+    (``check.sharded_launches``, as ``check --shard``)."""
     from nvfp4_suite.vectors import catalog
     from nvfp4_suite.vectors.cli.runner import NO_VERDICT_ERRORS
+    from nvfp4_suite.vectors.engine.check import case_launches, sharded_launches
     from nvfp4_suite.vectors.engine.config import catalogs_for, examples_for, load_subject
 
     spec = config.backend
@@ -231,17 +253,20 @@ def spec_tests(config, cleanup=None) -> list:
             cases = catalog.load_manifest(path=root / "manifest.json")["cases"]
         except catalog.CaseFileError as e:
             pytest.exit(f"NO VERDICT for --nvfp4-backend {spec}: catalog {label or 'built-in'}: {e}", returncode=2)
-        for entry in cases:
+        for entry, mine in zip(cases, sharded_launches(subject.capabilities, cases, config.shard)):
             base = f"{spec}-{entry['id']:03d}-{entry['name']}" if label is None else \
                 f"{spec}-{label}:{entry['id']:03d}-{entry['name']}"
-            if entry["result"] == "invalid":
-                out.append((f"test_golden[{base}-invalid]", _golden_run(subject, entry, root)))
+            launches = case_launches(subject.capabilities, entry) if mine is None else mine
+            if entry.get("expected_error"):
+                if launches:  # its one launch, the refusal, is this shard's
+                    out.append((f"test_golden[{base}-invalid]", _golden_run(subject, entry, root)))
                 continue
-            for launch in dict.fromkeys(x.as_seen_by(subject.capabilities) for x in catalog.launches(entry)):
+            for launch in launches:
                 out.append((f"test_golden[{base}-{launch_id(launch)}]", _golden_run(subject, entry, root, launch)))
     n = examples_for(config, subject)
     if n:
-        out.append((f"test_generated[{spec}]", lambda: check_generated_or_fail(subject, n, config.seed)))
+        out.append((f"test_generated[{spec}]",
+                    lambda: check_generated_or_fail(subject, n, config.seed, config.shard)))
     return out
 
 
@@ -267,17 +292,20 @@ def _golden_run(subject, entry: dict, root, launch=None):
     return run
 
 
-def check_generated_or_fail(subject, examples: int, seed: int = 0) -> None:
-    """Run ``examples`` generated problems (``check_generated``, seeded) on
+def check_generated_or_fail(subject, examples: int, seed: int = 0, shard: tuple[int, int] | None = None) -> None:
+    """Run ``examples`` generated problems (``check_generated``, seeded; ``shard``
+    ``(K, N)``: only that share of them) on
     ``subject`` (a ``config.Subject``); on a failure save the minimised problem
     (only it) and raise ConformanceFailure with its report
     (``render.failing_lines``: flaky or not, the saved path and the replay command)."""
     from nvfp4_suite.vectors.cli.render import failing_lines
     from nvfp4_suite.vectors.engine.check import check_generated, save_failing
 
-    gen = check_generated(subject, examples, seed, shrink_budget_s=subject.shrink_budget_s)
+    gen = check_generated(subject, examples, seed, shrink_budget_s=subject.shrink_budget_s, shard=shard)
     if gen.failing is not None:
         saved, why = save_failing(subject.spec, gen.failing)
         raise ConformanceFailure("\n".join(failing_lines(gen.failing, subject.spec, saved, why, subject.timeout)))
+    if not gen.n and shard is not None:
+        pytest.skip(f"shard {shard[0]}/{shard[1]} owns none of the {examples} generated problems")
     if not gen.n:
         raise ConformanceFailure(f"backend {subject.spec}: no generated problem was checked")

@@ -23,15 +23,15 @@ from nvfp4_suite.kernels.protocol import DEFAULT_EXAMPLES, INTERPRETED_EXAMPLES
 from nvfp4_suite.reference.arithmetic import arithmetic_name
 from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog import export
-from nvfp4_suite.vectors.cli import bench, render
+from nvfp4_suite.vectors.cli import bench, merge, render
 from nvfp4_suite.vectors.cli import report as jsonreport
 from nvfp4_suite.vectors.cli.progress import Progress
 from nvfp4_suite.vectors.cli.runner import exit_code, outcome
 from nvfp4_suite.vectors.engine import interrupts
 from nvfp4_suite.vectors.engine.check import CheckRun, Hooks, ReplayConfig, ReplayRun, run_check, run_replay
-from nvfp4_suite.vectors.engine.config import PREFERENCE, CheckConfig
+from nvfp4_suite.vectors.engine.config import PREFERENCE, CheckConfig, parse_shard
 from nvfp4_suite.vectors.engine.harness import shown
-from nvfp4_suite.vectors.engine.verdict import Kind, SetupError, Verdict
+from nvfp4_suite.vectors.engine.verdict import Kind, SetupError, Verdict, decide
 
 REFERENCE_BACKENDS = ("emulate", "reference")
 
@@ -102,6 +102,10 @@ def _printing(run, part: str) -> None:
     subject = run.subject
     if part == "backend":
         _say(_describe_backend(subject))
+        if isinstance(run, CheckRun) and run.config.shard is not None:  # replay prints this part too
+            k, n = run.config.shard
+            _say(f"shard {k}/{n}: judging share {k} of {n} of the golden launches and of the "
+                 f"generated problems; `merge` folds the {n} shards' --json reports into the campaign's verdict")
     elif part == "catalog":
         cat = run.catalogs[-1]
         if cat.label is not None:
@@ -131,7 +135,7 @@ def cmd_check(args) -> Verdict:
                          catalogs=tuple(args.catalog) if args.catalog else None, golden=not args.no_golden,
                          examples=args.examples, seed=args.seed, splits=tuple(args.splits) if args.splits else None,
                          isolate=args.isolate, timeout=args.timeout, outside_domain=args.outside_domain,
-                         shape=args.shape, json=args.json)
+                         shape=args.shape, json=args.json, shard=args.shard)
     if config.shape == "serving":
         try:
             import torch  # noqa: F401 - the serving references run on torch
@@ -161,6 +165,17 @@ def cmd_replay(args) -> Verdict:
                                             timeout=args.timeout, json=args.json))
     verdict = run_replay(run, _hooks())
     _say(render.verdict_line(run, verdict))
+    return verdict
+
+
+def cmd_merge(args) -> Verdict:
+    """``merge REPORT.json...``: the JSON reports of a campaign's ``check --shard
+    K/N`` runs folded into one run (``merge.load``, ``merge.fold``) and its
+    verdict (``verdict.decide`` over the folded counts); shards of different
+    runs, a doubled or a missing shard are refused (SetupError, NO VERDICT)."""
+    merged = args.run = merge.fold(merge.load(args.reports))
+    verdict = decide(**merged.tally())
+    _say(*merge.lines(merged, verdict))
     return verdict
 
 
@@ -230,6 +245,14 @@ def cmd_add(args) -> int:
         print(f"check names it {tag}" + (" (it runs the default project catalog when that folder exists)"
                                          if catalog.label(root) == "project" else f" with --catalog {root}"))
     return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """``--shard K/N`` as ``(K, N)``; argparse names the bad value."""
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _split_count(text: str) -> int:
@@ -312,10 +335,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--shape", choices=("small", "serving"), default="small",
                    help="serving: serving-size problems only (64-256 rows, pools of 1e4-1e5 pages; "
                         "references on the backend's GPU when it has one); default small")
+    c.add_argument("--shard", type=_shard, metavar="K/N",
+                   help="judge only share K of N of the campaign (round robin over each catalog's launches and "
+                        "over the generated problems in draw order; the N shards together are the unsharded "
+                        "run for the same seed); fold the shards' --json reports with `merge` (docs/campaigns.md)")
     add_arithmetic_option(c)
     _isolation_args(c)
     _json_arg(c)
     c.set_defaults(fn=cmd_check)
+    mg = sub.add_parser("merge", help="fold the JSON reports of check --shard K/N runs into one verdict",
+                        description="Fold the --json reports of the N shards of one check --shard K/N campaign "
+                                    "into the unsharded run's verdict, counts and failing cases (docs/campaigns.md). "
+                                    "Refuses (exit 2) shards of different runs (backend, arithmetic, seed, "
+                                    "examples, suite version, shape, splits, catalogs), a doubled or missing "
+                                    "shard, a file that is not a report of this schema version.")
+    mg.add_argument("reports", nargs="+", metavar="REPORT.json", help="the shards' check --json reports")
+    _json_arg(mg)
+    mg.set_defaults(fn=cmd_merge)
     r = sub.add_parser("replay", help="run one case file (catalog or repro) against a backend",
                        description="Rerun a saved failure or a golden case file and print its report.")
     r.add_argument("file", help="a case file: .repro/*.npz or vectors/data/*.npz")
@@ -421,9 +457,10 @@ def _run(args) -> int:
     result = outcome(lambda: args.fn(args), before_print=_clear_bar)
     if path is not None:
         verdict = result if isinstance(result, Verdict) else Verdict(Kind.SUITE_ERROR, f"exit status {result}")
+        seconds = round(time.time() - t0, 3)
         try:
-            jsonreport.write(path, jsonreport.build(args.cmd, args.argv, args.run, verdict,
-                                                    round(time.time() - t0, 3)))
+            jsonreport.write(path, merge.merged_report(args.argv, args.run, verdict, seconds) if args.cmd == "merge"
+                             else jsonreport.build(args.cmd, args.argv, args.run, verdict, seconds))
         except OSError as e:
             print(f"error: --json {path}: the report could not be written ({e})", file=sys.stderr)
             return 2

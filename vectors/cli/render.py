@@ -113,14 +113,22 @@ def generated_lines(gen) -> list[str]:
     """The generated part of a check report (a ``check.GeneratedRun``): totals,
     rounding statistics, and the coverage table (problems and failures per condition)."""
     t = gen.totals
-    note = "" if gen.ok else " (generation stops at the first failure)"
-    out = [f"  {gen.n} problems{note}, {t['elements']} output elements compared, "
-           f"largest |got - pre|/reach {t['max_ratio']:.3g}, largest bf16 ulp distance "
-           f"{t['max_ulp']:g} (large only where outputs cancel to near zero)"]
+    out = [generated_head(gen.n, gen.ok, t["elements"], t["max_ratio"], t["max_ulp"])]
     out += rounding_lines(t.get("rounding"))
     if gen.coverage is not None:
         out += gen.coverage.lines()
     return out
+
+
+def generated_head(n: int, ok: bool, elements: int, max_ratio: float | None, max_ulp: float | None) -> str:
+    """The first line of a generated part: ``n`` problems (``ok``: none failed),
+    output ``elements`` compared, the largest bound ratio and ulp distance
+    (None: not finite, as a JSON report holds it)."""
+    note = "" if ok else " (generation stops at the first failure)"
+    ratio = "not finite" if max_ratio is None else f"{max_ratio:.3g}"
+    ulp = "not finite" if max_ulp is None else f"{max_ulp:g}"
+    return (f"  {n} problems{note}, {elements} output elements compared, largest |got - pre|/reach {ratio}, "
+            f"largest bf16 ulp distance {ulp} (large only where outputs cancel to near zero)")
 
 
 # A failing problem this small (query rows x KV heads x slots) has its arrays printed.
@@ -148,14 +156,8 @@ def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: fl
     was saved and the replay command (``timeout``: of an isolated run), or why
     saving failed (the report is printed either way)."""
     p, launch = failing.problem, failing.launch
-    if failing.flaky_text is not None:
-        head = "FLAKY FAILURE (the same problem and launch failed once and passed when rerun):"
-    elif failing.unfinished:
-        head = f"FIRST FAILING PROBLEM (smallest found before {failing.unfinished}; not fully minimised):"
-    else:
-        head = "FIRST FAILING PROBLEM (minimised):"
-    out = [head, f"  rows {p.rows}, Hkv {p.num_kv_heads}, TOPK {p.TOPK}, q_len {p.q_len}, "
-                 f"launch {launch.describe(p)}"]
+    out = [failing_head(failing.flaky_text is not None, failing.unfinished),
+           f"  rows {p.rows}, Hkv {p.num_kv_heads}, TOPK {p.TOPK}, q_len {p.q_len}, launch {launch.describe(p)}"]
     if failing.diagnosis is not None:
         out += failing.diagnosis.lines()
     out += problem_lines(p)
@@ -171,18 +173,39 @@ def failing_lines(failing, spec: str, saved, save_error: str | None, timeout: fl
     return out
 
 
+def failing_head(flaky: bool, unfinished: str | None) -> str:
+    """The first line of a failing generated problem's report: flaky, not fully
+    minimised (``unfinished``: why), or minimised."""
+    if flaky:
+        return "FLAKY FAILURE (the same problem and launch failed once and passed when rerun):"
+    if unfinished:
+        return f"FIRST FAILING PROBLEM (smallest found before {unfinished}; not fully minimised):"
+    return "FIRST FAILING PROBLEM (minimised):"
+
+
+def golden_summary(label: str | None, golden) -> str:
+    """A catalog's part of a verdict line (``label`` None: the built-in one;
+    ``golden``: its ``check.GoldenRun``, None when it was unreadable)."""
+    if golden is None:
+        return f"catalog {label} unreadable"
+    g = golden
+    return (("" if label is None else f"catalog {label}: ") + f"{g.judged} golden cases judged "
+            f"({g.count(Status.FAIL)} failed" + (f", {g.count(Status.SKIP)} skipped" if g.count(Status.SKIP) else "")
+            + (f", {g.count(Status.ERROR)} unreadable" if g.count(Status.ERROR) else "") + ")")
+
+
+def verdict_text(verdict, name: str, parts: list[str], last: str | None = None) -> str:
+    """A check's or merge's last line: the verdict, the backend's (already
+    ``shown``) ``name``, what was judged (``parts``), then ``last`` (the
+    seconds taken, the shards merged) after a semicolon."""
+    return f"{verdict.head()}: backend {name}; " + ", ".join(parts) + (f"; {last}" if last else "")
+
+
 def _check_summary(run) -> list[str]:
     """The parts of a check's verdict line: what each part judged."""
-    parts = []
-    for cat in run.catalogs:
-        prefix = "" if cat.label is None else f"catalog {cat.label}: "
-        g = cat.golden
-        if g is None:
-            parts.append(f"catalog {cat.label} unreadable")
-            continue
-        parts.append(prefix + f"{g.judged} golden cases judged ({g.count(Status.FAIL)} failed"
-                     + (f", {g.count(Status.SKIP)} skipped" if g.count(Status.SKIP) else "")
-                     + (f", {g.count(Status.ERROR)} unreadable" if g.count(Status.ERROR) else "") + ")")
+    shard = run.config.shard
+    parts = [] if shard is None else [f"shard {shard[0]}/{shard[1]}"]
+    parts += [golden_summary(cat.label, cat.golden) for cat in run.catalogs]
     if run.generated is not None:
         parts.append(f"{run.generated.n} generated problems")
     if run.serving is not None:
@@ -200,8 +223,7 @@ def verdict_line(run, verdict) -> str:
     name = shown(run.subject.name) if run.subject is not None else "?"
     if hasattr(run, "catalogs"):
         parts = _check_summary(run)
-        took = parts.pop() if run.seconds is not None else None
-        return f"{verdict.head()}: backend {name}; " + ", ".join(parts) + (f"; {took}" if took else "")
+        return verdict_text(verdict, name, parts, parts.pop() if run.seconds is not None else None)
     c = run.case
     ran = 0 if c is None else len(c.ran)
     failed = 0 if c is None else len(c.failures)

@@ -24,7 +24,7 @@ from nvfp4_suite.vectors.catalog.casefile import write_atomic
 from nvfp4_suite.vectors.cli.render import replay_command
 
 SCHEMA_NAME = "nvfp4-check-report"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "report.schema.json"
 
 
@@ -102,14 +102,19 @@ def case_json(c, spec: str, timeout: float | None) -> dict:
             "error": c.error}
 
 
+def manifest_sha256(root) -> str | None:
+    """sha256 (hex) of catalog folder ``root``'s manifest.json, or None when there is none."""
+    manifest = Path(root) / "manifest.json"
+    return hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
+
+
 def _catalog_json(cat, spec: str, timeout: float | None) -> dict:
     """One ``check.CatalogRun``: its folder, how it was chosen, its counts and cases, or its error."""
     from nvfp4_suite.vectors.engine.verdict import Status
 
-    manifest = Path(cat.root) / "manifest.json"
     g = cat.golden
     return {"label": cat.label or "built-in", "folder": str(cat.root), "chosen": cat.why,
-            "manifest_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None,
+            "manifest_sha256": manifest_sha256(cat.root),
             "error": cat.error, "stopped": None if g is None else g.stopped,
             "counts": None if g is None else {s.value: g.count(s) for s in Status} | {"judged": g.judged},
             "cases": [] if g is None else [case_json(c, spec, timeout) for c in g.cases]}
@@ -134,7 +139,39 @@ def _generated_json(run, spec: str, timeout: float | None) -> dict | None:
     return {"problems_run": gen.n, "stopped": gen.stopped, "elements": int(t["elements"]),
             "max_ratio": _num(t["max_ratio"]), "max_ulp": _num(t["max_ulp"]),
             "coverage": {name: {"problems": int(r), "failures": int(f)} for name, (r, f) in gen.stats.items()},
-            "failing": failing}
+            "failing": failing,
+            "judged": None if gen.judged is None else [
+                {"index": j.index, "elements": j.elements,
+                 "max_ratio": None if j.max_ratio is None else _num(j.max_ratio),
+                 "max_ulp": None if j.max_ulp is None else _num(j.max_ulp), "conditions": list(j.conditions),
+                 "failed": j.failed} for j in gen.judged]}
+
+
+# The campaign fields shards of one run must share (merge names the one that differs).
+CAMPAIGN_FIELDS = ("backend", "arithmetic", "seed", "examples", "suite_version", "shape", "splits", "catalogs")
+
+
+def campaign_json(run) -> dict | None:
+    """What makes a ``check.CheckRun`` one run of a campaign, whatever its shard:
+    ``CAMPAIGN_FIELDS`` (the backend spec, the arithmetic it is judged in, the
+    seed, the generated problems asked for, the suite's version, the shape,
+    the split counts selected, each catalog's label and manifest sha256) and
+    ``run_id``, the sha256 of those; None before the backend was loaded."""
+    from nvfp4_suite.reference.arithmetic import arithmetic_name
+    from nvfp4_suite.vectors.engine.config import catalogs_for, examples_for
+
+    subject = run.subject
+    if subject is None:
+        return None
+    config = run.config
+    out: dict[str, Any] = {
+        "backend": subject.spec, "arithmetic": arithmetic_name(subject.geometry), "seed": config.seed,
+        "examples": examples_for(config, subject), "suite_version": suite_version(), "shape": config.shape,
+        "splits": None if not config.splits else sorted(config.splits),
+        "catalogs": [{"label": catalog.label(root) or "built-in", "manifest_sha256": manifest_sha256(root)}
+                     for root, _ in catalogs_for(config)]}
+    out["run_id"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()
+    return out
 
 
 def _replay_json(run) -> dict:
@@ -158,7 +195,8 @@ def _replay_json(run) -> dict:
 def build(command: str, argv: list[str], run, verdict, seconds: float | None) -> dict:
     """The report of a ``check`` (``run``: a ``check.CheckRun``) or ``replay``
     (a ``check.ReplayRun``) that ended with ``verdict``; ``run`` may be
-    partial (an error stopped it) or None (nothing was started)."""
+    partial (an error stopped it) or None (nothing was started). ``merge``
+    writes its own (``merge.merged_report``)."""
     subject = None if run is None else run.subject
     spec = "" if subject is None else subject.spec
     timeout = None if subject is None else subject.timeout
@@ -180,6 +218,9 @@ def build(command: str, argv: list[str], run, verdict, seconds: float | None) ->
             "problems_run": run.serving.n, "failed": run.serving.failed, "stopped": run.serving.stopped,
             "problems": list(run.serving.lines)},
         "replay": _replay_json(run) if command == "replay" and run is not None else None,
+        "shard": None if not check or run.config.shard is None else dict(zip(("k", "n"), run.config.shard)),
+        "campaign": campaign_json(run) if check else None,
+        "shards": None,
         "seconds": seconds}
 
 

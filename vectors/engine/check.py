@@ -28,7 +28,7 @@ from nvfp4_suite.vectors import catalog
 from nvfp4_suite.vectors.catalog import lock
 from nvfp4_suite.vectors.catalog.casefile import CaseFileError, load_case
 from nvfp4_suite.vectors.engine import blame, interrupts
-from nvfp4_suite.vectors.engine.config import CheckConfig, Subject, catalogs_for, examples_for, load_subject
+from nvfp4_suite.vectors.engine.config import CheckConfig, Subject, catalogs_for, examples_for, load_subject, owns
 from nvfp4_suite.vectors.engine.coverage import Coverage
 from nvfp4_suite.vectors.engine.harness import (
     BackendCrash,
@@ -147,12 +147,23 @@ def _expected(backend, problem, extra, launch, cache: dict[int, tuple[Interval, 
     return cache[key]
 
 
-def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, root=None) -> CaseResult:
+def case_launches(caps, entry: dict) -> list[Launch]:
+    """The launches of manifest ``entry`` as a backend with ``caps`` receives
+    them, duplicates removed, in order; an invalid-input case has one (its
+    refusal, ``Launch()``). A sharded run assigns each of these to a shard."""
+    if entry.get("expected_error"):
+        return [Launch()]
+    return list(dict.fromkeys(x.as_seen_by(caps) for x in catalog.launches(entry)))
+
+
+def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, root=None,
+               launches: list[Launch] | None = None) -> CaseResult:
     """Run one manifest entry (of catalog ``root``, default the built-in one)'s
     launches that ``backend`` supports (``splits``: only launches with these
     split counts; the others are skipped as not selected; ``outside_domain``:
     launches skipped only for the input domain also run, their outcome kept in
-    ``outside`` as information, never as a verdict)."""
+    ``outside`` as information, never as a verdict; ``launches``: only these
+    of ``case_launches``, a shard's share; None: all)."""
     res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog._root(root) / entry["file"],
                      expected_error=entry.get("expected_error"), catalog=catalog.label(root))
     try:
@@ -160,8 +171,8 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
     except CaseFileError as e:
         res.status, res.error = Status.ERROR, str(e)
         return res
-    caps = backend.capabilities
-    launches = list(dict.fromkeys(x.as_seen_by(caps) for x in catalog.launches(entry)))
+    if launches is None:
+        launches = case_launches(backend.capabilities, entry)
     return judge_case(backend, res, problem, extra, launches, splits, outside_domain, stored=True)
 
 
@@ -274,7 +285,8 @@ class GoldenRun:
 
 
 def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None,
-                 outside_domain: bool = False, *, root=None, notice=None) -> GoldenRun:
+                 outside_domain: bool = False, *, root=None, notice=None,
+                 shard: tuple[int, int] | None = None) -> GoldenRun:
     """Every case of catalog ``root`` (default: the built-in one; or those whose
     id is in ``cases``) against ``backend`` (``splits``: only launches with
     these split counts; ``outside_domain``: see ``check_case``). Holds the
@@ -284,22 +296,48 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
     An ``interrupts.Interrupted`` (a signal while the CLI's handlers are
     installed, or stdout's reader going away, checked between cases) ends the
     run early with the cases run so far and ``stopped`` naming why; a plain
-    KeyboardInterrupt propagates."""
+    KeyboardInterrupt propagates.
+
+    ``shard`` ``(K, N)``: only the launches of share K (``sharded_launches``);
+    a case none of whose launches is in it is not run, one with some of
+    them is run at those and reported with them."""
     with lock.locked(catalog._root(root), exclusive=False, what="check", notice=notice):
         m = catalog.load_manifest(path=catalog._root(root) / "manifest.json")
         chosen = [c for c in m["cases"] if cases is None or c["id"] in cases]
+        # A case none of whose launches is this shard's is not run (nor counted in the progress).
+        todo = [(c, mine) for c, mine in zip(chosen, sharded_launches(backend.capabilities, chosen, shard))
+                if mine is None or mine]
         run = GoldenRun([])
         try:
-            for i, c in enumerate(chosen):
+            for i, (c, mine) in enumerate(todo):
                 interrupts.stop_if_asked()
                 if progress:
-                    progress(f"  golden: [{i + 1}/{len(chosen)}] {c['name']}")
-                run.cases.append(check_case(backend, c, splits, outside_domain, root))
+                    progress(f"  golden: [{i + 1}/{len(todo)}] {c['name']}")
+                run.cases.append(check_case(backend, c, splits, outside_domain, root, launches=mine))
                 if stop_at_first and run.cases[-1].status == Status.FAIL:
                     break
         except interrupts.Interrupted as e:
             run.stopped = e.reason
     return run
+
+
+def sharded_launches(caps, entries: list[dict], shard: tuple[int, int] | None) -> list[list[Launch] | None]:
+    """Per manifest entry of ``entries`` (a catalog's cases, in order), the
+    launches (``case_launches``) shard ``(K, N)`` judges: those whose place in
+    the catalog's list of every case's launches, in order, ``owns`` assigns
+    to it (round robin, so each shard gets about 1/N of the work and the
+    shares are disjoint); ``None`` for every entry when ``shard`` is None
+    (all launches). The list depends only on the manifest and the backend's
+    capabilities, so every shard computes the same one."""
+    if shard is None:
+        return [None] * len(entries)
+    out: list[list[Launch] | None] = []
+    at = 0
+    for entry in entries:
+        launches = case_launches(caps, entry)
+        out.append([x for j, x in enumerate(launches, at) if owns(shard, j)])
+        at += len(launches)
+    return out
 
 
 def observe_outside(backend, problem, launch: Launch) -> str:
@@ -363,7 +401,9 @@ class GeneratedRun:
     [problems, failures]), ``totals`` (elements, largest ratios, rounding
     counts), ``failing``: None or the ``FailingProblem``; ``stopped``: None, or
     why the run ended early (``SIGINT``, ``SIGTERM``, stdout's reader gone);
-    ``coverage``: the run's ``nvfp4_suite.vectors.engine.coverage.Coverage``."""
+    ``coverage``: the run's ``nvfp4_suite.vectors.engine.coverage.Coverage``;
+    ``judged``: for a sharded run, a ``Judged`` per problem counted, in draw
+    order (what ``merge`` folds into the unsharded run's figures); None unsharded."""
 
     ok: bool
     n: int
@@ -372,6 +412,22 @@ class GeneratedRun:
     failing: FailingProblem | None = None
     stopped: str | None = None
     coverage: Coverage | None = None
+    judged: list[Judged] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """One generated problem a sharded run counted: its ``index`` in the
+    unsharded run's draw order (from 0), output ``elements`` compared, its
+    largest bound ratio and ulp distance (None: a crash, no report), the
+    coverage ``conditions`` it reached, and whether it ``failed``."""
+
+    index: int
+    elements: int
+    max_ratio: float | None
+    max_ulp: float | None
+    conditions: tuple[str, ...]
+    failed: bool
 
 
 def problem_size(problem: DecodeProblem) -> tuple:
@@ -410,7 +466,7 @@ class _OutOfTime(KeyboardInterrupt):
 
 def check_generated(backend, examples: int, seed: int, splits_choice=None, progress=None,
                     progress_every: int = 10, shrink: bool = True, shrink_report_s: float = 10.0,
-                    shrink_budget_s: float | None = None) -> GeneratedRun:
+                    shrink_budget_s: float | None = None, shard: tuple[int, int] | None = None) -> GeneratedRun:
     """Run ``examples`` hypothesis-generated problems and launches inside the
     backend's capabilities (``splits_choice``: only these split counts).
 
@@ -427,6 +483,11 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     reader going away) ends the run with what it found: ``stopped`` says why
     and ``failing`` keeps the smallest failing problem so far. No example
     database is used (nothing is written to the working folder).
+
+    shard: ``(K, N)``: every problem of the unsharded run is drawn, but only
+    those whose draw index ``config.owns`` gives to share K are judged
+    (``run_generated``); a failure is minimised here, in the shard that found
+    it; ``judged`` records each problem counted. None: all are judged.
     """
     # Flaky: what every hypothesis in the range raises for a failure that does not
     # repeat (6.108 and later raise its subclass FlakyFailure).
@@ -436,6 +497,9 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
 
     coverage = Coverage(backend.capabilities, splits_choice)
     state = _GeneratedState()
+    judged: list[Judged] | None = None if shard is None else []
+    # The problems this run judges when none fails: a shard's are draws K-1, K-1+N, ... below examples.
+    share = examples if shard is None else len(range(shard[0] - 1, examples, shard[1]))
 
     def over_budget() -> bool:
         return (state.failing is not None and shrink_budget_s is not None
@@ -457,15 +521,21 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
         except BackendCrash as e:
             ok, text, did = False, e.details(), crashed(e)
         if state.failing is None:  # still generating: minimising tries are not counted as problems
+            # run_generated judges a shard's draws K-1, K-1+N, ...: the n-th counted is draw n*N + K-1.
+            index = state.n if shard is None else state.n * shard[1] + shard[0] - 1
             state.n += 1
             if rep is not None:
                 state.elements += rep.n_elements
                 state.max_ratio = max(state.max_ratio, rep.max_bound_ratio)
                 state.max_ulp = max(state.max_ulp, rep.max_ulp)
                 add_rounding(state.rounding, rep)
-            coverage.add(problem, launch, ok)
-            if progress and (state.n % progress_every == 0 or state.n == examples):
-                progress(f"  generated: {state.n}/{examples} problems checked")
+            reached = coverage.add(problem, launch, ok)
+            if judged is not None:
+                judged.append(Judged(index, 0 if rep is None else int(rep.n_elements),
+                                     None if rep is None else float(rep.max_bound_ratio),
+                                     None if rep is None else float(rep.max_ulp), tuple(sorted(reached)), not ok))
+            if progress and (state.n % progress_every == 0 or state.n == share):
+                progress(f"  generated: {state.n}/{share} problems checked")
         else:
             state.tries += 1
         if not ok:
@@ -487,7 +557,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
 
     stopped, cut = None, False
     try:
-        run_generated(backend.capabilities, examples, seed, prop, splits_choice, shrink)
+        run_generated(backend.capabilities, examples, seed, prop, splits_choice, shrink, shard=shard)
         interrupts.stop_if_asked()  # a signal whose exception hypothesis caught on the way
     except AssertionError:
         pass
@@ -515,7 +585,8 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     totals = {"elements": state.elements, "max_ratio": state.max_ratio, "max_ulp": state.max_ulp,
               "rounding": state.rounding}
     stats = {name: [coverage.reached[name], coverage.failed[name]] for name in coverage.reached}
-    return GeneratedRun(failing is None and stopped is None, state.n, stats, totals, failing, stopped, coverage)
+    return GeneratedRun(failing is None and stopped is None, state.n, stats, totals, failing, stopped, coverage,
+                        judged)
 
 
 # Split counts the minimised problem is also run at: two mutants can equal a tiny
@@ -721,7 +792,8 @@ def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
                 raise CaseFileError(f"{root / 'manifest.json'} is missing: not a catalog "
                                     f"(`add --catalog {root}` creates one)")
             cat.golden = check_golden(subject, progress=hooks.progress, splits=config.splits,
-                                      outside_domain=config.outside_domain, root=root, notice=hooks.notice)
+                                      outside_domain=config.outside_domain, root=root, notice=hooks.notice,
+                                      shard=config.shard)
             if not cat.golden.stopped:
                 try:
                     cat.golden.diagnosis = blame.diagnose_golden(cat.golden, subject.geometry, hooks.progress)
@@ -739,7 +811,7 @@ def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
         run.generated = check_generated(
             subject, examples, config.seed, config.splits, progress=hooks.progress,
             progress_every=1 if hooks.live else 10, shrink_report_s=1.0 if hooks.live else 10.0,
-            shrink=config.minimise, shrink_budget_s=subject.shrink_budget_s)
+            shrink=config.minimise, shrink_budget_s=subject.shrink_budget_s, shard=config.shard)
         if run.generated.failing is not None:
             run.saved, run.save_error = save_failing(subject.spec, run.generated.failing)
         hooks.done(run, "generated")

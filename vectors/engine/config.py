@@ -41,7 +41,9 @@ class CheckConfig:
     (shrink a failing generated problem before reporting it; the judging
     benchmark, which only times, does not), ``shape``
     (``small`` or ``serving``: serving-size generated problems instead of the
-    catalogs and small ones), ``json`` (where the JSON report goes, or None)."""
+    catalogs and small ones), ``json`` (where the JSON report goes, or None),
+    ``shard`` (``(K, N)``: judge only share K of N of the golden launches and
+    generated problems, ``owns``; None: all of them)."""
 
     backend: str | None = None
     arithmetic: str | None = None
@@ -56,6 +58,7 @@ class CheckConfig:
     minimise: bool = True
     shape: str = "small"
     json: str | None = None
+    shard: tuple[int, int] | None = None
 
     def problems(self) -> str | None:
         """Why this configuration can judge nothing, or None."""
@@ -69,7 +72,34 @@ class CheckConfig:
             return "nothing to check: --no-golden with --examples 0"
         if self.shape == "serving" and self.examples == 0:
             return "--shape serving checks generated problems: give --examples > 0"
+        if self.shard is not None:
+            k, n = self.shard
+            if not (n >= 1 and 1 <= k <= n):
+                return f"--shard {k}/{n}: must be K/N with 1 <= K <= N"
+            if self.shape != "small":
+                return f"--shard {k}/{n}: --shape serving is not sharded; shard a --shape small campaign"
         return None
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``(K, N)`` of ``"K/N"`` (1 <= K <= N); ValueError naming ``text`` otherwise."""
+    k, sep, n = text.partition("/")
+    try:
+        got = (int(k), int(n)) if sep else None
+    except ValueError:
+        got = None
+    if got is None or not (got[1] >= 1 and 1 <= got[0] <= got[1]):
+        raise ValueError(f"shard {text!r}: give K/N with 1 <= K <= N, e.g. 2/7")
+    return got
+
+
+def owns(shard: tuple[int, int] | None, index: int) -> bool:
+    """Whether shard ``(K, N)`` judges the item at ``index`` (int, from 0) of an
+    ordered list every shard computes alike (a catalog's launches, the
+    generated problems in draw order): round robin, ``index % N == K - 1``,
+    so the shares are disjoint and their union is the whole list. None: the
+    unsharded run, which owns everything."""
+    return shard is None or index % shard[1] == shard[0] - 1
 
 
 def default_examples(capabilities) -> int:

@@ -46,6 +46,7 @@ from nvfp4_suite.reference.examples import paged_block_table
 from nvfp4_suite.reference.paged_cache import BLK, D, page_bytes, page_views
 from nvfp4_suite.reference.problem import HG, SLOT_LISTS, row_positions
 from nvfp4_suite.vectors.catalog.cases import loud_tail, poison_unread
+from nvfp4_suite.vectors.engine.config import owns
 from nvfp4_suite.vectors.engine.coverage import SCALE_CLASSES, launch_conditions, problem_conditions
 
 # seq_len kinds (weights): a uniform length, a block edge, shorter than q_len
@@ -344,7 +345,8 @@ def without_local_constants():
         cache.cache.clear()
 
 
-def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None, shrink: bool = True) -> None:
+def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None, shrink: bool = True,
+                  shard: tuple[int, int] | None = None) -> None:
     """Call ``fn(problem, launch)`` on ``examples`` problems drawn inside ``caps``
     from ``seed`` (int), each completed by the next record of ``plan(caps,
     seed, splits)`` (``splits``: only these split counts): its launch, and
@@ -361,7 +363,14 @@ def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None,
     those given here: no database (nothing replayed from earlier runs), no
     deadline, no health checks. When ``NVFP4_DRAWN`` names a file, a digest
     of each problem and launch tried (``digest``) is appended to it, one a
-    line."""
+    line.
+
+    ``shard`` ``(K, N)``: every problem is drawn as in the unsharded run, but
+    until the first failure ``fn`` is called only on those whose draw index
+    ``config.owns`` gives to share K; the others return at once, as a passing
+    problem does, so hypothesis draws exactly the unsharded run's problems
+    (and plan records) up to this shard's first failure. From that failure
+    on, every try of the minimisation is judged here."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
@@ -373,6 +382,7 @@ def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None,
     # and the last failing problem (hypothesis' smallest, replayed last).
     held: list[Planned] = []
     failed: list[DecodeProblem] = []
+    drawn = [0]  # problems drawn before the first failure: the draw index of the next one
 
     def call(problem: DecodeProblem, rec: Planned, events: bool = False) -> None:
         launch = rec.launch
@@ -394,7 +404,13 @@ def run_generated(caps: Capabilities, examples: int, seed: int, fn, splits=None,
               print_blob=False, suppress_health_check=list(HealthCheck), phases=phases, derandomize=False)
     @given(problems_for(caps, poison=False))
     def prop(problem):
-        rec = held[0] if held else next(records)
+        if held:
+            rec = held[0]
+        else:
+            rec, index = next(records), drawn[0]
+            drawn[0] += 1
+            if not owns(shard, index):
+                return  # another shard's problem: drawn, so that later draws stay the unsharded run's
         try:
             call(problem, rec, events=True)
         except BaseException:
