@@ -319,9 +319,8 @@ def _flow_reach(records) -> dict[str, tuple]:
     return out
 
 
-@pytest.mark.thorough
 def test_each_kernel_mutant_changes_output_or_coverage_on_its_catching_launch(collector):
-    """By hand (-m thorough): each FlyDSL kernel mutant on its catching launch
+    """Each FlyDSL kernel mutant on its catching launch
     (tests/test_bugs.py ``CATCHING``) and the correct kernel on the same one;
     the record (docs/flydsl.md, "Coverage"): every mutant fails it by output,
     ``ticket_not_reset`` alone also changes the coverage (its reset's lane-0
