@@ -150,6 +150,13 @@ def test_command_json_matches_its_schema(tmp_path):
     c = doc["configurations"][0]
     assert c["generated"]["launches"] > 0 and c["golden"]["launches"] == 0
     assert c["union"]["blocks_reached"] == c["generated"]["blocks_reached"]
+    # A split class of one configuration reaches, by ordinal, what that configuration does.
+    cells = re.compile(r"\d+/\d+")
+    [own] = [line for line in command.table(doc) if line.startswith(c["key"] + " ")]
+    [by_class] = command.split_class_rows("gfx950", [c])
+    assert cells.findall(by_class) == cells.findall(own)
+    assert len(command.split_class_rows("gfx950", doc["configurations"])) == len(
+        {x["config"]["splits"] > 1 for x in doc["configurations"]})
     # The check sees a count that disagrees with its list.
     c["union"]["blocks_reached"] += 1
     with pytest.raises(ValueError, match="blocks reached"):
