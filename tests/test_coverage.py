@@ -91,6 +91,21 @@ def test_conditions_of_a_hand_built_problem():
             "odd block count in a split", "first block of a wave fully masked"} <= two
     three = launch_conditions(p, Launch(splits=3))
     assert "valid count % splits == 0" in three and "split with no block" in three
+    assert "3+ blocks in a split, splits>1" not in two | three
+
+
+def test_a_split_of_three_blocks_is_counted_only_in_a_split_launch():
+    # One row of 5 valid slots (blocks 0..4 of its 5 visible): split 0 of 2 walks 3.
+    p = random_problem(3, reqs=1, q_len=1, num_kv_heads=1, topk=6, seq_lens=[600])
+    p = dataclasses.replace(p, topk=np.array([[[4, 0, -1, 1, 2, 3]]], np.int32))
+    assert "3+ blocks in a split, splits>1" in launch_conditions(p, Launch(splits=2))
+    assert "3+ blocks in a split, splits>1" not in launch_conditions(p, Launch(splits=1))
+    assert "3+ blocks in a split, splits>1" not in launch_conditions(p, Launch(splits=3))
+    # Allowed only where TOPK > 2 * some declared split count > 1.
+    names = {c.name for c in conditions_for(Capabilities(splits=(1, 4, 8), limits=INTERPRETED_LIMITS))}
+    assert "3+ blocks in a split, splits>1" not in names
+    names = {c.name for c in conditions_for(Capabilities(splits=(1, 2), limits=INTERPRETED_LIMITS))}
+    assert "3+ blocks in a split, splits>1" in names
 
 
 @pytest.mark.parametrize("spec", [m.spec for m in COVERED])

@@ -150,6 +150,13 @@ def test_command_json_matches_its_schema(tmp_path):
     c = doc["configurations"][0]
     assert c["generated"]["launches"] > 0 and c["golden"]["launches"] == 0
     assert c["union"]["blocks_reached"] == c["generated"]["blocks_reached"]
+    # A split class of one configuration reaches, by ordinal, what that configuration does.
+    cells = re.compile(r"\d+/\d+")
+    [own] = [line for line in command.table(doc) if line.startswith(c["key"] + " ")]
+    [by_class] = command.split_class_rows("gfx950", [c])
+    assert cells.findall(by_class) == cells.findall(own)
+    assert len(command.split_class_rows("gfx950", doc["configurations"])) == len(
+        {x["config"]["splits"] > 1 for x in doc["configurations"]})
     # The check sees a count that disagrees with its list.
     c["union"]["blocks_reached"] += 1
     with pytest.raises(ValueError, match="blocks reached"):
@@ -173,27 +180,177 @@ def test_argued_entries_match_the_compiled_branches(arch):
         expected_unreached(kern.config, kern.program, kern.flow)  # raises naming a branch that moved
 
 
-def test_the_catalog_leaves_unreached_only_the_listed_directions(collector):
-    """The golden cases that launch TOPK 33 and 64 at 8 splits (35 topk-64, 36
-    topk-33, 81 topk-33-compacted: the only ones launching those four
-    configurations per target), on gfx950: the full catalog on both targets
-    takes minutes, ``python -m nvfp4_suite.vectors.simulator.coverage`` runs it."""
+def _by_branch(records) -> set[tuple[bool, int, str]]:
+    """``(splits > 1, branch ordinal in Flow.conds, direction)`` of every direction
+    taken by ``records`` (``Collector.records``' values): the compiles of one split
+    class share their branches (``coverage_exceptions``), so a direction is one
+    of its class whichever TOPK, placement and layout took it."""
+    from nvfp4_suite.kernels.flydsl.sim.backend import kernel
+
+    out = set()
+    for config, rec in records:
+        kern, _ = kernel(config["arch"], config["topk"], config["splits"], config["xcds"], config["layout"], None)
+        out |= {(config["splits"] > 1, i, name) for i, pc in enumerate(kern.flow.conds)
+                for bit, name in coverage.DIRECTION_NAMES.items() if rec.directions.get(pc, 0) & bit}
+    return out
+
+
+def _reachable(arch: str) -> set[tuple[bool, int, str]]:
+    """The directions of both split classes (as ``_by_branch``'s) that some
+    configuration a launch on ``arch`` may need can take: each class's every
+    branch direction but those ``UNREACHABLE`` argues unreached on all of the
+    class's configurations."""
+    from nvfp4_suite.kernels.flydsl.sim.backend import kernel
+    from nvfp4_suite.kernels.flydsl.sim.compile import bundle_configs
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE
+
+    configs = [{"arch": a, "topk": t, "splits": s, "xcds": x, "layout": lay, "mutant": None}
+               for a, t, s, x, lay, m in bundle_configs() if a == arch and m is None]
+    out = set()
+    for multi in (False, True):
+        of_class = [c for c in configs if (c["splits"] > 1) == multi]
+        kern, _ = kernel(arch, of_class[0]["topk"], of_class[0]["splits"], of_class[0]["xcds"],
+                         of_class[0]["layout"], None)
+        out |= {(multi, i, name) for i in range(len(kern.flow.conds)) for name in coverage.DIRECTION_NAMES.values()
+                if not all(any(e.branch == i and e.direction == name and e.applies(c) for e in UNREACHABLE)
+                           for c in of_class)}
+    return out
+
+
+# The catalog's share of CI's coverage check, per target: the golden cases that
+# launch TOPK 33 and 64 (35 topk-64, 36 topk-33, 81 topk-33-compacted: the only
+# ones launching those configurations) at 1 and 8 splits. Each of their
+# configurations gets every golden launch it has, so the argued list holds
+# for it exactly, and together they take every reachable direction of both
+# split classes. The full catalog runs by hand (-m thorough, below).
+CI_CASES, CI_SPLITS = {35, 36, 81}, {1, 8}
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_the_catalog_leaves_unreached_only_the_listed_directions(collector, arch):
     backend = sim_backend()
     from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE, expected_unreached
     from nvfp4_suite.vectors.engine.check import check_golden
 
-    run = check_golden(backend.FlydslSimBackend("gfx950"), cases={35, 36, 81}, splits={8})
+    run = check_golden(backend.FlydslSimBackend(arch), cases=CI_CASES, splits=CI_SPLITS)
     assert run.ok
     keys = sorted(collector.records)
-    assert keys == [f"gfx950 topk={t} splits=8 xcds={x} layout=token_rows" for t in (33, 64) for x in (0, 8)]
+    assert keys == sorted(f"{arch} topk={t} splits={s} xcds={x} layout=token_rows" for t in (33, 64)
+                          for s in CI_SPLITS for x in (0, 8))
     for key in keys:
         config, rec = collector.records[key]
-        kern, _ = backend.kernel("gfx950", config["topk"], 8, config["xcds"], "token_rows", None)
+        kern, _ = backend.kernel(arch, config["topk"], config["splits"], config["xcds"], "token_rows", None)
         expected = expected_unreached(config, kern.program, kern.flow)
         assert _unreached(rec, kern.flow) == set(expected), key
         # The lane-0 guards' argument: their blocks are entered with full waves only.
         for entry in UNREACHABLE:
-            if entry.branch in (4, 7):
+            if entry.branch in (4, 7) and entry.applies(config):
                 pc = kern.flow.conds[entry.branch]
                 start = max(s for s in kern.flow.starts if s <= pc)
                 assert rec.blocks[start] == coverage.FULL, (key, start)
+    missing = _reachable(arch) - _by_branch(collector.records.values())
+    assert not missing, f"the CI cases leave reachable directions unreached: {sorted(missing)}"
+
+
+# The generated problems' share of CI's coverage check, per target: this many
+# from this seed (``check --no-golden --examples N --seed S`` draws the same).
+CI_GENERATED, CI_GENERATED_SEED = 20, 1
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_generated_problems_take_every_reachable_direction_and_no_argued_one(collector, arch):
+    backend = sim_backend()
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE
+    from nvfp4_suite.vectors.engine.check import check_generated
+
+    gen = check_generated(backend.FlydslSimBackend(arch), CI_GENERATED, CI_GENERATED_SEED, shrink=False)
+    assert gen.ok and gen.n == CI_GENERATED
+    for key, (config, rec) in collector.records.items():
+        kern, _ = backend.kernel(arch, config["topk"], config["splits"], config["xcds"], config["layout"], None)
+        for entry in UNREACHABLE:
+            if entry.applies(config):
+                pc = kern.flow.conds[entry.branch]
+                bit = coverage.TAKEN if entry.direction == "taken" else coverage.NOT_TAKEN
+                assert not rec.directions.get(pc, 0) & bit, f"{key}: argued unreachable, reached: {entry.reason}"
+    missing = _reachable(arch) - _by_branch(collector.records.values())
+    assert not missing, (f"{CI_GENERATED} generated problems (seed {CI_GENERATED_SEED}) leave reachable "
+                         f"directions unreached (splits > 1, branch, direction): {sorted(missing)}")
+
+
+@pytest.mark.thorough
+def test_the_full_catalog_and_generated_problems_on_both_targets():
+    """By hand (-m thorough; minutes): what the coverage command runs, checked
+    configuration by configuration: the catalog leaves unreached exactly the
+    listed directions, neither half reaches an argued-unreachable one, and each
+    half takes every reachable direction of both split classes (the generated
+    problems, at most TOPK 8, launch configurations the catalog does not, where
+    the split class is the measure)."""
+    import os
+
+    backend = sim_backend()
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE, expected_unreached
+    from nvfp4_suite.vectors.simulator.coverage import gather
+    from nvfp4_suite.vectors.simulator.sweep import tasks_for
+
+    for arch in ("gfx942", "gfx950"):
+        cols, crashed = gather(tasks_for(arch, True, examples=CI_GENERATED, seed=CI_GENERATED_SEED),
+                               os.cpu_count() or 1, out=lambda s: None)
+        assert not crashed
+        for source in ("golden", "generated"):
+            missing = _reachable(arch) - _by_branch(cols[source].records.values())
+            assert not missing, (arch, source, sorted(missing))
+        union = coverage.Collector()
+        for col in cols.values():
+            union.merge_json(col.to_json())
+        for key, (config, rec) in union.records.items():
+            kern, _ = backend.kernel(arch, config["topk"], config["splits"], config["xcds"], config["layout"], None)
+            argued = {(kern.flow.conds[e.branch], e.direction) for e in UNREACHABLE if e.applies(config)}
+            assert argued <= _unreached(rec, kern.flow), key
+            if key in cols["golden"].records:
+                expected = set(expected_unreached(config, kern.program, kern.flow))
+                assert _unreached(cols["golden"].records[key][1], kern.flow) == expected, key
+
+
+def _flow_reach(records) -> dict[str, tuple]:
+    """Per configuration key (the mutant's name left out): the kernel's block and
+    branch counts and, by block and branch ordinal, what ``records`` reached."""
+    from nvfp4_suite.kernels.flydsl.sim.backend import kernel
+
+    out = {}
+    for key, (c, rec) in records.items():
+        kern, _ = kernel(c["arch"], c["topk"], c["splits"], c["xcds"], c["layout"], c["mutant"])
+        starts, conds = kern.flow.starts, kern.flow.conds
+        out[key.replace(f" mutant={c['mutant']}", "")] = (
+            len(starts), len(conds), tuple(rec.blocks.get(pc, 0) for pc in starts),
+            tuple(rec.directions.get(pc, 0) for pc in conds))
+    return out
+
+
+def test_each_kernel_mutant_changes_output_or_coverage_on_its_catching_launch(collector):
+    """Each FlyDSL kernel mutant on its catching launch
+    (tests/test_bugs.py ``CATCHING``) and the correct kernel on the same one;
+    the record (docs/flydsl.md, "Coverage"): every mutant fails it by output,
+    ``ticket_not_reset`` alone also changes the coverage (its reset's lane-0
+    guard, branch #7, is gone)."""
+    from test_bugs import CATCHING
+
+    from nvfp4_suite.kernels import get_backend
+    from nvfp4_suite.vectors import catalog
+    from nvfp4_suite.vectors.engine.check import check_golden
+
+    sim_backend()
+    record = {}
+    for spec, (correct, name, splits) in sorted(CATCHING.items()):
+        if ".flydsl." not in spec:
+            continue
+        case = next(c["id"] for c in catalog.load_manifest()["cases"] if c["name"] == name)
+        got = []
+        for which in (correct, spec):
+            collector.reset()
+            run = check_golden(get_backend(which), cases={case}, splits={splits})
+            got.append((run.ok, _flow_reach(collector.records)))
+        (ok, reach), (mutant_ok, mutant_reach) = got
+        assert ok, f"the correct {correct} fails {name} splits={splits}"
+        record[spec.split(":")[1]] = (not mutant_ok, reach != mutant_reach)
+    assert all(out or cov for out, cov in record.values()), record
+    assert [m for m, (_, cov) in record.items() if cov] == ["ticket_not_reset_gfx950"], record

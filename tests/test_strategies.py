@@ -13,7 +13,7 @@ import pytest
 
 from nvfp4_suite.kernels.protocol import INTERPRETED_LIMITS, Capabilities
 from nvfp4_suite.reference.paged_cache import BLK
-from nvfp4_suite.vectors.engine.strategies import digest, plan, plan_weights, run_generated, weighted
+from nvfp4_suite.vectors.engine.strategies import _slots_any, digest, plan, plan_weights, run_generated, weighted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +50,17 @@ def test_compacted_slot_lists_hold_n_ascending_visible_ids_then_minus_one():
                 ids = p.topk[h, r]
                 assert (ids[n:] == -1).all(), (h, r, ids)
                 assert (np.diff(ids[:n]) > 0).all() and (ids[:n] >= 0).all() and (ids[:n] <= sb).all(), (h, r, ids)
+
+
+def test_the_loop_count_selects_more_than_two_slots_per_split_of_the_smallest_split_count():
+    rng = np.random.default_rng(0)
+
+    def valid(slots, nvis):  # future ids are nvis and above
+        return int(((slots >= 0) & (slots < nvis)).sum())
+
+    # The smallest split count above 1 is 2: 2 * 2 + 1 valid slots, at most the visible blocks.
+    assert valid(_slots_any(rng, "loop", "shuffled", 7, 8, (1, 4, 2)), 7) == 5
+    assert valid(_slots_any(rng, "loop", "valid first", 3, 8, (2,)), 3) == 3
 
 
 def test_weighted_draws_each_key_in_proportion_to_its_weight():

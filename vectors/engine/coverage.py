@@ -81,6 +81,11 @@ def _multi_split(caps, splits) -> bool:
     return any(isinstance(s, int) and s > 1 for s in splits)
 
 
+def _loop_repeats(caps, splits) -> bool:
+    # A split walks at most ceil(TOPK / splits) blocks: 3 or more need TOPK > 2 * splits.
+    return any(isinstance(s, int) and 1 < s and 2 * s < caps.limits.topk for s in splits)
+
+
 def _lim(field, least):
     return lambda caps, splits: getattr(caps.limits, field) >= least
 
@@ -134,6 +139,8 @@ _LAUNCH = (
               _multi_split),
     Condition("two splits with blocks", "splits > 1 and two splits of a row get blocks (maxima rescaled)", 0.30,
               _multi_split),
+    Condition("3+ blocks in a split, splits>1", "splits > 1 and a split walks 3 or more blocks: the "
+              "block loop (two blocks per trip) takes its back edge in a split launch", 0.05, _loop_repeats),
     Condition("odd block count in a split", "a split walks an odd number of blocks "
               "(two per loop trip: the last one masked)", 0.50),
     Condition("first block of a wave fully masked", f"a split's first block is the row's own block cut "
@@ -270,6 +277,8 @@ def launch_conditions(p: DecodeProblem, launch) -> set[str]:
         out.add("split with no block")
     if s > 1 and ((per_split > 0).sum(axis=-1) >= 2).any():
         out.add("two splits with blocks")
+    if s > 1 and (per_split >= 3).any():
+        out.add("3+ blocks in a split, splits>1")
     if (per_split % 2 == 1).any():
         out.add("odd block count in a split")
     pos = p.positions
@@ -341,7 +350,9 @@ class Coverage:
 # range, which this module does not compute (it would cost the reference's
 # work); its mutant is caught by large |q| and by wide scale bytes alike.
 NEEDS = {
-    "first-invalid-nan": ("-1 before valid", "future before valid", "row with no valid slot", "padding row"),
+    # A split with no block walks only invalid slots: its first max is -inf too.
+    "first-invalid-nan": ("-1 before valid", "future before valid", "row with no valid slot", "padding row",
+                          "split with no block"),
     "empty-row": ("row with no valid slot", "padding row", "split with no block"),
     "split-merge": ("split with no block",),
     "split-rescale": ("two splits with blocks",),
@@ -364,5 +375,7 @@ NEEDS = {
     "topk-wide": ("valid slot index>=32",),
     "odd-blocks": ("odd block count in a split",),
     "rounding": ("has work",),
-    "softmax-scale": (OTHER_SM_SCALE,),
+    # Ignoring sm_scale shows only at another scale; squaring it (sm_scale_twice)
+    # changes 128 ** -0.5 too, so any problem with work may show the class.
+    "softmax-scale": (OTHER_SM_SCALE, "has work"),
 }

@@ -52,13 +52,19 @@ from nvfp4_suite.vectors.engine.coverage import SCALE_CLASSES, launch_conditions
 # seq_len kinds (weights): a uniform length, a block edge, shorter than q_len
 # (the request's first rows are padding, its last ones are not), a padding
 # request (0), a long one (over 32 blocks: TOPK >= 33 lists with valid lanes
-# past 32 in the compacted domain). "uniform" first: the simplest choice has work.
-SEQ_KINDS = {"uniform": 8, "edge": 4, "short": 2, "padding": 1, "long": 1}
+# past 32 in the compacted domain), one of several blocks (5 to 8 visible: a
+# split of a 2-split launch may walk 3 or more, the block loop's back edge).
+# "uniform" first: the simplest choice has work.
+SEQ_KINDS = {"uniform": 8, "edge": 4, "short": 2, "padding": 1, "long": 1, "several blocks": 5}
 EDGE_SEQ_LENS = (1, 2, 3, 127, 128, 129, 255, 256, 257, 383, 384, 385)
 LONG_SEQ_LENS = (32 * BLK + 1, 40 * BLK)
+SEVERAL_SEQ_LENS = (4 * BLK + 1, 8 * BLK)
 # How many valid slots a row's plan selects (weights): a random count, every
-# visible block, one, a multiple of a declared split count, none.
-COUNTS = {"random": 4, "all": 2, "one": 1, "split multiple": 2, "none": 1}
+# visible block, one, a multiple of a declared split count, none, and more than
+# two per split of the smallest declared split count above 1 (its block loop
+# repeats). "none" weighs 2 so that rows with no valid slot keep their stated
+# share beside "loop" (nvfp4_suite.vectors.engine.coverage).
+COUNTS = {"random": 4, "all": 2, "one": 1, "split multiple": 2, "none": 2, "loop": 3}
 # Where the junk (-1 and future ids) goes relative to the valid slots.
 ARRANGEMENTS = {"shuffled": 3, "junk first": 1, "valid first": 1, "diagonal first": 2}
 # Scale-byte regimes (weights): quantiser-like bytes, a wide signed range,
@@ -93,6 +99,9 @@ def _slots_any(rng, count: str, arrangement: str, nvis: int, topk: int, splits) 
         # a multiple of the largest split count that fits: of its divisors too
         s = max([s for s in splits if isinstance(s, int) and s <= most], default=1)
         n = s * int(rng.integers(1, most // s + 1))
+    elif count == "loop":
+        s = min([s for s in splits if isinstance(s, int) and s > 1], default=1)
+        n = min(most, 2 * s + 1)
     else:
         n = int(rng.integers(1, most + 1))
     own = nvis - 1
@@ -159,6 +168,8 @@ def _seq_len(draw, kind: str, long_ok: bool, q_len: int) -> int:
         return draw(st.sampled_from(EDGE_SEQ_LENS))
     if kind == "long" and long_ok:
         return draw(st.integers(*LONG_SEQ_LENS))
+    if kind == "several blocks":
+        return draw(st.integers(*SEVERAL_SEQ_LENS))
     return draw(st.integers(1, 1200))
 
 

@@ -80,7 +80,8 @@ def _timed_tasks(title: str, tasks: dict, jobs: int) -> bool:
         # CPU seconds of this process: the work itself when --jobs 1 (a shared
         # machine slows the wall time), not counted for worker processes.
         cpu_s = time.process_time() - cpu0
-        cpu = f"{cpu_s:8.1f}" if jobs <= 1 else f"{'-':>8}"
+        # Two decimals: one small generated problem can take under 0.05 s.
+        cpu = f"{cpu_s:8.2f}" if jobs <= 1 else f"{'-':>8}"
         failed_any |= bool(failed)
         rate = n / max(cpu_s if jobs <= 1 else dt, 1e-9)  # the rate of the printed CPU seconds
         print(f"{arch:8} {dt:8.1f} {cpu} {len(arch_tasks):6d} {n:12d} {rate:13.0f}  "

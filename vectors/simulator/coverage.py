@@ -12,7 +12,8 @@ writes, per target and compiled kernel configuration (target, TOPK width,
 splits, XCDs, layout), for the golden catalog, the generated problems and
 their union: the basic blocks reached of all, the conditional-branch
 directions reached of all, and each unreached block and direction. Prints a
-table (a line per configuration and a total per target). Exit 0 when every
+table (a line per configuration, a total per target, and a line per split
+class by block and branch ordinal: ``split_class_rows``). Exit 0 when every
 task ran (conformance is ``sweep``'s to judge: a task that does not conform
 still counts its launches), 1 when a task crashed, 2 when the kernel cannot
 be had here.
@@ -230,8 +231,9 @@ def check_schema(doc: dict) -> None:
 
 
 def table(doc: dict) -> list[str]:
-    """The stdout table: per configuration and per target (summed), blocks and
-    directions reached of all for golden, generated and union."""
+    """The stdout table: per configuration, per target (summed) and per split
+    class (``split_class_rows``), blocks and directions reached of all for
+    golden, generated and union."""
     head = f"{'configuration':48} " + " ".join(f"{s + ' blocks':>16} {s + ' dirs':>16}" for s in SOURCES)
     lines = [head]
 
@@ -248,6 +250,39 @@ def table(doc: dict) -> list[str]:
         cs = [c for c in doc["configurations"] if c["config"]["arch"] == arch]
         lines += [row(c["key"], [c]) for c in cs]
         lines.append(row(f"{arch} all {len(cs)} configurations", cs))
+        lines += split_class_rows(arch, cs)
+    return lines
+
+
+def split_class_rows(arch: str, configurations: list[dict]) -> list[str]:
+    """A table row per split class (splits 1, splits > 1) of ``arch``'s
+    ``configurations`` (the JSON's entries): the blocks and directions reached
+    by ordinal (``Flow.starts``, ``Flow.conds``), in any configuration of the
+    class. The compiles of a class share their control flow, so this compares
+    the golden and generated halves where they launch different TOPK widths,
+    placements and layouts (the totals per target above add configurations
+    that only one half launches)."""
+    classes: dict[tuple, list[dict]] = {}
+    for c in configurations:
+        classes.setdefault((c["config"]["splits"] > 1, c["blocks_total"], c["directions_total"]), []).append(c)
+    lines = []
+    for (multi, n_blocks, n_dirs), cs in sorted(classes.items()):
+        cells = []
+        for source in SOURCES:
+            blocks, dirs = set(), set()
+            for c in cs:
+                if not c[source]["launches"]:
+                    continue
+                cfg = c["config"]
+                flow = kernel(arch, cfg["topk"], cfg["splits"], cfg["xcds"], cfg["layout"], cfg["mutant"])[0].flow
+                gone_b = {b["index"] for b in c[source]["unreached_blocks"]}
+                gone_d = {(d["index"], d["direction"]) for d in c[source]["unreached_directions"]}
+                blocks |= {i for i, pc in enumerate(flow.starts) if pc not in gone_b}
+                dirs |= {(i, name) for i, pc in enumerate(flow.conds) for name in simcov.DIRECTION_NAMES.values()
+                         if (pc, name) not in gone_d}
+            cells += [f"{len(blocks):>7}/{n_blocks:<8}", f"{len(dirs):>7}/{n_dirs:<8}"]
+        name = f"{arch} splits{'>1' if multi else '=1'} by ordinal, {len(cs)} configurations"
+        lines.append(f"{name:48} " + " ".join(cells))
     return lines
 
 
