@@ -44,3 +44,22 @@ def test_a_signal_whose_exception_was_swallowed_is_raised_again_at_the_next_chec
         with pytest.raises(interrupts.Interrupted, match="SIGTERM"):
             interrupts.stop_if_asked()
     interrupts.stop_if_asked()  # handlers gone, flag reset: nothing pending
+
+
+def test_a_signal_inside_a_gc_callback_is_not_raised_there_but_at_the_next_check():
+    # In a process of its own: the callback must be gc's, and the signal its handler's.
+    code = ("import gc, signal, sys\nfrom nvfp4_suite.vectors.engine import interrupts\n"
+            "out = []\n"
+            "def cb(phase, info):\n"
+            "    if phase == 'start' and not out:\n"
+            "        out.append(1); signal.raise_signal(signal.SIGINT); out.append(2)\n"
+            "gc.callbacks.append(cb)\n"
+            "with interrupts.installed():\n"
+            "    gc.collect()\n"
+            "    try:\n"
+            "        interrupts.stop_if_asked()\n"
+            "    except interrupts.Interrupted as e:\n"
+            "        print('raised at the check:', e.reason, out)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "raised at the check: SIGINT [1, 2]", r.stdout + r.stderr
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr

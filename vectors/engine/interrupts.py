@@ -17,6 +17,7 @@ cannot tell, and ending the run is the safe reading.
 from __future__ import annotations
 
 import contextlib
+import gc
 import select
 import signal
 import sys
@@ -33,8 +34,22 @@ class Interrupted(KeyboardInterrupt):
         self.reason = reason
 
 
+def _in_gc_callback(frame) -> bool:
+    """Whether ``frame`` (where a signal arrived) runs inside a ``gc.callbacks``
+    function (hypothesis registers one): Python prints and drops what such a
+    callback raises ("Exception ignored in ..."), so the interruption must wait."""
+    codes = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _handler(signum, frame):
     _state["signal"] = signum
+    if _in_gc_callback(frame):
+        return  # remembered: the next stop_if_asked raises it
     raise Interrupted(signal.Signals(signum).name)
 
 
