@@ -258,10 +258,13 @@ def dequantize(data: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.nda
     data = np.asarray(data, np.uint8)
     scales = np.asarray(scales, np.uint8)
     lead = data.shape[:-1]
-    # A uint16 index is the cheapest to build (take casts it to intp once);
-    # mode="clip" takes numpy's fast path (no bounds-error handling), and a
-    # 16-bit index is always in range of the 65536-entry table.
-    idx = (scales.astype(np.uint16) << 8)[..., None] | data.reshape(lead + (ROW_SCALES, GROUP // 2))
+    # A uint16 index is the cheapest to build (take casts it to intp once), and
+    # repeating each scale over its group's 8 bytes first keeps the OR's inner
+    # loop long (a broadcast would run it 8 elements at a time). mode="clip"
+    # takes numpy's fast path (no bounds-error handling); a 16-bit index is
+    # always in range of the 65536-entry table.
+    idx = np.repeat(scales.astype(np.uint16) << 8, GROUP // 2, axis=-1)
+    idx |= data
     vals = np.take(_PRODUCTS, idx, mode="clip").view(np.float64)
     return vals.reshape(lead + (D,)).astype(dtype, copy=False)
 
