@@ -13,7 +13,7 @@ import pytest
 import nvfp4_suite.reference as R
 from nvfp4_suite.reference.arrays import NumpyOps
 from nvfp4_suite.reference.examples import random_problem
-from nvfp4_suite.reference.formats import e2m1_decode
+from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
 from nvfp4_suite.reference.oracle import oracle_details
 from nvfp4_suite.reference.paged_cache import (
     D,
@@ -328,3 +328,33 @@ def test_chunks_change_no_bit():
     one.chunk_bytes = 1  # one pair per chunk; the default puts several pairs of one count together
     for a, b in zip(oracle_details(p), oracle_details(p, ops=one)):
         assert np.array_equal(a, b)
+
+
+def _multiplied(data, scales):
+    """float64 ``e2m1 * e4m3fn`` element by element: the product ``dequantize`` gathers."""
+    return (e2m1_decode(unpack_e2m1(data)).astype(np.float64)
+            * np.repeat(e4m3fn_decode(scales).astype(np.float64), 16, axis=-1))
+
+
+class _MultiplyingOps(NumpyOps):
+    """The numpy namespace dequantising by decoding each code and scale and multiplying."""
+
+    def dequantize(self, data, scales):
+        return _multiplied(data, scales)
+
+
+def test_dequantize_gathers_the_bits_of_every_code_times_every_scale_byte():
+    data = np.broadcast_to(np.arange(256, dtype=np.uint8)[:, None, None], (256, 256, 64))
+    scales = np.broadcast_to(np.arange(256, dtype=np.uint8)[None, :, None], (256, 256, 8))
+    # Bit patterns, not values: -0.0 and the NaN payloads count too.
+    assert np.array_equal(dequantize(data, scales, np.float64).view(np.int64),
+                          _multiplied(data, scales).view(np.int64))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_oracle_is_bit_for_bit_the_oracle_over_multiplied_operands(seed):
+    """The product-table gather changes no output or bound of the oracle."""
+    p = random_problem(40 + seed, reqs=3, q_len=2, num_kv_heads=2, topk=8,
+                       seq_lens=[700, 1024, 130], invalid_fraction=0.3)
+    for a, b in zip(oracle_details(p), oracle_details(p, ops=_MultiplyingOps())):
+        assert a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
