@@ -617,10 +617,7 @@ def diagnose_failing(backend, failing: FailingProblem) -> blame.Diagnosis:
         launch = Launch(splits=n)
         if launch == failing.launch or caps.refuses(p, launch):
             continue
-        try:
-            did = kept(run_case(backend, p, launch)[0])
-        except BackendCrash as e:
-            did = crashed(e)
+        did = _did(backend, p, launch)
         if did is not None:
             others.append(blame.Observed(-1, (), launch, p, did))
     diagnosis = blame.diagnose(observed, backend.geometry, passing=others)
@@ -629,6 +626,15 @@ def diagnose_failing(backend, failing: FailingProblem) -> blame.Diagnosis:
         return diagnosis
     classes = {best.candidate.bug, *(c.bug for c in best.tied)}
     return blame.diagnose(observed, backend.geometry, passing=others + _class_launches(backend, classes))
+
+
+def _did(backend, problem: DecodeProblem, launch: Launch) -> np.ndarray | str | None:
+    """What ``backend`` does on ``problem`` at ``launch``, as the diagnosis keeps it
+    (``kept``: its output, or None when too large; ``crashed``: ``raised NAME``)."""
+    try:
+        return kept(run_case(backend, problem, launch)[0])
+    except BackendCrash as e:
+        return crashed(e)
 
 
 def _class_launches(backend, classes: set[str]) -> list[blame.Observed]:
@@ -647,10 +653,7 @@ def _class_launches(backend, classes: set[str]) -> list[blame.Observed]:
         launch = next((x for x in case_launches(caps, entry) if not caps.refuses(problem, x)), None)
         if launch is None:
             continue
-        try:
-            did = kept(run_case(backend, problem, launch)[0])
-        except BackendCrash as e:
-            did = crashed(e)
+        did = _did(backend, problem, launch)
         if did is not None:
             out.append(blame.Observed(entry["id"], tuple(entry["flags"]), launch, problem, did))
             for f in mine:
