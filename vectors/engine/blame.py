@@ -584,11 +584,11 @@ def _fitting(observed: list[Observed], geometry, problem) -> list[str]:
     (``problem``: loads an ``Observed``'s problem); none when some failing
     launch has no output array to judge (a crash, a refusal owed) or none has
     one kept: a declaration cannot make a crash right."""
-    failing = [declared.Failing(problem(o), o.launch, o.did) for o in observed
-               if isinstance(o.did, np.ndarray) and not o.expected_error]
-    if not observed or len(failing) < len(observed):
-        return []
-    return declared.fitting_declarations(geometry, failing)
+    if not observed or any(not isinstance(o.did, np.ndarray) or o.expected_error for o in observed):
+        return []  # decided before any case file is loaded
+    return declared.fitting_declarations(
+        geometry, [declared.Failing(problem(o), o.launch, o.did) for o in observed
+                   if isinstance(o.did, np.ndarray)])
 
 
 def observed_launches(golden) -> tuple[list[Observed], int, list[Observed]]:
