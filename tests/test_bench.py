@@ -25,7 +25,8 @@ def test_the_documented_command_prints_a_row_per_default_backend_with_the_floor_
     assert emulate[-1] == "1.00x" and emulate[1] == "seed"
     assert reference[1] == "exact" and float(reference[-1].rstrip("x")) > 0
     for row in (emulate, reference):
-        shares = [float(x.rstrip("%")) for x in row[3:3 + len(PHASES)]]
+        assert row[2] == "host"
+        shares = [float(x.rstrip("%")) for x in row[4:4 + len(PHASES)]]
         assert sum(shares) == pytest.approx(100, abs=0.5), row
 
 
@@ -51,7 +52,7 @@ def test_the_table_gives_each_backend_its_judging_cost_over_the_first_ones():
                                               "judging": judging, "reporting": 0.0}, True)
     lines = bench.table([timing("a", 1.0), timing("b", 3.0)])
     assert _row(lines, "a")[-1] == "1.00x" and _row(lines, "b")[-1] == "3.00x"
-    assert _row(lines, "b")[3 + PHASES.index("judging")] == "75.0%"
+    assert _row(lines, "b")[4 + PHASES.index("judging")] == "75.0%"
 
 
 def test_a_backend_that_cannot_be_loaded_is_no_verdict_naming_it(capsys):

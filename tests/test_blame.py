@@ -203,7 +203,18 @@ def _golden(spec):
     return run
 
 
-@pytest.mark.parametrize("spec", [m.spec for m in DETECTABLE], ids=lambda s: s.rpartition(":")[2])
+# The golden runs CI diagnoses: the pairs that tie on which launches fail (V scales read linearly
+# or with the group shifted; a stray read's NaN and an overflow's), the two host-side validation
+# mutants (judged by refusals: no oracle), the seed-geometry rounding mutants and the two placement
+# mutants. Every other mutant's golden run (about 10 s each on 2 cores) runs with -m thorough.
+CI_GOLDEN = {_spec(f"numpy_{b}") for b in ("v_scale_linear", "scale_group_shift", "masked_page_zero", "softmax_no_max",
+                                           "nan_scale_unchecked", "unvalidated")} | {
+    m.spec for m in DETECTABLE if not m.spec.rpartition(":")[2].startswith("numpy_")}
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param(m.spec, marks=() if m.spec in CI_GOLDEN else pytest.mark.thorough)
+    for m in DETECTABLE], ids=lambda s: s.rpartition(":")[2])
 def test_the_golden_runs_first_cause_line_names_the_mutant_itself_untied(spec):
     from nvfp4_suite.vectors.cli.render import golden_lines
 

@@ -95,7 +95,7 @@ def test_merge_refuses_what_is_not_a_shard_report_naming_the_file(two_shards, ca
         capsys, two_shards[0], "other.json")
     old = json.loads(Path(two_shards[1]).read_text())
     Path("v1.json").write_text(json.dumps({**old, "schema_version": 1}))
-    assert "v1.json: schema_version 1; this suite merges version 3 only" in _refused(capsys, two_shards[0], "v1.json")
+    assert "v1.json: schema_version 1; this suite merges version 4 only" in _refused(capsys, two_shards[0], "v1.json")
     assert main(["check", "--backend", "emulate", "--no-golden", "--examples", "2", "--json", "whole.json"]) == 0
     assert "whole.json: shard null: its check ran without --shard K/N" in _refused(capsys, two_shards[0], "whole.json")
     assert main(["check", "--backend", "no-such-backend", "--shard", "2/2", "--json", "dead.json"]) == 2

@@ -69,6 +69,9 @@ def pytest_addoption(parser):
     g.addoption("--nvfp4-shard", type=_shard, default=None, metavar="K/N",
                 help="only share K of N of the golden launches and generated problems, as check --shard K/N "
                      "(for N separate sessions: CI jobs, machines)")
+    g.addoption("--nvfp4-references", choices=("auto", "host", "device"), default="auto",
+                help="where the references run, as check --references: host (numpy), device (torch on the GPU), "
+                     "auto (the GPU when the backend runs on one and torch sees it; default)")
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -135,7 +138,8 @@ def config_for(cfg, spec: str):
     return CheckConfig(backend=spec, arithmetic=cfg.getoption("nvfp4_arithmetic"),
                        catalogs=tuple(catalogs) if catalogs else None, examples=cfg.getoption("nvfp4_examples"),
                        seed=cfg.getoption("nvfp4_seed"), isolate=cfg.getoption("nvfp4_isolate"),
-                       timeout=cfg.getoption("nvfp4_timeout"), shard=cfg.getoption("nvfp4_shard"))
+                       timeout=cfg.getoption("nvfp4_timeout"), shard=cfg.getoption("nvfp4_shard"),
+                       references=cfg.getoption("nvfp4_references"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -278,7 +282,7 @@ def _golden_run(subject, entry: dict, root, launch=None):
         from nvfp4_suite.vectors.engine.verdict import Status
 
         one = entry if launch is None else {**entry, "launches": [launch.to_json()]}
-        res = check_case(subject, one, root=root)
+        res = check_case(subject, one, root=root, references=subject.references)
         _GOLDEN.setdefault((subject.spec, res.catalog), (subject.geometry, []))[1].append(res)
         if res.status is Status.SKIP:
             pytest.skip("; ".join(sorted({why for _, why in res.skipped})))
@@ -301,7 +305,8 @@ def check_generated_or_fail(subject, examples: int, seed: int = 0, shard: tuple[
     from nvfp4_suite.vectors.cli.render import failing_lines
     from nvfp4_suite.vectors.engine.check import check_generated, save_failing
 
-    gen = check_generated(subject, examples, seed, shrink_budget_s=subject.shrink_budget_s, shard=shard)
+    gen = check_generated(subject, examples, seed, shrink_budget_s=subject.shrink_budget_s, shard=shard,
+                          references=subject.references)
     if gen.failing is not None:
         saved, why = save_failing(subject.spec, gen.failing)
         raise ConformanceFailure("\n".join(failing_lines(gen.failing, subject.spec, saved, why, subject.timeout)))

@@ -27,7 +27,7 @@ from nvfp4_suite.vectors.cli import bench, merge, render
 from nvfp4_suite.vectors.cli import report as jsonreport
 from nvfp4_suite.vectors.cli.progress import Progress
 from nvfp4_suite.vectors.cli.runner import exit_code, outcome
-from nvfp4_suite.vectors.engine import interrupts
+from nvfp4_suite.vectors.engine import interrupts, references
 from nvfp4_suite.vectors.engine.check import CheckRun, Hooks, ReplayConfig, ReplayRun, run_check, run_replay
 from nvfp4_suite.vectors.engine.config import PREFERENCE, CheckConfig, parse_shard
 from nvfp4_suite.vectors.engine.harness import shown
@@ -92,6 +92,8 @@ def _describe_backend(subject) -> str:
         parts.append(f"{len(c.orders)} workgroup orders")
     if c.targets:
         parts.append(f"targets {list(c.targets)}")
+    if subject.references.device is not None:
+        parts.append(f"references on {subject.references.where}")
     if subject.timeout is not None:
         parts.append(f"isolated: each launch in a worker process, timeout {subject.timeout:g} s")
     return f"backend: {shown(subject.name)} (--backend {subject.spec}; " + "; ".join(parts) + ")"
@@ -135,7 +137,7 @@ def cmd_check(args) -> Verdict:
                          catalogs=tuple(args.catalog) if args.catalog else None, golden=not args.no_golden,
                          examples=args.examples, seed=args.seed, splits=tuple(args.splits) if args.splits else None,
                          isolate=args.isolate, timeout=args.timeout, outside_domain=args.outside_domain,
-                         shape=args.shape, json=args.json, shard=args.shard)
+                         shape=args.shape, json=args.json, shard=args.shard, references=args.references)
     if config.shape == "serving":
         try:
             import torch  # noqa: F401 - the serving references run on torch
@@ -339,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="judge only share K of N of the campaign (round robin over each catalog's launches and "
                         "over the generated problems in draw order; the N shards together are the unsharded "
                         "run for the same seed); fold the shards' --json reports with `merge` (docs/campaigns.md)")
+    c.add_argument("--references", choices=references.CHOICES, default="auto",
+                   help="where the references of the golden and generated problems run: host (numpy), device "
+                        "(torch on the GPU), auto (the GPU when the backend runs on one and torch sees it; "
+                        "default)")
     add_arithmetic_option(c)
     _isolation_args(c)
     _json_arg(c)

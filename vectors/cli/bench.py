@@ -1,6 +1,6 @@
 """``bench``: the judging benchmark (``nvfp4_suite.vectors.engine.phases``).
 
-``python -m nvfp4_suite.vectors bench [--backend SPEC]... [--examples N] [--seed S]``
+``python -m nvfp4_suite.vectors bench [--backend SPEC]... [--examples N] [--seed S] [--references WHERE]``
 checks the same seed's generated problems against each backend (default: ``emulate``,
 the floor, then ``reference``, the exact class) and prints, per backend,
 problems per second, the share of wall time per phase and the judging cost
@@ -17,9 +17,10 @@ from nvfp4_suite.vectors.engine.phases import PHASES, Timing, recording, timed
 DEFAULT_BACKENDS = ("emulate", "reference")
 
 
-def time_check(spec: str, examples: int, seed: int) -> Timing:
+def time_check(spec: str, examples: int, seed: int, references: str = "auto") -> Timing:
     """Check ``examples`` generated problems (``seed``, no golden cases) against
-    backend ``spec`` with its phases timed (a failure ends the check
+    backend ``spec``, its references where ``references`` chooses
+    (``check --references``), with its phases timed (a failure ends the check
     unminimised: minimising is not what is timed), then render the run's text and
     JSON report as ``check`` does (timed as ``reporting``; the output is
     discarded). Raises what ``check.run_check`` raises for a backend that
@@ -29,7 +30,8 @@ def time_check(spec: str, examples: int, seed: int) -> Timing:
     from nvfp4_suite.vectors.engine.config import CheckConfig
     from nvfp4_suite.vectors.engine.verdict import Kind, SetupError
 
-    run = CheckRun(CheckConfig(backend=spec, golden=False, examples=examples, seed=seed, minimise=False))
+    run = CheckRun(CheckConfig(backend=spec, golden=False, examples=examples, seed=seed, minimise=False,
+                               references=references))
     with recording() as seconds:
         start = time.perf_counter()
         verdict = run_check(run, Hooks())
@@ -47,20 +49,20 @@ def time_check(spec: str, examples: int, seed: int) -> Timing:
     seconds = dict(seconds)
     seconds["generation"] = max(wall - sum(seconds.values()), 0.0)
     return Timing(spec, arithmetic_name(run.subject.geometry), gen.n, wall, seconds, gen.ok,
-                  None if run.saved is None else str(run.saved))
+                  None if run.saved is None else str(run.saved), run.subject.references.device or "host")
 
 
 def table(timings: list[Timing]) -> list[str]:
     """The benchmark's lines: a header, a row per ``Timing`` (the first is the
     floor) and a line saying what the ratio compares."""
     floor = timings[0]
-    out = [f"{'backend':<24} {'arithmetic':<28} {'problems/s':>10} "
+    out = [f"{'backend':<24} {'arithmetic':<28} {'references':<14} {'problems/s':>10} "
            + " ".join(f"{p:>11}" for p in PHASES) + f" {'judging s/problem':>18} {'vs floor':>9}"]
     for t in timings:
         shares = " ".join(f"{100 * t.seconds[p] / t.wall:>10.1f}%" for p in PHASES)
         ratio = t.judging_cost / floor.judging_cost if floor.judging_cost > 0 else float("nan")
         note = "" if t.ok else "  (failed: the problems up to its first failure)"
-        out.append(f"{t.spec:<24} {t.arithmetic:<28} {t.problems / t.wall:>10.2f} {shares} "
+        out.append(f"{t.spec:<24} {t.arithmetic:<28} {t.references:<14} {t.problems / t.wall:>10.2f} {shares} "
                    f"{t.judging_cost:>18.4f} {ratio:>8.2f}x{note}")
     out.append(f"judging = references + judging, per problem; floor: {floor.spec}, measured in this run")
     return out
@@ -78,10 +80,10 @@ def cmd_bench(args) -> int:
     print(f"judging benchmark: {args.examples} generated problems per backend, seed {args.seed}, "
           "no golden cases", flush=True)
     for spec in specs:  # untimed: imports, compiled kernels and caches would be charged to the first run
-        time_check(spec, 1, args.seed)
+        time_check(spec, 1, args.seed, args.references)
     timings = []
     for spec in specs:
-        t = time_check(spec, args.examples, args.seed)
+        t = time_check(spec, args.examples, args.seed, args.references)
         timings.append(t)
         print(f"  {spec}: {t.problems} problems in {t.wall:.1f} s", flush=True)
         if not t.ok:
@@ -104,4 +106,6 @@ def register(sub, backend_help: str) -> None:
                         f"{', '.join(DEFAULT_BACKENDS)})")
     b.add_argument("--examples", type=int, default=20, help="generated problems per backend (default 20)")
     b.add_argument("--seed", type=int, default=3, help="seed of the problems (default 3)")
+    b.add_argument("--references", choices=("auto", "host", "device"), default="auto",
+                   help="where every backend's references run, as check --references (default auto)")
     b.set_defaults(fn=cmd_bench)

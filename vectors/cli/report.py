@@ -24,7 +24,7 @@ from nvfp4_suite.vectors.catalog.casefile import write_atomic
 from nvfp4_suite.vectors.cli.render import replay_command
 
 SCHEMA_NAME = "nvfp4-check-report"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "report.schema.json"
 
 
@@ -70,7 +70,8 @@ def _num(x: float) -> float | None:
 
 def backend_json(subject) -> dict:
     """The backend as the report names it (a ``config.Subject``): spec, name, the
-    arithmetic it is judged in, capabilities, the launch timeout of an isolated run."""
+    arithmetic it is judged in, capabilities, the launch timeout of an isolated run,
+    where its references ran."""
     from nvfp4_suite.reference.arithmetic import arithmetic_name
 
     backend = subject
@@ -83,7 +84,7 @@ def backend_json(subject) -> dict:
                              "cache_layout": None if layout is None else layout.name,
                              "limits": dict(dataclasses.asdict(c.limits)), "interpreted": c.interpreted,
                              "launch_timeout_s": c.launch_timeout_s, "shrink_budget_s": c.shrink_budget_s},
-            "timeout_s": subject.timeout}
+            "timeout_s": subject.timeout, "references": subject.references.where}
 
 
 def _failing_elements(failure) -> int | None:

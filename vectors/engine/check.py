@@ -39,6 +39,7 @@ from nvfp4_suite.vectors.engine.harness import (
     save_repro,
     shown,
 )
+from nvfp4_suite.vectors.engine.references import HOST, References
 from nvfp4_suite.vectors.engine.verdict import ROUNDING_FIELDS, SetupError, Status, Verdict, decide
 
 
@@ -127,19 +128,25 @@ class CaseResult:
 
 
 def _expected(backend, problem, extra, launch, cache: dict[int, tuple[Interval, str]],
-              stored: bool) -> tuple[Interval, str]:
-    """``(interval, against)`` for ``launch``, computed once per split count. For
-    a geometry the case stores a judgment of, that judgment is first confirmed
-    equal to the reference's bit for bit: a catalog case must store it
-    (``stored``), a replayed file is checked where it does; a file the
-    reference no longer reproduces raises CaseFileError (the backend must not
-    be judged against a moved target)."""
+              stored: bool, references: References = HOST) -> tuple[Interval, str]:
+    """``(interval, against)`` for ``launch``, computed once per split count
+    where ``references`` run. For a geometry the case stores a judgment of,
+    that judgment is first confirmed equal to the reference's bit for bit: a
+    catalog case must store it (``stored``), a replayed file is checked where
+    it does; a file the reference no longer reproduces raises CaseFileError
+    (the backend must not be judged against a moved target). Where a GPU's
+    interval differs from the stored one, the host's is computed and decides
+    (the catalog was built on a host; a GPU's float64 sums may round an end
+    the other way, ``references``)."""
     key = launch.known_splits
     if key not in cache:
-        iv, against = backend_interval(problem, geometry=backend.geometry, splits=key)
+        iv, against = references.interval(problem, backend.geometry, key)
         name = catalog.judgment_name(backend.geometry, key)
         if name is not None and (stored or catalog.stored_interval(extra, name) is not None):
             bad = catalog.drift(problem, extra, name, iv)
+            if bad and references.device is not None:
+                iv, against = HOST.interval(problem, backend.geometry, key)
+                bad = catalog.drift(problem, extra, name, iv)
             if bad:
                 raise CaseFileError(f"stored expectations drifted from the reference: {bad}")
             against += " = stored expectations"
@@ -157,13 +164,14 @@ def case_launches(caps, entry: dict) -> list[Launch]:
 
 
 def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, root=None,
-               launches: list[Launch] | None = None) -> CaseResult:
+               launches: list[Launch] | None = None, references: References = HOST) -> CaseResult:
     """Run one manifest entry (of catalog ``root``, default the built-in one)'s
     launches that ``backend`` supports (``splits``: only launches with these
     split counts; the others are skipped as not selected; ``outside_domain``:
     launches skipped only for the input domain also run, their outcome kept in
     ``outside`` as information, never as a verdict; ``launches``: only these
-    of ``case_launches``, a shard's share; None: all)."""
+    of ``case_launches``, a shard's share; None: all; ``references``: where the
+    references run, ``nvfp4_suite.vectors.engine.references``)."""
     res = CaseResult(entry["id"], entry["name"], list(entry["flags"]), catalog._root(root) / entry["file"],
                      expected_error=entry.get("expected_error"), catalog=catalog.label(root))
     try:
@@ -173,11 +181,13 @@ def check_case(backend, entry: dict, splits=None, outside_domain: bool = False, 
         return res
     if launches is None:
         launches = case_launches(backend.capabilities, entry)
-    return judge_case(backend, res, problem, extra, launches, splits, outside_domain, stored=True)
+    return judge_case(backend, res, problem, extra, launches, splits, outside_domain, stored=True,
+                      references=references)
 
 
 def judge_case(backend, res: CaseResult, problem: DecodeProblem, extra: dict, launches: list[Launch],
-               splits=None, outside_domain: bool = False, *, stored: bool) -> CaseResult:
+               splits=None, outside_domain: bool = False, *, stored: bool,
+               references: References = HOST) -> CaseResult:
     """Judge ``backend`` on ``problem`` at each of ``launches`` into ``res`` (a
     golden case or a replayed file; ``res.expected_error`` set: an invalid
     input, judged by its refusal): see ``check_case``; ``stored``: whether the
@@ -205,7 +215,7 @@ def judge_case(backend, res: CaseResult, problem: DecodeProblem, extra: dict, la
         res.ran.append(launch)
         res.features[launch] = blame.launch_features(problem, launch)
         try:
-            expected = _expected(backend, problem, extra, launch, cache, stored)
+            expected = _expected(backend, problem, extra, launch, cache, stored, references)
         except (CaseFileError, ReferenceBudgetError) as e:
             res.status, res.error = Status.ERROR, str(e)
             return res
@@ -286,7 +296,7 @@ class GoldenRun:
 
 def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False, splits=None,
                  outside_domain: bool = False, *, root=None, notice=None,
-                 shard: tuple[int, int] | None = None) -> GoldenRun:
+                 shard: tuple[int, int] | None = None, references: References = HOST) -> GoldenRun:
     """Every case of catalog ``root`` (default: the built-in one; or those whose
     id is in ``cases``) against ``backend`` (``splits``: only launches with
     these split counts; ``outside_domain``: see ``check_case``). Holds the
@@ -313,7 +323,8 @@ def check_golden(backend, cases=None, progress=None, stop_at_first: bool = False
                 interrupts.stop_if_asked()
                 if progress:
                     progress(f"  golden: [{i + 1}/{len(todo)}] {c['name']}")
-                run.cases.append(check_case(backend, c, splits, outside_domain, root, launches=mine))
+                run.cases.append(check_case(backend, c, splits, outside_domain, root, launches=mine,
+                                            references=references))
                 if stop_at_first and run.cases[-1].status == Status.FAIL:
                     break
         except interrupts.Interrupted as e:
@@ -466,7 +477,8 @@ class _OutOfTime(KeyboardInterrupt):
 
 def check_generated(backend, examples: int, seed: int, splits_choice=None, progress=None,
                     progress_every: int = 10, shrink: bool = True, shrink_report_s: float = 10.0,
-                    shrink_budget_s: float | None = None, shard: tuple[int, int] | None = None) -> GeneratedRun:
+                    shrink_budget_s: float | None = None, shard: tuple[int, int] | None = None,
+                    references: References = HOST) -> GeneratedRun:
     """Run ``examples`` hypothesis-generated problems and launches inside the
     backend's capabilities (``splits_choice``: only these split counts).
 
@@ -488,6 +500,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
     those whose draw index ``config.owns`` gives to share K are judged
     (``run_generated``); a failure is minimised here, in the shard that found
     it; ``judged`` records each problem counted. None: all are judged.
+    references: where the references run (``nvfp4_suite.vectors.engine.references``).
     """
     # Flaky: what every hypothesis in the range raises for a failure that does not
     # repeat (6.108 and later raise its subclass FlakyFailure).
@@ -516,7 +529,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             raise _OutOfTime()
         rep = None
         try:
-            got, rep = run_case(backend, problem, launch)
+            got, rep = run_case(backend, problem, launch, references=references)
             ok, text, did = rep.passed, rep.details(), kept(got)
         except BackendCrash as e:
             ok, text, did = False, e.details(), crashed(e)
@@ -567,7 +580,7 @@ def check_generated(backend, examples: int, seed: int, splits_choice=None, progr
             # suite itself (an exception other than a verdict), which the
             # traceback must show.
             raise
-        _rerun_flaky(backend, state.failing)
+        _rerun_flaky(backend, state.failing, references)
     except interrupts.Interrupted as e:
         stopped = e.reason
     except _OutOfTime:
@@ -674,11 +687,12 @@ def save_failing(spec: str, failing: FailingProblem) -> tuple:
         return None, f"could not save it under {repro_folder()}: {e}"
 
 
-def _rerun_flaky(backend, failing: FailingProblem) -> None:
-    """Hypothesis saw ``failing`` fail, then pass: run it once more to record
-    the passing report as ``flaky_text`` (a failure again leaves it a plain failure)."""
+def _rerun_flaky(backend, failing: FailingProblem, references: References) -> None:
+    """Hypothesis saw ``failing`` fail, then pass: run it once more (its references
+    where the check's ran) to record the passing report as ``flaky_text`` (a
+    failure again leaves it a plain failure)."""
     try:
-        _, rep = run_case(backend, failing.problem, failing.launch)
+        _, rep = run_case(backend, failing.problem, failing.launch, references=references)
     except BackendCrash:
         return
     if rep.passed:
@@ -835,7 +849,7 @@ def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
                                     f"(`add --catalog {root}` creates one)")
             cat.golden = check_golden(subject, progress=hooks.progress, splits=config.splits,
                                       outside_domain=config.outside_domain, root=root, notice=hooks.notice,
-                                      shard=config.shard)
+                                      shard=config.shard, references=subject.references)
             if not cat.golden.stopped:
                 try:
                     cat.golden.diagnosis = blame.diagnose_golden(cat.golden, subject.geometry, hooks.progress)
@@ -853,7 +867,8 @@ def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
         run.generated = check_generated(
             subject, examples, config.seed, config.splits, progress=hooks.progress,
             progress_every=1 if hooks.live else 10, shrink_report_s=1.0 if hooks.live else 10.0,
-            shrink=config.minimise, shrink_budget_s=subject.shrink_budget_s, shard=config.shard)
+            shrink=config.minimise, shrink_budget_s=subject.shrink_budget_s, shard=config.shard,
+            references=subject.references)
         if run.generated.failing is not None:
             run.saved, run.save_error = save_failing(subject.spec, run.generated.failing)
         hooks.done(run, "generated")
@@ -932,7 +947,7 @@ def run_replay(run: ReplayRun, hooks: Hooks | None = None) -> Verdict:
     res = CaseResult(-1, Path(config.file).name, [], Path(config.file), expected_error=expected_error,
                      catalog="replay")
     launches = replay_launches(meta, subject.capabilities, config.splits, config.xcds, config.order)
-    run.case = judge_case(subject, res, problem, extra, launches, stored=False)
+    run.case = judge_case(subject, res, problem, extra, launches, stored=False, references=subject.references)
     if res.status is Status.ERROR:
         raise CaseFileError(f"{config.file}: {res.error}")
     hooks.done(run, "case")

@@ -16,7 +16,7 @@ from nvfp4_suite.kernels.protocol import AUTO_SPLITS, DEFAULT_EXAMPLES, INTERPRE
 from nvfp4_suite.reference import Geometry
 from nvfp4_suite.reference.arithmetic import arithmetic_name, parse_arithmetic
 from nvfp4_suite.vectors import catalog
-from nvfp4_suite.vectors.engine import interrupts
+from nvfp4_suite.vectors.engine import interrupts, references
 from nvfp4_suite.vectors.engine.harness import shown
 from nvfp4_suite.vectors.engine.verdict import SetupError
 
@@ -43,7 +43,9 @@ class CheckConfig:
     (``small`` or ``serving``: serving-size generated problems instead of the
     catalogs and small ones), ``json`` (where the JSON report goes, or None),
     ``shard`` (``(K, N)``: judge only share K of N of the golden launches and
-    generated problems, ``owns``; None: all of them)."""
+    generated problems, ``owns``; None: all of them), ``references`` (where
+    the references of a small-shape check run: ``auto``, ``host`` or
+    ``device``, ``nvfp4_suite.vectors.engine.references.choose``)."""
 
     backend: str | None = None
     arithmetic: str | None = None
@@ -59,6 +61,7 @@ class CheckConfig:
     shape: str = "small"
     json: str | None = None
     shard: tuple[int, int] | None = None
+    references: str = "auto"
 
     def problems(self) -> str | None:
         """Why this configuration can judge nothing, or None."""
@@ -72,6 +75,11 @@ class CheckConfig:
             return "nothing to check: --no-golden with --examples 0"
         if self.shape == "serving" and self.examples == 0:
             return "--shape serving checks generated problems: give --examples > 0"
+        if self.references not in references.CHOICES:
+            return f"--references {self.references!r}: must be one of {', '.join(references.CHOICES)}"
+        if self.shape == "serving" and self.references != "auto":
+            return (f"--references {self.references}: serving-size references always run in torch, on the GPU "
+                    "when torch sees one; --references chooses for --shape small")
         if self.shard is not None:
             k, n = self.shard
             if not (n >= 1 and 1 <= k <= n):
@@ -112,11 +120,14 @@ class Subject:
     """A backend as the engine judges it, itself a backend of the protocol:
     ``spec`` as given, ``name`` and ``capabilities`` the backend's,
     ``geometry`` the arithmetic it is judged in (its declared one, or the one
-    the check names), and, for an isolated run, ``timeout`` (seconds a
-    launch may take in its worker process; None: run in this process).
-    Calls go to the backend, or to its worker process when isolated."""
+    the check names), for an isolated run ``timeout`` (seconds a launch may
+    take in its worker process; None: run in this process), and
+    ``references``, where the references of its launches run
+    (``nvfp4_suite.vectors.engine.references.References``). Calls go to the
+    backend, or to its worker process when isolated."""
 
-    def __init__(self, spec: str, backend, geometry, timeout: float | None = None):
+    def __init__(self, spec: str, backend, geometry, timeout: float | None = None,
+                 refs: references.References = references.HOST):
         from nvfp4_suite.vectors.engine.isolate import Worker
 
         self.spec = spec
@@ -125,6 +136,7 @@ class Subject:
         self.capabilities = backend.capabilities
         self.geometry = geometry
         self.timeout = timeout
+        self.references = refs
         self._worker = None if timeout is None else Worker(spec, timeout)
 
     @property
@@ -203,7 +215,7 @@ def load_subject(config: CheckConfig) -> Subject:
     """The ``Subject`` ``config`` asks for: its backend loaded and asked whether
     it runs here, in the arithmetic ``config.arithmetic`` names (else the one
     it declares), isolated when ``config.isolate`` or ``config.timeout`` says
-    so. Raises SetupError (NO VERDICT) for anything that stops a check before
+    so, its references where ``config.references`` chooses. Raises SetupError (NO VERDICT) for anything that stops a check before
     it starts, naming it."""
     spec, backend = pick_backend(config.backend)
     geometry = backend.geometry
@@ -224,7 +236,11 @@ def load_subject(config: CheckConfig) -> Subject:
     timeout = None
     if config.isolate or config.timeout is not None:
         timeout = float(config.timeout if config.timeout is not None else caps.launch_timeout_s)
-    return Subject(spec, backend, geometry, timeout)
+    try:
+        refs = references.choose(config.references, caps)
+    except ValueError as e:
+        raise SetupError(str(e)) from e
+    return Subject(spec, backend, geometry, timeout, refs)
 
 
 def examples_for(config: CheckConfig, subject: Subject) -> int:

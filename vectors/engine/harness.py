@@ -42,9 +42,10 @@ import numpy as np
 
 from nvfp4_suite.kernels.protocol import Launch
 from nvfp4_suite.reference import DecodeProblem
-from nvfp4_suite.reference.compare import Interval, Report, backend_interval, compare_with_interval
+from nvfp4_suite.reference.compare import Interval, Report, compare_with_interval
 from nvfp4_suite.reference.layout import present
 from nvfp4_suite.vectors.engine import interrupts, phases
+from nvfp4_suite.vectors.engine.references import HOST, References
 
 
 class BackendCrash(Exception):
@@ -165,7 +166,8 @@ def _call(backend, problem: DecodeProblem, launch: Launch):
 
 
 def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
-             expected: tuple[Interval, str] | None = None) -> tuple[np.ndarray | None, Report]:
+             expected: tuple[Interval, str] | None = None,
+             references: References = HOST) -> tuple[np.ndarray | None, Report]:
     """Run ``backend`` twice on ``problem`` with ``launch`` and compare; returns
     (first output as float32 ``[rows, H, 128]`` or None when it was not an
     array, report).
@@ -176,7 +178,8 @@ def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
     ``splits``, both computed from ``problem`` itself, which the backend never
     sees (each run gets a ``private_copy``); input bytes a run changed are in
     ``report.modified_inputs``. ``expected``: that ``(interval, against)``
-    (``nvfp4_suite.reference.compare.backend_interval``) when the caller has it already.
+    (``nvfp4_suite.reference.compare.backend_interval``) when the caller has it already;
+    otherwise it is computed where ``references`` say.
     Raises ``BackendCrash`` when the backend raised.
     """
     launch = launch or Launch()
@@ -193,8 +196,7 @@ def run_case(backend, problem: DecodeProblem, launch: Launch | None = None,
         first = None
     else:
         with phases.timed("references"):
-            iv, against = expected or backend_interval(problem, geometry=backend.geometry,
-                                                       splits=launch.known_splits)
+            iv, against = expected or references.interval(problem, backend.geometry, launch.known_splits)
         with phases.timed("judging"):
             report = compare_with_interval(problem, first, iv, against, sentinel=backend.capabilities.out)
             if isinstance(second, OutputTypeError) or second.shape != first.shape:

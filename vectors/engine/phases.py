@@ -72,7 +72,8 @@ class Timing:
     judged in, ``problems`` judged, ``wall`` seconds, ``seconds`` per phase of
     ``PHASES`` (generation: the wall time no other phase took) and whether
     the check passed (``ok``; a failing check stops at its first failure,
-    unminimised, saved as ``saved``: a path, or None when it could not be)."""
+    unminimised, saved as ``saved``: a path, or None when it could not be),
+    and where its references ran (``references``: ``host``, or the torch device's name)."""
 
     spec: str
     arithmetic: str
@@ -81,6 +82,7 @@ class Timing:
     seconds: dict[str, float]
     ok: bool
     saved: str | None = None
+    references: str = "host"
 
     @property
     def judging_cost(self) -> float:
