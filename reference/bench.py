@@ -11,11 +11,18 @@ numpy allocated. With ``oracle`` it then times the oracle on the same step
 with 2 to 6 of the 16 slots of each (KV head, row) valid (as in generated
 problems, where 17-32% are), against the same floor over exactly those
 valid keys: the oracle's work should follow the keys a row sees, not TOPK.
+
+The floor and the references call BLAS: with its default thread count, a
+loaded machine moves the floor and the references differently and the ratios
+with them. The first line says which thread count the run had
+(``blas_threads``); set ``OPENBLAS_NUM_THREADS=1`` (and ``OMP_NUM_THREADS``,
+``MKL_NUM_THREADS`` for other builds) for ratios comparable between runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import tracemalloc
 from typing import Callable
@@ -94,6 +101,20 @@ def valid_key_operands(p: DecodeProblem, seed: int = 1) -> list[tuple[np.ndarray
     return out
 
 
+# The variables BLAS builds read their thread count from, in the order they take precedence.
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def blas_threads(environ=os.environ) -> str:
+    """How many threads BLAS was told to use, for the benchmark's first line:
+    the first of ``BLAS_THREAD_VARS`` set in ``environ``, or that none is."""
+    for var in BLAS_THREAD_VARS:
+        if environ.get(var):
+            return f"BLAS threads: {var}={environ[var]}"
+    return ("BLAS threads: the library's default (none of " + ", ".join(BLAS_THREAD_VARS)
+            + " is set; set OPENBLAS_NUM_THREADS=1 for ratios comparable between runs)")
+
+
 def _timed(fn, reps: int) -> tuple[float, int]:
     fn()
     best = np.inf
@@ -115,6 +136,7 @@ def main(argv=None) -> int:
     ap.add_argument("--what", default="oracle,emulate", help="comma-separated: oracle, emulate")
     ap.add_argument("--reqs", type=int, default=64, help="requests of the step (64: production size)")
     args = ap.parse_args(argv)
+    print(blas_threads())
     print(f"building the production-size problem ({args.reqs} req x Hkv 4 x TOPK 16, 2048 keys a row)...",
           flush=True)
     p = production_problem(reqs=args.reqs)

@@ -146,6 +146,15 @@ def test_reference_bench_times_both_references_against_the_floors():
     assert float(lines["floor-valid"][2]) == 1.0 and float(lines["oracle-valid"][2]) > 0
     keys = re.search(r"\((\d+) of 2048 keys a row on average\)", r.stdout)
     assert keys and 2 * 128 <= int(keys.group(1)) <= 6 * 128, r.stdout
+    assert r.stdout.startswith("BLAS threads: "), r.stdout
+
+
+def test_reference_bench_names_the_blas_thread_setting_it_ran_with():
+    from nvfp4_suite.reference.bench import blas_threads
+
+    assert blas_threads({"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "1"}) == "BLAS threads: OPENBLAS_NUM_THREADS=1"
+    assert blas_threads({"OMP_NUM_THREADS": "4"}) == "BLAS threads: OMP_NUM_THREADS=4"
+    assert "the library's default" in blas_threads({}) and "OPENBLAS_NUM_THREADS=1" in blas_threads({})
 
 
 @pytest.mark.parametrize("module", ["nvfp4_suite.kernels.bench", "nvfp4_suite.kernels.triton.sweep"])

@@ -187,6 +187,7 @@ def test_pytest_nvfp4_references_device_without_a_gpu_ends_the_session_with_exit
 def test_the_documented_gpu_bench_runs_with_references_on_the_host(capsys):
     from nvfp4_suite.vectors.cli import main
 
-    assert main(["bench", "--backend", "emulate", "--backend", "triton", "--references", "host", "--examples", "2"]) == 0
+    argv = ["bench", "--backend", "emulate", "--backend", "triton", "--references", "host", "--examples", "2"]
+    assert main(argv) == 0
     rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("emulate ", "triton "))]
     assert len(rows) == 2 and all(r.split()[2] == "host" for r in rows)

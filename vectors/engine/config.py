@@ -215,8 +215,9 @@ def load_subject(config: CheckConfig) -> Subject:
     """The ``Subject`` ``config`` asks for: its backend loaded and asked whether
     it runs here, in the arithmetic ``config.arithmetic`` names (else the one
     it declares), isolated when ``config.isolate`` or ``config.timeout`` says
-    so, its references where ``config.references`` chooses. Raises SetupError (NO VERDICT) for anything that stops a check before
-    it starts, naming it."""
+    so, its references where ``config.references`` chooses. Raises
+    SetupError (NO VERDICT) for anything that stops a check before it starts,
+    naming it."""
     spec, backend = pick_backend(config.backend)
     geometry = backend.geometry
     if config.arithmetic is not None:
