@@ -5,6 +5,7 @@ writes the JSON report when asked: the verdict is the engine's, decided once
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,18 @@ def test_pytest_ends_with_the_cause_of_the_golden_failures_naming_the_mutant_fir
     cause = lines[lines.index(head) + 1]
     assert cause.startswith("  cause: outputs equal those of mutant scale-group (") and "numpy_scale_group_shift)" \
         in cause and "bit for bit" in cause, cause
+
+
+def test_pytest_xdist_prints_the_cause_summary_of_every_workers_golden_failures(tmp_path):
+    spec = "nvfp4_suite.kernels.mutants:numpy_scale_group_shift"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", "--rootdir",
+                        str(tmp_path), "--nvfp4-backend", spec, "--nvfp4-examples", "0", "-k", "scale-groups"],
+                       cwd=tmp_path, capture_output=True, text=True, env=_env(tmp_path), timeout=900)
+    lines = r.stdout.splitlines()
+    head = f"nvfp4: cause of backend {spec}'s golden failures:"
+    assert r.returncode == 1 and head in lines, r.stdout + r.stderr
+    failed = int(re.findall(r"(\d+) failed", r.stdout)[-1])
+    cause = lines[lines.index(head) + 1]
+    # Both workers' failing launches are counted: as many as the session's failed tests.
+    assert cause.startswith("  cause: outputs equal those of mutant scale-group (") and (
+        f"on {failed} of {failed} failing launches, bit for bit" in cause), (cause, failed)

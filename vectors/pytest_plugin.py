@@ -19,8 +19,8 @@ default folder when it exists), the same engine. pytest gets:
 - when golden tests failed, the cause summary of each backend's golden
   failures at the end of the session, as ``check`` prints it above its
   failing cases (``blame.summary_lines``: the mutant whose outputs equal the
-  kernel's first); under pytest-xdist each worker judges only its own tests,
-  so the summary is printed where the tests ran in this process only;
+  kernel's first), over every golden test of the session: under pytest-xdist
+  each worker hands its judged cases to the controller when it finishes;
 - a verdict line per backend at the end of the session
   (``nvfp4_suite.vectors.engine.verdict.decide`` over its tests). A backend
   that cannot be loaded or run here, or that judged nothing, ends the
@@ -40,6 +40,7 @@ sessions. The generated problems are one test, so one worker runs them;
 
 from __future__ import annotations
 
+import pickle
 import sys
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,29 @@ _TALLY: dict[str, dict[str, Any]] = {}
 _GOLDEN: dict[tuple[str, Any], tuple[Any, list]] = {}
 
 
+# The key of a pytest-xdist worker's output under which its judged golden cases travel.
+WORKER_KEY = "nvfp4_golden"
+
+
+def _hand_to_controller(session) -> None:
+    """In a pytest-xdist worker: hand this worker's judged golden cases to the
+    controller (``pytest_testnodedown``), which prints the session's cause summary."""
+    session.config.workeroutput[WORKER_KEY] = pickle.dumps(_GOLDEN)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: fold a finished worker's golden cases into this
+    process's, so the cause summary covers the whole session. The worker is
+    this session's own process, running this installed suite: its pickle is
+    data this code wrote."""
+    data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    if data is None:
+        return
+    for key, (geometry, cases) in pickle.loads(data).items():
+        _GOLDEN.setdefault(key, (geometry, []))[1].extend(cases)
+
+
 def pytest_terminal_summary(terminalreporter):
     """The cause summary of each backend's golden failures, then one verdict
     line per backend (``nvfp4_suite.vectors.engine.verdict.decide``)."""
@@ -189,7 +213,8 @@ def _cause_lines() -> list[str]:
 
     out = []
     for (spec, label), (geometry, cases) in _GOLDEN.items():
-        run = GoldenRun(cases)
+        # Catalog order whichever process judged each launch (ties in the summary go to the first case).
+        run = GoldenRun(sorted(cases, key=lambda c: (c.id, [launch_id(x) for x in c.ran])))
         if not any(c.failures for c in cases):
             continue
         run.diagnosis = blame.diagnose_golden(run, geometry)
@@ -208,9 +233,12 @@ def _verdict_lines() -> list[str]:
 
 def pytest_sessionfinish(session, exitstatus):
     """A session whose conformance tests judged nothing for a backend, and
-    failed nothing, ends with NO VERDICT's exit status (2), as ``check`` does."""
+    failed nothing, ends with NO VERDICT's exit status (2), as ``check`` does.
+    A pytest-xdist worker first hands its golden cases to the controller."""
     from nvfp4_suite.vectors.engine.verdict import decide
 
+    if hasattr(session.config, "workeroutput"):
+        _hand_to_controller(session)
     if exitstatus == 0 and _TALLY and any(decide(**t).exit_code == 2 for t in _TALLY.values()):
         session.exitstatus = 2
 
