@@ -131,6 +131,15 @@ def test_shards_merged_are_the_unsharded_run_for_1_2_3_and_7_shards(campaign_cat
                                           "  outputs fit another declaration: ", "  failing bug classes "))]
         assert len(golden) > 4 and _block(out.splitlines(), "golden vectors: ", "generated problems: ") == golden
         assert _block(checked, "  2 problems ", "  coverage ")[0] in out.splitlines(), out
+        # Each failing shard's own cause summary, under its name, in the text and the JSON alike.
+        causes = [(s["shard"]["k"], s["blame"]) for s in shards if s["blame"]]
+        assert causes and merged["blame"][0].startswith("cause summaries of the shards' golden failures")
+        for k, lines in causes:
+            at = merged["blame"].index(f"  shard {k}/{n} ({files[k - 1]}):")
+            assert merged["blame"][at + 1:at + 1 + len(lines)] == [f"  {line}" for line in lines], (n, k)
+        text = out.splitlines()
+        at = text.index(merged["blame"][0])
+        assert text[at:at + len(merged["blame"])] == merged["blame"], out
         for s in shards:
             assert jsonreport.validate(s, schema) == [] and s["shard"]["n"] == n
 

@@ -19,8 +19,10 @@ minimised there (the same draw as the unsharded run's first failure; its
 minimised form may differ, as hypothesis' shrinking path depends on the
 process). A shard's failure at a later index is past the unsharded run's
 count: it is named in the text as such, not counted. Not folded: the cause
-summary (``blame``, left empty), the rounding statistics and the coverage
-table's stated minimum shares (each shard's report has its own).
+summary, which compares the kernel's outputs (not in a report) with the
+mutants': each shard's summary of its own share is listed under its name
+(``shard_cause_lines``; JSON ``blame``); the rounding statistics and the
+coverage table's stated minimum shares (each shard's report has its own).
 
 The text report goes through ``render`` as a check's does (``golden_run``
 rebuilds each folded catalog as the ``check.GoldenRun`` it prints).
@@ -283,10 +285,26 @@ def lines(merged: Merged, verdict: Verdict) -> list[str]:
             out += ([f"saved: {f['saved']}", f"replay: {f['replay']}"] if f["saved"] is not None
                     else [f"not saved: {f['save_error']}"])
         parts.append(f"{gen['problems_run']} generated problems")
+    out += shard_cause_lines(merged)
     out += merged.notes
     if merged.stopped:
         parts.append(f"stopped early: {merged.stopped}")
     return out + [render.verdict_text(verdict, shown(backend["name"]), parts, f"merged {n} shards")]
+
+
+def shard_cause_lines(merged: Merged) -> list[str]:
+    """Each shard's cause summary of its golden failures (its report's ``blame``),
+    under its name, for the shards that have one; empty when none failed. A
+    shard's summary weighs only its share of the launches: the unsharded run
+    (or one shard alone, ``check --shard 1/1``) gives the summary over all."""
+    n = merged.shards[0][1]["shard"]["n"] if merged.shards else 0
+    have = [(rep["shard"]["k"], path, rep["blame"]) for path, rep in merged.shards if rep.get("blame")]
+    if not have:
+        return []
+    out = ["cause summaries of the shards' golden failures (each over its own share of the launches):"]
+    for k, path, lines in have:
+        out += [f"  shard {k}/{n} ({path}):"] + [f"  {line}" for line in lines]
+    return out
 
 
 def _coverage_lines(gen: dict) -> list[str]:
@@ -320,7 +338,8 @@ def merged_report(argv: list[str], merged: Merged | None, verdict: Verdict, seco
                                        "generator_version": catalog.GENERATOR_VERSION},
         "backend": rep0.get("backend"), "seed": None if camp is None else camp["seed"],
         "examples": None if merged is None else (gen["problems_run"] if gen else 0),
-        "shape": rep0.get("shape"), "catalogs": [] if merged is None else merged.catalogs, "blame": [],
+        "shape": rep0.get("shape"), "catalogs": [] if merged is None else merged.catalogs,
+        "blame": [] if merged is None else shard_cause_lines(merged),
         "generated": gen, "serving": None, "replay": None, "shard": None, "campaign": camp,
         "shards": None if merged is None else [{"file": p, "k": r["shard"]["k"], "n": r["shard"]["n"],
                                                  "verdict": r["verdict"]} for p, r in merged.shards],
