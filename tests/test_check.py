@@ -282,3 +282,18 @@ def test_a_kernel_choosing_its_own_split_count_is_refused_in_an_arithmetic_that_
     with pytest.raises(SetupError, match=r"chooses its own split count \(splits=\('auto',\)\), but arithmetic "
                                          r"seed divides the slots"):
         load_subject(CheckConfig(backend="hostile:AutoSplits", arithmetic="seed"))
+
+
+def test_a_failing_replay_names_the_mutant_whose_outputs_equal_the_kernels_in_text_and_json(tmp_path, capsys):
+    case = Path(__file__).resolve().parents[1] / "vectors/data/010-stale-tail-127.npz"
+    out = tmp_path / "r.json"
+    assert main(["replay", str(case), "--backend", "nvfp4_suite.kernels.mutants:numpy_stale_tail", "--splits", "1",
+                 "--json", str(out)]) == 1
+    text = capsys.readouterr().out.splitlines()
+    blame = json.loads(out.read_text())["blame"]
+    assert blame and blame[0].startswith("  cause: outputs equal those of mutant stale-tail (") and (
+        "bit for bit" in blame[0]), blame
+    at = text.index(blame[0])
+    assert text[at:at + len(blame)] == blame
+    assert main(["replay", str(case), "--backend", "emulate", "--splits", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["blame"] == []

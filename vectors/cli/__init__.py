@@ -124,7 +124,7 @@ def _printing(run, part: str) -> None:
     elif part == "serving":
         _say(*run.serving.lines)
     elif part == "case":
-        _say(*render.replay_lines(run.case, run.problem))
+        _say(*render.replay_lines(run.case, run.problem), *run.blame_lines())
 
 
 def _hooks() -> Hooks:

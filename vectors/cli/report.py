@@ -213,7 +213,7 @@ def build(command: str, argv: list[str], run, verdict, seconds: float | None) ->
         "examples": (run.generated.n if run.generated else 0) if check and subject is not None else None,
         "shape": run.config.shape if check else None,
         "catalogs": [_catalog_json(c, spec, timeout) for c in run.catalogs] if check else [],
-        "blame": run.blame_lines() if check else [],
+        "blame": run.blame_lines() if run is not None else [],
         "generated": _generated_json(run, spec, timeout) if check else None,
         "serving": None if not check or run.serving is None else {
             "problems_run": run.serving.n, "failed": run.serving.failed, "stopped": run.serving.stopped,

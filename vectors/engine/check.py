@@ -898,14 +898,20 @@ class ReplayConfig:
 @dataclasses.dataclass
 class ReplayRun:
     """A replay as it goes: its ``config``, the ``subject``, the file's case
-    judged as a one-case catalog (``case``), the verdict."""
+    judged as a one-case catalog (``case``), the diagnosis of its failing
+    launches (``blame.diagnose_golden``; None when none failed), the verdict."""
 
     config: ReplayConfig
     subject: Subject | None = None
     problem: DecodeProblem | None = None
     case: CaseResult | None = None
+    diagnosis: blame.Diagnosis | None = None
     verdict: Verdict | None = None
     seconds: float | None = None
+
+    def blame_lines(self) -> list[str]:
+        """The cause lines of the replayed case's failures, as a golden run's (empty when none failed)."""
+        return [] if self.diagnosis is None else self.diagnosis.lines()
 
 
 def run_replay(run: ReplayRun, hooks: Hooks | None = None) -> Verdict:
@@ -950,6 +956,9 @@ def run_replay(run: ReplayRun, hooks: Hooks | None = None) -> Verdict:
     run.case = judge_case(subject, res, problem, extra, launches, stored=False, references=subject.references)
     if res.status is Status.ERROR:
         raise CaseFileError(f"{config.file}: {res.error}")
+    if res.failures:
+        # The same matching as a golden run's: which registered mutant's outputs equal the kernel's here.
+        run.diagnosis = blame.diagnose_golden(GoldenRun([res]), subject.geometry, hooks.progress)
     hooks.done(run, "case")
     run.seconds = time.time() - t0
     run.verdict = decide(judged=int(bool(res.ran)), failed=int(res.status is Status.FAIL))
