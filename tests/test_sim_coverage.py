@@ -52,6 +52,25 @@ def test_tiny_kernel_records_blocks_exec_and_directions(collector, batched):
     assert rec.directions == {2: coverage.TAKEN | coverage.NOT_TAKEN, 6: coverage.NOT_TAKEN}
 
 
+def test_argued_exec_matches_the_tiny_kernels_record_and_sees_a_wrong_argument(collector):
+    k = hand_kernel(TINY)
+    k.config = {"arch": "gfx950", "name": "tiny"}
+    dispatch(k, Memory(), b"", (1, 1, 1), block=128)
+    [(_, rec)] = collector.records.values()
+    # Nothing excluded: .LBB0_2 (#8) may be entered too; the guard's join (#4)
+    # partial (wave 0's one lane) or empty (wave 1, through the execz branch).
+    assert coverage.argued_exec(k.program, k.flow) == {**rec.blocks, 8: coverage.FULL}
+    # The scc1 branch (#6) argued never taken: exactly what the launch entered.
+    assert coverage.argued_exec(k.program, k.flow, {(6, "taken")}) == rec.blocks
+    # A wrong argument (the execz branch never taken) denies the EXEC-empty wave the launch had.
+    wrong = coverage.argued_exec(k.program, k.flow, {(2, "taken"), (6, "taken")})
+    assert wrong[4] == coverage.PARTIAL and rec.blocks[4] & ~wrong[4] == coverage.NONE
+    # A write of EXEC the argument does not model is refused.
+    other = hand_kernel(TINY.replace("\tv_mov_b32_e32 v1, 0", "\ts_mov_b64 exec, -1"))
+    with pytest.raises(ValueError, match="does not model"):
+        coverage.argued_exec(other.program, other.flow)
+
+
 def test_recording_off_records_nothing(collector):
     collector.enabled = False
     dispatch(hand_kernel(TINY), Memory(), b"", (1, 1, 1), block=128)
@@ -217,6 +236,29 @@ def _reachable(arch: str) -> set[tuple[bool, int, str]]:
     return out
 
 
+def _argued(config: dict, kern) -> dict[int, int]:
+    """``coverage.argued_exec`` of ``kern`` with the directions ``UNREACHABLE``
+    argues for ``config`` excluded."""
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE
+
+    excluded = {(kern.flow.conds[e.branch], e.direction) for e in UNREACHABLE if e.applies(config)}
+    return coverage.argued_exec(kern.program, kern.flow, excluded)
+
+
+def _assert_argued_exec(key: str, kern, rec: coverage.Record, argued: dict[int, int]) -> None:
+    """Every block ``rec`` entered is one the argument lets a wave enter, with
+    only the EXEC populations it argues (``coverage.argued_exec``)."""
+    for pc, got in rec.blocks.items():
+        ordinal = kern.flow.starts.index(pc)
+        assert pc in argued, f"{key}: block #{pc} (ordinal {ordinal}) entered, argued unreachable"
+        assert not got & ~argued[pc], (f"{key}: block #{pc} (ordinal {ordinal}) entered with "
+                                       f"{_names(got)}, argued {_names(argued[pc])}")
+
+
+def _names(mask: int) -> list[str]:
+    return [n for bit, n in coverage.EXEC_NAMES.items() if mask & bit]
+
+
 # The catalog's share of CI's coverage check, per target: the golden cases that
 # launch TOPK 33 and 64 (35 topk-64, 36 topk-33, 81 topk-33-compacted: the only
 # ones launching those configurations) at 1 and 8 splits. Each of their
@@ -229,7 +271,7 @@ CI_CASES, CI_SPLITS = {35, 36, 81}, {1, 8}
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_the_catalog_leaves_unreached_only_the_listed_directions(collector, arch):
     backend = sim_backend()
-    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE, expected_unreached
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import expected_unreached
     from nvfp4_suite.vectors.engine.check import check_golden
 
     run = check_golden(backend.FlydslSimBackend(arch), cases=CI_CASES, splits=CI_SPLITS)
@@ -242,12 +284,7 @@ def test_the_catalog_leaves_unreached_only_the_listed_directions(collector, arch
         kern, _ = backend.kernel(arch, config["topk"], config["splits"], config["xcds"], "token_rows", None)
         expected = expected_unreached(config, kern.program, kern.flow)
         assert _unreached(rec, kern.flow) == set(expected), key
-        # The lane-0 guards' argument: their blocks are entered with full waves only.
-        for entry in UNREACHABLE:
-            if entry.branch in (4, 7) and entry.applies(config):
-                pc = kern.flow.conds[entry.branch]
-                start = max(s for s in kern.flow.starts if s <= pc)
-                assert rec.blocks[start] == coverage.FULL, (key, start)
+        _assert_argued_exec(key, kern, rec, _argued(config, kern))
     missing = _reachable(arch) - _by_branch(collector.records.values())
     assert not missing, f"the CI cases leave reachable directions unreached: {sorted(missing)}"
 
@@ -272,6 +309,7 @@ def test_generated_problems_take_every_reachable_direction_and_no_argued_one(col
                 pc = kern.flow.conds[entry.branch]
                 bit = coverage.TAKEN if entry.direction == "taken" else coverage.NOT_TAKEN
                 assert not rec.directions.get(pc, 0) & bit, f"{key}: argued unreachable, reached: {entry.reason}"
+        _assert_argued_exec(key, kern, rec, _argued(config, kern))
     missing = _reachable(arch) - _by_branch(collector.records.values())
     assert not missing, (f"{CI_GENERATED} generated problems (seed {CI_GENERATED_SEED}) leave reachable "
                          f"directions unreached (splits > 1, branch, direction): {sorted(missing)}")
@@ -279,33 +317,49 @@ def test_generated_problems_take_every_reachable_direction_and_no_argued_one(col
 
 @pytest.mark.thorough
 def test_the_full_catalog_and_generated_problems_on_both_targets():
-    """By hand (-m thorough; minutes): what the coverage command runs, checked
-    configuration by configuration: the catalog leaves unreached exactly the
-    listed directions, neither half reaches an argued-unreachable one, and each
-    half takes every reachable direction of both split classes (the generated
-    problems, at most TOPK 8, launch configurations the catalog does not, where
-    the split class is the measure)."""
+    """By hand (-m thorough; minutes): what the coverage command runs (the full
+    catalog, ``GENERATED`` problems from ``GENERATED_SEED`` per target), checked
+    configuration by configuration (``coverage_exceptions``' rule): the
+    catalog leaves unreached exactly the directions ``UNREACHABLE`` and
+    ``CATALOG_GAPS`` name; the union of both halves launches every bundled
+    configuration but ``UNLAUNCHED`` and, on each, leaves unreached exactly
+    the directions ``UNREACHABLE`` and ``UNION_GAPS`` name and the blocks no
+    wave enters without them, every block entered with exactly the EXEC
+    populations ``coverage.argued_exec`` argues."""
     import os
 
     backend = sim_backend()
-    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE, expected_unreached
+    from nvfp4_suite.kernels.flydsl.sim.compile import bundle_configs
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import (
+        GENERATED,
+        GENERATED_SEED,
+        UNLAUNCHED,
+        expected_unreached,
+        union_unreached,
+    )
     from nvfp4_suite.vectors.simulator.coverage import gather
     from nvfp4_suite.vectors.simulator.sweep import tasks_for
 
     for arch in ("gfx942", "gfx950"):
-        cols, crashed = gather(tasks_for(arch, True, examples=CI_GENERATED, seed=CI_GENERATED_SEED),
-                               os.cpu_count() or 1, out=lambda s: None)
+        cols, crashed = gather(tasks_for(arch, True, examples=GENERATED, seed=GENERATED_SEED),
+                               min(2, os.cpu_count() or 1), out=lambda s: None)
         assert not crashed
-        for source in ("golden", "generated"):
-            missing = _reachable(arch) - _by_branch(cols[source].records.values())
-            assert not missing, (arch, source, sorted(missing))
         union = coverage.Collector()
         for col in cols.values():
             union.merge_json(col.to_json())
+        bundled = [{"arch": a, "topk": t, "splits": s, "xcds": x, "layout": lay, "mutant": None}
+                   for a, t, s, x, lay, m in bundle_configs() if a == arch and m is None]
+        launchable = {coverage.config_key(c) for c in bundled if not UNLAUNCHED[0](c)}
+        assert set(union.records) == launchable, (arch, sorted(launchable ^ set(union.records)))
         for key, (config, rec) in union.records.items():
             kern, _ = backend.kernel(arch, config["topk"], config["splits"], config["xcds"], config["layout"], None)
-            argued = {(kern.flow.conds[e.branch], e.direction) for e in UNREACHABLE if e.applies(config)}
-            assert argued <= _unreached(rec, kern.flow), key
+            left = union_unreached(config, kern.program, kern.flow)
+            assert _unreached(rec, kern.flow) == set(left), (key, sorted(_unreached(rec, kern.flow) ^ set(left)))
+            argued = coverage.argued_exec(kern.program, kern.flow, set(left))
+            assert rec.blocks == argued, (key, {kern.flow.starts.index(pc): (_names(rec.blocks.get(pc, 0)),
+                                                                             _names(argued.get(pc, 0)))
+                                                for pc in set(rec.blocks) | set(argued)
+                                                if rec.blocks.get(pc) != argued.get(pc)})
             if key in cols["golden"].records:
                 expected = set(expected_unreached(config, kern.program, kern.flow))
                 assert _unreached(cols["golden"].records[key][1], kern.flow) == expected, key

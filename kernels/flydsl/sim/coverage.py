@@ -20,6 +20,10 @@ backend sets: target, TOPK width, splits, XCDs, layout, mutant); a batched
 launch abandoned for a sequential one (its workgroups race) records nothing
 of the abandoned part.
 
+``argued_exec`` derives from the code alone which blocks a wave may enter
+and with what EXEC populations; ``tests/test_sim_coverage.py`` holds the
+records to it.
+
 Recording is off unless ``COLLECTOR.enabled`` (or the environment variable
 ``NVFP4_SIM_COVERAGE=1`` at import): off, a launch pays one comparison per
 step.
@@ -180,3 +184,82 @@ class Collector:
 
 
 COLLECTOR = Collector(enabled=os.environ.get("NVFP4_SIM_COVERAGE") == "1")
+
+
+def _exec_effect(ins) -> str | None:
+    """How ``ins`` changes EXEC, for ``argued_exec``: ``"guard"`` (``s_and_saveexec_b64``:
+    EXEC &= a lane condition, the old EXEC saved), ``"restore"`` (``s_or_b64 exec, exec,
+    ...``: the saved lanes back), None (EXEC untouched); ValueError for any other
+    write of EXEC, which the argument does not model."""
+    parts = ins.text.strip().split(None, 1)
+    ops = [o.strip() for o in parts[1].split(",")] if len(parts) > 1 else []
+    if ins.base == "s_and_saveexec_b64":
+        return "guard"
+    if ins.base == "s_or_b64" and ops[:2] == ["exec", "exec"]:
+        return "restore"
+    if "saveexec" in ins.base or ins.base.startswith("v_cmpx") or (ops and ops[0] in ("exec", "exec_lo", "exec_hi")):
+        raise ValueError(f"{ins.where()}: a write of EXEC the argument does not model")
+    return None
+
+
+def argued_exec(program: Program, flow: Flow, excluded=frozenset()) -> dict[int, int]:
+    """The EXEC populations (``FULL | PARTIAL | NONE`` mask) the waves may enter
+    each block with, argued from the code alone, by block start; a block absent
+    is one no wave enters. ``excluded``: ``(branch index, "taken" | "not_taken")``
+    directions argued never taken (``coverage_exceptions``), whose edges the
+    walk does not follow.
+
+    The argument: waves start full (the launcher's workgroups are whole
+    waves); EXEC changes only at an ``s_and_saveexec_b64`` (a lane guard: EXEC
+    &= a lane condition, one level deeper) and at the ``s_or_b64 exec, exec,
+    ...`` that ends it (one level up); ``_exec_effect`` refuses any other
+    write. A wave entering a block at level 0 is ``FULL``; inside a guard it
+    is ``PARTIAL`` (the kernel's guards keep one lane of a full wave:
+    ``lane == 0`` and the atomic's election of it); through an
+    ``s_cbranch_execz`` taken it is ``NONE`` until the guard ends. The walk
+    follows every direction not ``excluded`` from block 0 to a fixed point."""
+    n = len(program.instrs)
+    seen: dict[int, set[tuple[int, bool]]] = {}
+    todo = [(0, (0, False))]
+    while todo:
+        start, state = todo.pop()
+        if state in seen.setdefault(start, set()):
+            continue
+        seen[start].add(state)
+        depth, empty = state
+        pc = start
+        while pc < n:
+            ins = program.instrs[pc]
+            effect = _exec_effect(ins)
+            if effect == "guard":
+                depth += 1
+            elif effect == "restore":
+                if depth == 0:
+                    raise ValueError(f"{ins.where()}: restores EXEC outside any guard")
+                depth, empty = depth - 1, False
+            if ins.base == "s_endpgm":
+                break
+            to = flow.target[pc]
+            if flow.is_cond[pc]:
+                assert to is not None  # a conditional branch has a target (program.parse_program)
+                if (pc, "taken") not in excluded:
+                    todo.append((to, (depth, empty or ins.base == "s_cbranch_execz")))
+                if (pc, "not_taken") not in excluded:
+                    todo.append((pc + 1, (depth, empty or ins.base == "s_cbranch_execnz")))
+                break
+            if ins.base == "s_branch" and to is not None:
+                todo.append((to, (depth, empty)))
+                break
+            pc += 1
+            if pc < n and flow.is_start[pc]:
+                todo.append((pc, (depth, empty)))
+                break
+    return {s: _population(states) for s, states in sorted(seen.items())}
+
+
+def _population(states: set[tuple[int, bool]]) -> int:
+    """The ``FULL | PARTIAL | NONE`` mask of ``(guard depth, EXEC empty)`` states."""
+    out = 0
+    for depth, empty in states:
+        out |= NONE if empty else FULL if depth == 0 else PARTIAL
+    return out

@@ -1,18 +1,30 @@
 """The conditional-branch directions of the decode kernel that the golden
-catalog leaves unreached, each with its reason (``coverage``).
+catalog and the generated problems leave unreached, each with its reason
+(``coverage``), per kernel configuration (``Kernel.config``: target, TOPK
+width, splits, XCDs, layout).
 
 ``UNREACHABLE``: directions no valid problem reaches, argued from the kernel
 (``kernels/flydsl/decode.py``) and its compiled code. ``CATALOG_GAPS``:
 directions a valid problem reaches but no golden case does on the listed
 configurations (each names what reaches it); a golden case that closes one
-removes it from the list. ``tests/test_sim_coverage.py`` fails, on either
-target, when its golden cases leave unreached a direction neither list names
-or reach one either names, when generated problems reach a direction
-``UNREACHABLE`` names, or when either half leaves a reachable direction of a
-split class (splits 1, splits > 1) unreached; its ``-m thorough`` test checks
-the full catalog so. Generated problems are at most TOPK 8 (the interpreted
-limits), so they are held to the split class, not to each configuration:
-``CATALOG_GAPS`` is the catalog's alone.
+removes it from the list. ``UNION_GAPS``: directions a valid problem reaches
+but neither the catalog nor the generated problems of the thorough check
+(``GENERATED`` from ``GENERATED_SEED`` per target) do, each saying why
+neither. ``UNLAUNCHED``: configurations the backends may launch (the
+compile bundle's) that neither half launches.
+
+The rule (``tests/test_sim_coverage.py``), on either target, configuration
+by configuration: the golden cases leave unreached exactly the directions
+``UNREACHABLE`` and ``CATALOG_GAPS`` name for it (CI: the TOPK 33 and 64
+cases; ``-m thorough``: the full catalog); generated problems reach no
+``UNREACHABLE`` direction; and (``-m thorough``) the union of golden and
+generated problems launches every bundled configuration but ``UNLAUNCHED``
+and leaves unreached exactly the directions ``UNREACHABLE`` and
+``UNION_GAPS`` name for it, and exactly the blocks no wave enters without
+them (``coverage.argued_exec``). A block is not listed: it is unreached
+only when every direction into it is. Generated problems are at most TOPK 8
+(the interpreted limits, compiled width 1 or 16), so they never launch TOPK
+33 or 64, and at TOPK 16 their rows hold at most 8 valid slots.
 
 A direction is named by its branch's ordinal among the kernel's conditional
 branches (``coverage.Flow.conds``; the compiles of every configuration share
@@ -106,12 +118,60 @@ CATALOG_GAPS = (
 )
 
 
+# The generated problems of the thorough check, per target (``UNION_GAPS`` is
+# what they and the full catalog leave; ``check --no-golden --examples N --seed S``
+# draws the same).
+GENERATED, GENERATED_SEED = 300, 1
+
+UNION_GAPS = (
+    Unreached(0, "taken", "s_cbranch_scc0", "v_readlane_b32", False,
+              _in((33, 1, 0, "token_rows"), (33, 2, 0, "token_rows"), (64, 1, 0, "token_rows"),
+                  (64, 8, 0, "token_rows")),
+              "TOPK 33 and 64 without XCD placement",
+              "a workgroup with no valid slot in its chunk (CATALOG_GAPS); generated problems (TOPK <= 8) never "
+              "launch these widths, and the catalog's launches of them have no such row (with xcds=8 the padded "
+              "grid's rows reach it)"),
+    Unreached(0, "taken", "s_cbranch_scc0", "v_readlane_b32", False,
+              _in((1, 1, 0, "token_rows"), (1, 1, 0, "planar")),
+              "TOPK 1, splits 1, no XCD placement",
+              "needs a row whose one slot selects nothing (-1, a future id, a padding row): no padded grid row "
+              "and no empty split exist here; the catalog has no TOPK-1 case and the generated problems draw "
+              "such a row rarely at this launch (a handful of TOPK-1 problems land on it, most with one row)"),
+    Unreached(1, "taken", "s_cbranch_scc1", None, True, lambda c: c["topk"] == 16 and c["splits"] == 4,
+              "TOPK 16, splits 4",
+              "the block loop's back edge needs a chunk of 3 or more valid slots, 9 or more in a row at 4 "
+              "splits; generated rows hold at most 8 (TOPK <= 8), and the catalog's 4-split TOPK-16 launches "
+              "(token_rows only) have at most 2 per chunk (CATALOG_GAPS)"),
+)
+
+
+def _unlaunched(c: dict) -> bool:
+    return c["topk"] >= 33 and (c["layout"] == "planar" or (c["topk"], c["splits"]) in ((33, 4), (64, 2), (64, 4)))
+
+
+UNLAUNCHED = (_unlaunched, "TOPK 33 and 64 planar; TOPK 33 at 4 splits, TOPK 64 at 2 and 4 splits",
+              "generated problems are at most TOPK 8 (compiled width 1 or 16), and the catalog's TOPK-33 and "
+              "TOPK-64 cases are token_rows, launched at 1, 2 and 8 splits (TOPK 33) and 1 and 8 (TOPK 64)")
+
+
+def union_unreached(config: dict, program: Program, flow: Flow) -> dict[tuple[int, str], Unreached]:
+    """The entries of ``UNREACHABLE`` and ``UNION_GAPS`` that apply to ``config``,
+    as ``expected_unreached``'s: what golden and generated problems together
+    leave unreached there."""
+    return _applying(UNREACHABLE + UNION_GAPS, config, program, flow)
+
+
 def expected_unreached(config: dict, program: Program, flow: Flow) -> dict[tuple[int, str], Unreached]:
-    """The entries of both lists that apply to ``config`` (a ``Kernel.config``),
-    by ``(branch index in the program, direction)``; raises ValueError where an
-    entry's branch is not the one it argues about (``Unreached.check_shape``)."""
+    """The entries of ``UNREACHABLE`` and ``CATALOG_GAPS`` that apply to ``config`` (a
+    ``Kernel.config``), by ``(branch index in the program, direction)``: what the
+    golden cases leave unreached there; raises ValueError where an entry's
+    branch is not the one it argues about (``Unreached.check_shape``)."""
+    return _applying(UNREACHABLE + CATALOG_GAPS, config, program, flow)
+
+
+def _applying(entries, config: dict, program: Program, flow: Flow) -> dict[tuple[int, str], Unreached]:
     out: dict[tuple[int, str], Unreached] = {}
-    for entry in UNREACHABLE + CATALOG_GAPS:
+    for entry in entries:
         if entry.applies(config):
             entry.check_shape(program, flow)
             out[(flow.conds[entry.branch], entry.direction)] = entry
