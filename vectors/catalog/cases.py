@@ -602,3 +602,49 @@ CASES += [
 ]
 CASES += [_compacted("sm-scale-large", lambda: compact(_sm_scale(131, 3.3)))]
 
+
+
+# --- launch configurations of the compiled kernel ----------------------------
+# Every configuration a backend compiles (TOPK width, split count, XCD
+# placement, layout) has its own code, and each path of it needs a case that
+# takes it (docs/flydsl.md, "Coverage"): the wide widths in both layouts and
+# at every split count with a row that has no valid slot, a split whose block
+# loop runs more than once, and the narrowest width with an empty row.
+
+def _wide_empty_rows(k: int, layout: str) -> DecodeProblem:
+    """TOPK ``k``: a request whose ``k`` slots are all valid, a padding request
+    (its row has no valid slot, so every split's chunk is empty) and one with 6."""
+    return _base(200 + k, reqs=3, q_len=1, num_kv_heads=1, topk=k, seq_lens=[k * BLK, 0, 5 * BLK + 7],
+                 invalid_fraction=0.0, layout=layout)
+
+
+def _split_loop(layout: str) -> DecodeProblem:
+    """TOPK 16 with 16 and 11 valid slots: over 4 splits, 4 and 3 blocks a split,
+    so each split's loop over its blocks (two a trip) runs a second trip."""
+    return _base(240, reqs=2, q_len=1, num_kv_heads=1, topk=16, seq_lens=[16 * BLK - 5, 11 * BLK - 60],
+                 invalid_fraction=0.0, layout=layout)
+
+
+def _topk_one_empty_row(layout: str) -> DecodeProblem:
+    """TOPK 1 with a padding request between two others: a row with no valid slot."""
+    return _base(245, reqs=3, q_len=1, num_kv_heads=1, topk=1, seq_lens=[300, 0, 129], layout=layout)
+
+
+CASES += [
+    Case("topk-64-empty-rows", "TOPK 64: a request with every slot valid, a padding request, one with 6 valid.",
+         ("topk-wide", "empty-row"), lambda: _wide_empty_rows(64, "token_rows"), splits=(1, 2, 4, 8)),
+    Case("topk-64-planar", "The TOPK 64 batch with a padding request, in the planar layout.",
+         ("topk-wide", "empty-row", "layout"), lambda: _wide_empty_rows(64, "planar"), splits=(1, 2, 4, 8)),
+    Case("topk-33-empty-rows", "TOPK 33: a request with every slot valid, a padding request, one with 6 valid.",
+         ("topk-wide", "empty-row"), lambda: _wide_empty_rows(33, "token_rows"), splits=(1, 2, 4, 8)),
+    Case("topk-33-planar", "The TOPK 33 batch with a padding request, in the planar layout.",
+         ("topk-wide", "empty-row", "layout"), lambda: _wide_empty_rows(33, "planar"), splits=(1, 2, 4, 8)),
+    Case("split-loop", "16 and 11 valid slots over 4 splits: 4 and 3 blocks a split, the block loop twice.",
+         ("odd-blocks",), lambda: _split_loop("token_rows"), splits=(4,)),
+    Case("split-loop-planar", "The 4-split block loop batch in the planar layout.",
+         ("odd-blocks", "layout"), lambda: _split_loop("planar"), splits=(4,)),
+    Case("topk-1-empty-row", "TOPK 1 with a padding request: an empty row at the narrowest width.",
+         ("empty-row",), lambda: _topk_one_empty_row("token_rows"), splits=(1, 2)),
+    Case("topk-1-empty-row-planar", "The TOPK 1 batch with a padding request, in the planar layout.",
+         ("empty-row", "layout"), lambda: _topk_one_empty_row("planar"), splits=(1, 2)),
+]

@@ -7,24 +7,21 @@ width, splits, XCDs, layout).
 (``kernels/flydsl/decode.py``) and its compiled code. ``CATALOG_GAPS``:
 directions a valid problem reaches but no golden case does on the listed
 configurations (each names what reaches it); a golden case that closes one
-removes it from the list. ``UNION_GAPS``: directions a valid problem reaches
-but neither the catalog nor the generated problems of the thorough check
-(``GENERATED`` from ``GENERATED_SEED`` per target) do, each saying why
-neither. ``UNLAUNCHED``: configurations the backends may launch (the
-compile bundle's) that neither half launches.
+removes it from the list.
 
 The rule (``tests/test_sim_coverage.py``), on either target, configuration
 by configuration: the golden cases leave unreached exactly the directions
 ``UNREACHABLE`` and ``CATALOG_GAPS`` name for it (CI: the TOPK 33 and 64
 cases; ``-m thorough``: the full catalog); generated problems reach no
-``UNREACHABLE`` direction; and (``-m thorough``) the union of golden and
-generated problems launches every bundled configuration but ``UNLAUNCHED``
-and leaves unreached exactly the directions ``UNREACHABLE`` and
-``UNION_GAPS`` name for it, and exactly the blocks no wave enters without
-them (``coverage.argued_exec``). A block is not listed: it is unreached
-only when every direction into it is. Generated problems are at most TOPK 8
-(the interpreted limits, compiled width 1 or 16), so they never launch TOPK
-33 or 64, and at TOPK 16 their rows hold at most 8 valid slots.
+``UNREACHABLE`` direction; and (``-m thorough``) the union of the golden
+cases and ``GENERATED`` generated problems launches every bundled
+configuration and leaves unreached exactly the directions ``UNREACHABLE``
+names for it (``argued_unreached``), and exactly the blocks no wave enters
+without them (``coverage.argued_exec``). A block is not listed: it is
+unreached only when every direction into it is. Generated problems are at
+most TOPK 8 (the interpreted limits, compiled width 1 or 16), so they never
+launch TOPK 33 or 64, and at TOPK 16 their rows hold at most 8 valid slots:
+the catalog's cases launch those configurations and paths.
 
 A direction is named by its branch's ordinal among the kernel's conditional
 branches (``coverage.Flow.conds``; the compiles of every configuration share
@@ -104,61 +101,31 @@ UNREACHABLE = (
 
 CATALOG_GAPS = (
     Unreached(0, "taken", "s_cbranch_scc0", "v_readlane_b32", False,
-              _in((16, 1, 0, "planar"), (33, 1, 0, "token_rows"), (33, 2, 0, "token_rows"), (64, 1, 0, "token_rows"),
-                  (64, 8, 0, "token_rows")),
-              "the xcds=0 launches of the planar TOPK-16 and the TOPK-33/64 cases",
+              _in((16, 1, 0, "planar"), (16, 4, 0, "planar")),
+              "the xcds=0 launches of the planar TOPK-16 cases at 1 and 4 splits",
               "a workgroup whose split chunk holds no valid slot (vmask == 0: every slot -1 or past the "
-              "row's position) skips the block loop; the same cases' xcds=8 launches and other configurations "
-              "reach it, these configurations' golden problems have no such row"),
+              "row's position) skips the block loop; the same cases' xcds=8 launches (the padded grid's rows) "
+              "and the generated problems reach it, these configurations' golden problems have no such row"),
     Unreached(1, "taken", "s_cbranch_scc1", None, True,
-              _in((16, 2, 0, "planar"), (16, 2, 8, "planar"), (16, 4, 0, "token_rows"), (16, 4, 8, "token_rows")),
-              "TOPK 16: splits 2 planar, splits 4 token_rows",
+              _in((16, 2, 0, "planar"), (16, 2, 8, "planar")),
+              "TOPK 16, splits 2, planar",
               "the block loop's back edge needs a split chunk of 3 or more valid slots (n_v > 2 * splits, "
-              "see UNREACHABLE); the golden problems of these configurations have at most 2 per chunk"),
+              "see UNREACHABLE); the golden problems of these configurations have at most 2 per chunk, the "
+              "generated problems reach it"),
 )
 
 
-# The generated problems of the thorough check, per target (``UNION_GAPS`` is
-# what they and the full catalog leave; ``check --no-golden --examples N --seed S``
-# draws the same).
+# The generated problems of the thorough check, per target: with the full
+# catalog they leave unreached only ``UNREACHABLE`` (``check --no-golden
+# --examples N --seed S`` draws the same).
 GENERATED, GENERATED_SEED = 300, 1
 
-UNION_GAPS = (
-    Unreached(0, "taken", "s_cbranch_scc0", "v_readlane_b32", False,
-              _in((33, 1, 0, "token_rows"), (33, 2, 0, "token_rows"), (64, 1, 0, "token_rows"),
-                  (64, 8, 0, "token_rows")),
-              "TOPK 33 and 64 without XCD placement",
-              "a workgroup with no valid slot in its chunk (CATALOG_GAPS); generated problems (TOPK <= 8) never "
-              "launch these widths, and the catalog's launches of them have no such row (with xcds=8 the padded "
-              "grid's rows reach it)"),
-    Unreached(0, "taken", "s_cbranch_scc0", "v_readlane_b32", False,
-              _in((1, 1, 0, "token_rows"), (1, 1, 0, "planar")),
-              "TOPK 1, splits 1, no XCD placement",
-              "needs a row whose one slot selects nothing (-1, a future id, a padding row): no padded grid row "
-              "and no empty split exist here; the catalog has no TOPK-1 case and the generated problems draw "
-              "such a row rarely at this launch (a handful of TOPK-1 problems land on it, most with one row)"),
-    Unreached(1, "taken", "s_cbranch_scc1", None, True, lambda c: c["topk"] == 16 and c["splits"] == 4,
-              "TOPK 16, splits 4",
-              "the block loop's back edge needs a chunk of 3 or more valid slots, 9 or more in a row at 4 "
-              "splits; generated rows hold at most 8 (TOPK <= 8), and the catalog's 4-split TOPK-16 launches "
-              "(token_rows only) have at most 2 per chunk (CATALOG_GAPS)"),
-)
 
-
-def _unlaunched(c: dict) -> bool:
-    return c["topk"] >= 33 and (c["layout"] == "planar" or (c["topk"], c["splits"]) in ((33, 4), (64, 2), (64, 4)))
-
-
-UNLAUNCHED = (_unlaunched, "TOPK 33 and 64 planar; TOPK 33 at 4 splits, TOPK 64 at 2 and 4 splits",
-              "generated problems are at most TOPK 8 (compiled width 1 or 16), and the catalog's TOPK-33 and "
-              "TOPK-64 cases are token_rows, launched at 1, 2 and 8 splits (TOPK 33) and 1 and 8 (TOPK 64)")
-
-
-def union_unreached(config: dict, program: Program, flow: Flow) -> dict[tuple[int, str], Unreached]:
-    """The entries of ``UNREACHABLE`` and ``UNION_GAPS`` that apply to ``config``,
-    as ``expected_unreached``'s: what golden and generated problems together
+def argued_unreached(config: dict, program: Program, flow: Flow) -> dict[tuple[int, str], Unreached]:
+    """The entries of ``UNREACHABLE`` that apply to ``config``, as
+    ``expected_unreached``'s: what golden and generated problems together
     leave unreached there."""
-    return _applying(UNREACHABLE + UNION_GAPS, config, program, flow)
+    return _applying(UNREACHABLE, config, program, flow)
 
 
 def expected_unreached(config: dict, program: Program, flow: Flow) -> dict[tuple[int, str], Unreached]:
