@@ -39,8 +39,9 @@ def test_manifest_is_well_formed_and_files_match_their_hashes():
     size = sum(p.stat().st_size for p in catalog.DATA.glob("*.npz"))
     # Pools and the stored intervals (bf16 bits, three per judgment) dominate; the
     # compacted-domain twins (cases.py, issue 21) took it from 25 MB to 42 MB, the
-    # non-negative scale twins and the softmax-scale cases (issues 36, 38) to 43.5 MB.
-    assert size < 44e6
+    # non-negative scale twins and the softmax-scale cases (issues 36, 38) to 43.5 MB, the
+    # cases that launch every compiled configuration (issue 37) to 47.3 MB.
+    assert size < 48e6
 
 
 def test_every_bug_class_has_a_case_and_every_validator_error_an_invalid_case():

@@ -612,9 +612,10 @@ CASES += [_compacted("sm-scale-large", lambda: compact(_sm_scale(131, 3.3)))]
 # loop runs more than once, and the narrowest width with an empty row.
 
 def _wide_empty_rows(k: int, layout: str) -> DecodeProblem:
-    """TOPK ``k``: a request whose ``k`` slots are all valid, a padding request
-    (its row has no valid slot, so every split's chunk is empty) and one with 6."""
-    return _base(200 + k, reqs=3, q_len=1, num_kv_heads=1, topk=k, seq_lens=[k * BLK, 0, 5 * BLK + 7],
+    """TOPK ``k``: a request with 20 valid slots among the ``k`` (3 or more a split
+    at 8 splits: the block loop's second trip), a padding request (its row has
+    no valid slot, so every split's chunk is empty) and one with 6."""
+    return _base(200 + k, reqs=3, q_len=1, num_kv_heads=1, topk=k, seq_lens=[20 * BLK, 0, 5 * BLK + 7],
                  invalid_fraction=0.0, layout=layout)
 
 
@@ -631,11 +632,11 @@ def _topk_one_empty_row(layout: str) -> DecodeProblem:
 
 
 CASES += [
-    Case("topk-64-empty-rows", "TOPK 64: a request with every slot valid, a padding request, one with 6 valid.",
+    Case("topk-64-empty-rows", "TOPK 64: requests with 20, 0 (padding) and 6 valid slots.",
          ("topk-wide", "empty-row"), lambda: _wide_empty_rows(64, "token_rows"), splits=(1, 2, 4, 8)),
     Case("topk-64-planar", "The TOPK 64 batch with a padding request, in the planar layout.",
          ("topk-wide", "empty-row", "layout"), lambda: _wide_empty_rows(64, "planar"), splits=(1, 2, 4, 8)),
-    Case("topk-33-empty-rows", "TOPK 33: a request with every slot valid, a padding request, one with 6 valid.",
+    Case("topk-33-empty-rows", "TOPK 33: requests with 20, 0 (padding) and 6 valid slots.",
          ("topk-wide", "empty-row"), lambda: _wide_empty_rows(33, "token_rows"), splits=(1, 2, 4, 8)),
     Case("topk-33-planar", "The TOPK 33 batch with a padding request, in the planar layout.",
          ("topk-wide", "empty-row", "layout"), lambda: _wide_empty_rows(33, "planar"), splits=(1, 2, 4, 8)),
