@@ -11,6 +11,10 @@ numpy allocated. With ``oracle`` it then times the oracle on the same step
 with 2 to 6 of the 16 slots of each (KV head, row) valid (as in generated
 problems, where 17-32% are), against the same floor over exactly those
 valid keys: the oracle's work should follow the keys a row sees, not TOPK.
+Beside it, ``floor64-valid``: the same attention in float64 over the same
+keys, already dequantised: what the oracle's float64 arithmetic costs
+before it reads a byte of the cache (the rest of its time is gathering and
+dequantising the valid blocks, and validating the problem).
 
 The floor and the references call BLAS: with its default thread count, a
 loaded machine moves the floor and the references differently and the ratios
@@ -71,8 +75,9 @@ def production_problem(seed: int = 0, reqs: int = 64, num_kv_heads: int = 4, top
     )
 
 
-def float32_floor(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Plain softmax attention in float32: q ``[B,16,128]``, k/v ``[B,N,128]`` -> ``[B,16,128]``.
+def attention_floor(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Plain softmax attention in the operands' dtype (float32 for the floor,
+    float64 for ``floor64-valid``): q ``[B,16,128]``, k/v ``[B,N,128]`` -> ``[B,16,128]``.
 
     ``optimize=True`` lets einsum hand each contraction to BLAS, as matmul would:
     a slower floor would flatter the ratios.
@@ -145,7 +150,7 @@ def main(argv=None) -> int:
     q32 = p.q.reshape(n_pairs, HG, D)
     k32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
     v32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
-    floor, floor_peak = _timed(lambda: float32_floor(q32, k32, v32), args.reps)
+    floor, floor_peak = _timed(lambda: attention_floor(q32, k32, v32), args.reps)
     print(f"{'what':<12} {'seconds':>9} {'x floor':>8} {'peak MiB':>9}")
     print(f"{'floor':<12} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (K/V inputs: "
           f"{(k32.nbytes + v32.nbytes) / 2**20:.0f} MiB, not counted)")
@@ -176,9 +181,13 @@ def _valid_keys(reqs: int, reps: int) -> None:
     keys = sum(k.shape[0] * k.shape[1] for _, k, _ in operands)
     print(f"the same step with 2..6 of 16 slots valid a row ({keys / (p.rows * p.num_kv_heads):.0f} "
           f"of 2048 keys a row on average):")
-    floor, floor_peak = _timed(lambda: [float32_floor(*x) for x in operands], reps)
+    floor, floor_peak = _timed(lambda: [attention_floor(*x) for x in operands], reps)
     print(f"{'floor-valid':<12} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (float32 einsum "
           f"over the valid keys only)")
+    wide = [tuple(a.astype(np.float64) for a in x) for x in operands]
+    t64, peak64 = _timed(lambda: [attention_floor(*x) for x in wide], reps)
+    print(f"{'floor64-valid':<12} {t64:9.3f} {t64 / floor:8.2f} {peak64 / 2**20:9.1f}   (the same in float64, "
+          f"operands already dequantised)")
     t, peak = _timed(lambda: sparse_decode(p), reps)
     print(f"{'oracle-valid':<12} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
 

@@ -144,6 +144,7 @@ def test_reference_bench_times_both_references_against_the_floors():
     assert float(lines["floor"][2]) == 1.0 and float(lines["emulate"][2]) > 0 and float(lines["oracle"][2]) > 0
     # The oracle on a step with 2..6 of 16 slots valid, against the floor over those keys alone.
     assert float(lines["floor-valid"][2]) == 1.0 and float(lines["oracle-valid"][2]) > 0
+    assert float(lines["floor64-valid"][2]) > 0
     keys = re.search(r"\((\d+) of 2048 keys a row on average\)", r.stdout)
     assert keys and 2 * 128 <= int(keys.group(1)) <= 6 * 128, r.stdout
     assert r.stdout.startswith("BLAS threads: "), r.stdout
