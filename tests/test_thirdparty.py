@@ -32,7 +32,7 @@ from nvfp4_suite.vectors.engine.check import check_golden
 from nvfp4_suite.vectors.engine.harness import BackendCrash, run_case
 from nvfp4_suite.vectors.engine.strategies import launches_for, problems_for
 
-SPLITS = [1, 3]  # the golden launches these tests run (every case has both)
+SPLITS = [1, 3]  # the golden launches these tests run (every case has splits 1, most have 3)
 
 
 @functools.lru_cache(maxsize=None)
