@@ -299,7 +299,8 @@ def test_a_kernel_with_two_bugs_gets_both_named_each_on_the_launches_it_alone_ex
     run.diagnosis = blame.diagnose_golden(run, None)
     lines = golden_lines(run, "two-bugs")
     named = [m.candidate.spec for m in run.diagnosis.matches]
-    assert named == [_spec("numpy_head_mod"), _spec("numpy_layout_token_rows")], lines[:5]
+    # Both named; which comes first is the one that explains more launches (checked below).
+    assert sorted(named) == [_spec("numpy_head_mod"), _spec("numpy_layout_token_rows")], lines[:5]
     first, second = run.diagnosis.matches
     failing = sum(len(c.failures) for c in run.cases)
     # Together they explain every failing launch; the first the most of them.
