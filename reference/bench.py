@@ -151,8 +151,8 @@ def main(argv=None) -> int:
     k32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
     v32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
     floor, floor_peak = _timed(lambda: attention_floor(q32, k32, v32), args.reps)
-    print(f"{'what':<12} {'seconds':>9} {'x floor':>8} {'peak MiB':>9}")
-    print(f"{'floor':<12} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (K/V inputs: "
+    print(f"{'what':<13} {'seconds':>9} {'x floor':>8} {'peak MiB':>9}")
+    print(f"{'floor':<13} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (K/V inputs: "
           f"{(k32.nbytes + v32.nbytes) / 2**20:.0f} MiB, not counted)")
     whats = [w.strip() for w in args.what.split(",") if w.strip()]
     fn: Callable[[DecodeProblem], object]  # the reference timed: either one's output is discarded
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
         else:
             ap.error(f"--what: unknown {what!r}")
         t, peak = _timed(lambda: fn(p), args.reps)
-        print(f"{what:<12} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
+        print(f"{what:<13} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
     whole = p.num_pages * p.num_kv_heads * 2 * BLK * D * 8
     print(f"(a float64 dequantised copy of the whole pool would be {whole / 2**20:.0f} MiB)")
     if "oracle" in whats:
@@ -182,14 +182,14 @@ def _valid_keys(reqs: int, reps: int) -> None:
     print(f"the same step with 2..6 of 16 slots valid a row ({keys / (p.rows * p.num_kv_heads):.0f} "
           f"of 2048 keys a row on average):")
     floor, floor_peak = _timed(lambda: [attention_floor(*x) for x in operands], reps)
-    print(f"{'floor-valid':<12} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (float32 einsum "
+    print(f"{'floor-valid':<13} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (float32 einsum "
           f"over the valid keys only)")
     wide = [tuple(a.astype(np.float64) for a in x) for x in operands]
     t64, peak64 = _timed(lambda: [attention_floor(*x) for x in wide], reps)
-    print(f"{'floor64-valid':<12} {t64:9.3f} {t64 / floor:8.2f} {peak64 / 2**20:9.1f}   (the same in float64, "
+    print(f"{'floor64-valid':<13} {t64:9.3f} {t64 / floor:8.2f} {peak64 / 2**20:9.1f}   (the same in float64, "
           f"operands already dequantised)")
     t, peak = _timed(lambda: sparse_decode(p), reps)
-    print(f"{'oracle-valid':<12} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
+    print(f"{'oracle-valid':<13} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
 
 
 if __name__ == "__main__":
