@@ -94,8 +94,8 @@ def test_generated_problems_judged_with_torch_references_give_the_host_verdict()
     from nvfp4_suite.kernels.reference_backends import EmulateBackend
 
     host = check_generated(EmulateBackend(), 4, 7, shrink=False)
-    gpu_text = check_generated(EmulateBackend(), 4, 7, shrink=False, references=TORCH_CPU)
-    assert host.ok and gpu_text.ok and host.n == gpu_text.n == 4 and host.totals == gpu_text.totals
+    in_torch = check_generated(EmulateBackend(), 4, 7, shrink=False, references=TORCH_CPU)
+    assert host.ok and in_torch.ok and host.n == in_torch.n == 4 and host.totals == in_torch.totals
 
 
 def test_an_exact_class_kernel_is_judged_alike_with_torch_references_passing_or_failing():
@@ -191,3 +191,17 @@ def test_the_documented_gpu_bench_runs_with_references_on_the_host(capsys):
     assert main(argv) == 0
     rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("emulate ", "triton "))]
     assert len(rows) == 2 and all(r.split()[2] == "host" for r in rows)
+
+
+def test_replay_takes_references_as_check_does(tmp_path, no_gpu, capsys):
+    import json
+
+    from nvfp4_suite.vectors.cli import main
+
+    case = str(catalog.case_file(_stored_case()))
+    out = tmp_path / "r.json"
+    assert main(["replay", case, "--backend", "emulate", "--references", "host", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["backend"]["references"] == "host (numpy)"
+    capsys.readouterr()
+    assert main(["replay", case, "--backend", "emulate", "--references", "device"]) == 2
+    assert "--references device: torch sees no GPU" in capsys.readouterr().err

@@ -49,6 +49,8 @@ import pytest
 
 
 def pytest_addoption(parser):
+    from nvfp4_suite.vectors.engine.references import CHOICES
+
     g = parser.getgroup("nvfp4", "NVFP4 sparse decode conformance (nvfp4_suite)")
     g.addoption("--nvfp4-backend", action="append", default=[], metavar="SPEC",
                 help="check this backend: a registered name or module.path:attr (repeatable); "
@@ -70,7 +72,7 @@ def pytest_addoption(parser):
     g.addoption("--nvfp4-shard", type=_shard, default=None, metavar="K/N",
                 help="only share K of N of the golden launches and generated problems, as check --shard K/N "
                      "(for N separate sessions: CI jobs, machines)")
-    g.addoption("--nvfp4-references", choices=("auto", "host", "device"), default="auto",
+    g.addoption("--nvfp4-references", choices=CHOICES, default="auto",
                 help="where the references run, as check --references: host (numpy), device (torch on the GPU), "
                      "auto (the GPU when the backend runs on one and torch sees it; default)")
 

@@ -164,7 +164,7 @@ def cmd_replay(args) -> Verdict:
     (the engine's check of a one-case catalog, ``check.run_replay``)."""
     run = args.run = ReplayRun(ReplayConfig(file=args.file, backend=args.backend, splits=args.splits, xcds=args.xcds,
                                             order=args.order, arithmetic=args.arithmetic, isolate=args.isolate,
-                                            timeout=args.timeout, json=args.json))
+                                            timeout=args.timeout, json=args.json, references=args.references))
     verdict = run_replay(run, _hooks())
     _say(render.verdict_line(run, verdict))
     return verdict
@@ -291,6 +291,14 @@ def add_arithmetic_option(parser: argparse.ArgumentParser) -> None:
                              "seed or geometry:KxL[,p-bf16][,position] (reference/CONTRACT.md 7.1)")
 
 
+def add_references_option(parser: argparse.ArgumentParser) -> None:
+    """``--references WHERE``: where the references run
+    (``nvfp4_suite.vectors.engine.references.choose``)."""
+    parser.add_argument("--references", choices=references.CHOICES, default="auto",
+                        help="where the references run: host (numpy), device (torch on the GPU), auto (the GPU "
+                             "when the backend runs on one and torch sees it; default)")
+
+
 def _isolation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--isolate", action="store_true",
                    help="run each launch in a worker process: a crash, a hang past --timeout, a GPU fault or an "
@@ -341,10 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="judge only share K of N of the campaign (round robin over each catalog's launches and "
                         "over the generated problems in draw order; the N shards together are the unsharded "
                         "run for the same seed); fold the shards' --json reports with `merge` (docs/campaigns.md)")
-    c.add_argument("--references", choices=references.CHOICES, default="auto",
-                   help="where the references of the golden and generated problems run: host (numpy), device "
-                        "(torch on the GPU), auto (the GPU when the backend runs on one and torch sees it; "
-                        "default)")
+    add_references_option(c)
     add_arithmetic_option(c)
     _isolation_args(c)
     _json_arg(c)
@@ -365,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--splits", type=int, help="this split count (default: the file's launches)")
     r.add_argument("--xcds", type=int, help="this XCD placement (default: the file's launches)")
     r.add_argument("--order", help="this workgroup order (default: the file's launches)")
+    add_references_option(r)
     add_arithmetic_option(r)
     _isolation_args(r)
     _json_arg(r)
@@ -419,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="problems the numpy reference is timed on (minutes each; default 1)")
     sb.set_defaults(fn=cmd_serving_bench)
     export.register(sub)  # export --layout FILE DIR, import --layout FILE DUMP OUT
-    bench.register(sub, backend_help)
+    add_references_option(bench.register(sub, backend_help))
     return ap
 
 

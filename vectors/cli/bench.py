@@ -9,6 +9,7 @@ per problem as a ratio to the first backend's, measured in the same run.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from nvfp4_suite.vectors.cli import render, report
@@ -94,8 +95,10 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def register(sub, backend_help: str) -> None:
-    """Add the ``bench`` command to the ``sub`` parsers."""
+def register(sub, backend_help: str) -> argparse.ArgumentParser:
+    """Add the ``bench`` command to the ``sub`` parsers; returns its parser, to
+    which the command line adds the options it shares with ``check``
+    (``--references``, applied to every backend)."""
     b = sub.add_parser("bench", help="where a check's time goes, per backend, against a floor measured in the run",
                        description="Check the same generated problems against each backend and print problems "
                                    "per second, the share of wall time in generation, launches, references, "
@@ -106,6 +109,5 @@ def register(sub, backend_help: str) -> None:
                         f"{', '.join(DEFAULT_BACKENDS)})")
     b.add_argument("--examples", type=int, default=20, help="generated problems per backend (default 20)")
     b.add_argument("--seed", type=int, default=3, help="seed of the problems (default 3)")
-    b.add_argument("--references", choices=("auto", "host", "device"), default="auto",
-                   help="where every backend's references run, as check --references (default auto)")
     b.set_defaults(fn=cmd_bench)
+    return b

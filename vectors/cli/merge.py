@@ -297,7 +297,7 @@ def shard_cause_lines(merged: Merged) -> list[str]:
     under its name, for the shards that have one; empty when none failed. A
     shard's summary weighs only its share of the launches: the unsharded run
     (or one shard alone, ``check --shard 1/1``) gives the summary over all."""
-    n = merged.shards[0][1]["shard"]["n"] if merged.shards else 0
+    n = merged.shards[0][1]["shard"]["n"]
     have = [(rep["shard"]["k"], path, rep["blame"]) for path, rep in merged.shards if rep.get("blame")]
     if not have:
         return []

@@ -661,8 +661,7 @@ def _class_launches(backend, classes: set[str]) -> list[blame.Observed]:
         mine = [f for f in entry["flags"] if taken.get(f, TIE_CASES) < TIE_CASES]
         if not mine or entry.get("expected_error"):
             continue
-        path = catalog._root(None) / entry["file"]
-        problem = load_case(path)[0]
+        problem = load_case(catalog.case_file(entry))[0]
         launch = next((x for x in case_launches(caps, entry) if not caps.refuses(problem, x)), None)
         if launch is None:
             continue
@@ -881,8 +880,8 @@ def run_check(run: CheckRun, hooks: Hooks | None = None) -> Verdict:
 class ReplayConfig:
     """One replay: the case ``file``, the ``backend`` spec (None: the one the
     file records, if it is a registered name), ``splits``/``xcds``/``order``
-    overriding the file's launches, ``arithmetic``, isolation as for a check,
-    ``json``."""
+    overriding the file's launches, ``arithmetic``, isolation and
+    ``references`` as for a check, ``json``."""
 
     file: str
     backend: str | None = None
@@ -893,6 +892,7 @@ class ReplayConfig:
     isolate: bool = False
     timeout: float | None = None
     json: str | None = None
+    references: str = "auto"
 
 
 @dataclasses.dataclass
@@ -944,7 +944,7 @@ def run_replay(run: ReplayRun, hooks: Hooks | None = None) -> Verdict:
                              f"({', '.join(kernels.registered())}); a case file never chooses code to import: "
                              "give --backend explicitly (e.g. the one the printed replay command names)")
     check_config = CheckConfig(backend=spec, arithmetic=config.arithmetic, isolate=config.isolate,
-                               timeout=config.timeout)
+                               timeout=config.timeout, references=config.references)
     if check_config.problems():
         raise SetupError(check_config.problems())
     run.subject = subject = load_subject(check_config)

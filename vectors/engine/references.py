@@ -22,15 +22,17 @@ within a few float64 ulps of a bf16 rounding midpoint
 (``nvfp4_suite.kernels.torch.reference`` says why, and its tests check it). A
 golden case's stored judgment is confirmed bit for bit: where the GPU's
 interval differs from the stored one, the host's decides
-(``nvfp4_suite.vectors.engine.check``), so a catalog never reads as drifted because of where its
-references ran.
+(``nvfp4_suite.vectors.engine.check``), so a catalog never reads as drifted
+because of where its references ran.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from nvfp4_suite.reference.compare import Interval, backend_interval
+if TYPE_CHECKING:
+    from nvfp4_suite.reference.compare import Interval
 
 CHOICES = ("auto", "host", "device")
 # Capabilities.targets that name a GPU torch can reach (ROCm builds of torch answer to "cuda").
@@ -54,7 +56,10 @@ class References:
         ``DecodeProblem``) in arithmetic ``geometry`` at ``splits``, computed
         here. The interval's arrays are numpy float32/float64 ``[rows, H, 128]``
         wherever they were computed."""
+        # Imported here: the pytest plugin reads CHOICES when pytest starts, before any numpy work.
         if self.device is None:
+            from nvfp4_suite.reference.compare import backend_interval
+
             return backend_interval(problem, geometry=geometry, splits=splits)
         from nvfp4_suite.kernels.torch import reference as torch_reference
 
@@ -66,11 +71,12 @@ HOST = References()
 
 def gpu_reason() -> str | None:
     """None when torch imports and sees a GPU, else why not."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed (pip install -e '.[torch]')"
-    return None if torch.cuda.is_available() else "torch sees no GPU"
+    from nvfp4_suite.kernels.torch import reference as torch_reference
+
+    why = torch_reference.available()
+    if why is not None:
+        return why
+    return None if torch_reference.default_device() == "cuda" else "torch sees no GPU"
 
 
 def choose(choice: str, capabilities) -> References:
