@@ -96,6 +96,11 @@ class NumpyOps:
     def take_along_axis(self, a, index, axis: int):
         return np.take_along_axis(a, index, axis=axis)
 
+    def pair_rows(self, table, index):
+        """``table[index]``: the rows of a float64 ``[n, 2]`` table at integer ``index``
+        ``[...]`` -> ``[..., 2]``."""
+        return table[index]
+
     # --- bit patterns --------------------------------------------------------
     def bits32(self, a):
         """float32 ``a`` -> its bit patterns as int64 in ``[0, 2**32)``."""
@@ -229,7 +234,7 @@ class ProblemArrays:
         lead = tuple(data.shape[:-1])
         idx = (ops.astype(scales, ops.int64).reshape(lead + (ROW_SCALES, 1)) * 256
                + ops.astype(data, ops.int64).reshape(lead + (ROW_SCALES, GROUP // 2)))
-        return table[idx.reshape(lead + (ROW_DATA,))].reshape(lead + (D,))
+        return ops.pair_rows(table, idx.reshape(lead + (ROW_DATA,))).reshape(lead + (D,))
 
     def back(self, x) -> np.ndarray:
         """``[P, 16, n]`` pair-major -> numpy ``[rows, H, n]``."""

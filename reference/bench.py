@@ -11,10 +11,16 @@ numpy allocated. With ``oracle`` it then times the oracle on the same step
 with 2 to 6 of the 16 slots of each (KV head, row) valid (as in generated
 problems, where 17-32% are), against the same floor over exactly those
 valid keys: the oracle's work should follow the keys a row sees, not TOPK.
-Beside it, ``floor64-valid``: the same attention in float64 over the same
-keys, already dequantised: what the oracle's float64 arithmetic costs
-before it reads a byte of the cache (the rest of its time is gathering and
-dequantising the valid blocks, and validating the problem).
+Beside it, ``floor64-valid``: the floor computed in float64 over the same
+keys, its operands likewise already dequantised and read from memory: the
+price of float64 against float32 arithmetic alone in this library. The
+oracle computes in float64 to be exact; the rest of its time is validating
+the problem and gathering and dequantising the valid blocks, whose float64
+operands it then reads while they are still in cache, so its own arithmetic
+can cost less than this row.
+
+``nvfp4_suite.kernels.torch.bench`` prints the same table computed on a
+torch device (``Namespace`` is what differs).
 
 The floor and the references call BLAS: with its default thread count, a
 loaded machine moves the floor and the references differently and the ratios
@@ -26,10 +32,11 @@ with them. The first line says which thread count the run had
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 import tracemalloc
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -134,62 +141,116 @@ def _timed(fn, reps: int) -> tuple[float, int]:
     return best, peak
 
 
-def main(argv=None) -> int:
-    """Print the benchmark table of the reference functions against the float32 floor."""
-    ap = argparse.ArgumentParser(prog="python -m nvfp4_suite.reference.bench", description=__doc__.split("\n\n")[0])
+@dataclasses.dataclass(frozen=True)
+class Namespace:
+    """Where the benchmark computes: the floor and the references in one array library.
+
+    header: the first line printed (what the timings depend on); floor:
+    ``attention_floor``'s contract in this library; move: a numpy array to
+    this library's, dtype kept; timed: ``(fn, reps) -> (best seconds, peak
+    bytes or None)``; references: ``(what, problem) -> fn``, a call of the
+    reference ``what`` (one of ``WHATS``) on ``problem`` with what it reads
+    already in place, as a check has it."""
+
+    header: str
+    floor: Callable
+    move: Callable
+    timed: Callable
+    references: Callable[[str, DecodeProblem], Callable[[], object]]
+
+
+# The references the benchmark times.
+WHATS = ("oracle", "emulate")
+
+
+def _numpy_reference(what: str, p: DecodeProblem) -> Callable[[], object]:
+    if what == "oracle":
+        from .oracle import sparse_decode
+
+        return lambda: sparse_decode(p)
+    from .emulate import emulate
+
+    return lambda: emulate(p)
+
+
+def numpy_namespace() -> Namespace:
+    """The references in numpy on the CPU; the floor as float32 BLAS einsum."""
+    return Namespace(blas_threads(), attention_floor, lambda a: a, _timed, _numpy_reference)
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options of every front end of this benchmark: ``--reps``, ``--what``, ``--reqs``."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions; the minimum is reported")
-    ap.add_argument("--what", default="oracle,emulate", help="comma-separated: oracle, emulate")
+    ap.add_argument("--what", default="oracle,emulate", help="comma-separated: " + ", ".join(WHATS))
     ap.add_argument("--reqs", type=int, default=64, help="requests of the step (64: production size)")
-    args = ap.parse_args(argv)
-    print(blas_threads())
+    return ap
+
+
+def report(ns: Namespace, args, ap: argparse.ArgumentParser) -> int:
+    """Print the benchmark table for ``args`` (``parser``'s options) computed in ``ns``; returns 0."""
+    whats = [w.strip() for w in args.what.split(",") if w.strip()]
+    for what in whats:
+        if what not in WHATS:
+            ap.error(f"--what: unknown {what!r}")
+    if args.reps < 1 or args.reqs < 1:
+        ap.error(f"--reps {args.reps}, --reqs {args.reqs}: both must be at least 1")
+    print(ns.header)
     print(f"building the production-size problem ({args.reqs} req x Hkv 4 x TOPK 16, 2048 keys a row)...",
           flush=True)
     p = production_problem(reqs=args.reqs)
     n_pairs, n_keys = p.rows * p.num_kv_heads, p.TOPK * BLK
     rng = np.random.default_rng(1)
-    q32 = p.q.reshape(n_pairs, HG, D)
-    k32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
-    v32 = rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32)
-    floor, floor_peak = _timed(lambda: attention_floor(q32, k32, v32), args.reps)
+    floor, floor_peak = _floor_time(ns, [(p.q.reshape(n_pairs, HG, D),
+                                          rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32),
+                                          rng.standard_normal((n_pairs, n_keys, D), dtype=np.float32))],
+                                    np.float32, args.reps)
     print(f"{'what':<13} {'seconds':>9} {'x floor':>8} {'peak MiB':>9}")
-    print(f"{'floor':<13} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (K/V inputs: "
-          f"{(k32.nbytes + v32.nbytes) / 2**20:.0f} MiB, not counted)")
-    whats = [w.strip() for w in args.what.split(",") if w.strip()]
-    fn: Callable[[DecodeProblem], object]  # the reference timed: either one's output is discarded
+    print(f"{'floor':<13} {floor:9.4f} {1.0:8.2f} {_mib(floor_peak)}   (K/V inputs: "
+          f"{2 * n_pairs * n_keys * D * 4 / 2**20:.0f} MiB, not counted)")
     for what in whats:
-        if what == "oracle":
-            from .oracle import sparse_decode as fn
-        elif what == "emulate":
-            from .emulate import emulate as fn
-        else:
-            ap.error(f"--what: unknown {what!r}")
-        t, peak = _timed(lambda: fn(p), args.reps)
-        print(f"{what:<13} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
+        t, peak = ns.timed(ns.references(what, p), args.reps)
+        print(f"{what:<13} {t:9.4f} {t / floor:8.2f} {_mib(peak)}")
     whole = p.num_pages * p.num_kv_heads * 2 * BLK * D * 8
     print(f"(a float64 dequantised copy of the whole pool would be {whole / 2**20:.0f} MiB)")
     if "oracle" in whats:
-        _valid_keys(args.reqs, args.reps)
+        _valid_keys(ns, args.reqs, args.reps)
     return 0
 
 
-def _valid_keys(reqs: int, reps: int) -> None:
-    """The oracle against the float32 floor over the same valid keys (module note)."""
-    from .oracle import sparse_decode
+def _floor_time(ns: Namespace, operands: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], dtype,
+                reps: int) -> tuple[float, int | None]:
+    """``ns.timed`` of the floor over each ``(q, k, v)`` of ``operands`` as ``dtype``
+    in ``ns``; the moved copies are freed on return, before anything else is timed."""
+    moved = [tuple(ns.move(a.astype(dtype, copy=False)) for a in x) for x in operands]
+    return ns.timed(lambda: [ns.floor(*x) for x in moved], reps)
 
+
+def _mib(peak: int | None) -> str:
+    return f"{'-':>9}" if peak is None else f"{peak / 2**20:9.1f}"
+
+
+def _valid_keys(ns: Namespace, reqs: int, reps: int) -> None:
+    """The oracle against the float32 floor over the same valid keys (module note)."""
     p = production_problem(reqs=reqs, valid=(2, 6))
     operands = valid_key_operands(p)
     keys = sum(k.shape[0] * k.shape[1] for _, k, _ in operands)
     print(f"the same step with 2..6 of 16 slots valid a row ({keys / (p.rows * p.num_kv_heads):.0f} "
           f"of 2048 keys a row on average):")
-    floor, floor_peak = _timed(lambda: [attention_floor(*x) for x in operands], reps)
-    print(f"{'floor-valid':<13} {floor:9.3f} {1.0:8.2f} {floor_peak / 2**20:9.1f}   (float32 einsum "
+    floor, floor_peak = _floor_time(ns, operands, np.float32, reps)
+    print(f"{'floor-valid':<13} {floor:9.4f} {1.0:8.2f} {_mib(floor_peak)}   (float32 einsum "
           f"over the valid keys only)")
-    wide = [tuple(a.astype(np.float64) for a in x) for x in operands]
-    t64, peak64 = _timed(lambda: [attention_floor(*x) for x in wide], reps)
-    print(f"{'floor64-valid':<13} {t64:9.3f} {t64 / floor:8.2f} {peak64 / 2**20:9.1f}   (the same in float64, "
+    t64, peak64 = _floor_time(ns, operands, np.float64, reps)
+    print(f"{'floor64-valid':<13} {t64:9.4f} {t64 / floor:8.2f} {_mib(peak64)}   (the same in float64, "
           f"operands already dequantised)")
-    t, peak = _timed(lambda: sparse_decode(p), reps)
-    print(f"{'oracle-valid':<13} {t:9.3f} {t / floor:8.2f} {peak / 2**20:9.1f}")
+    t, peak = ns.timed(ns.references("oracle", p), reps)
+    print(f"{'oracle-valid':<13} {t:9.4f} {t / floor:8.2f} {_mib(peak)}")
+
+
+def main(argv=None) -> int:
+    """Print the benchmark table of the numpy references against the float32 floor."""
+    ap = parser("python -m nvfp4_suite.reference.bench", __doc__.split("\n\n")[0])
+    return report(numpy_namespace(), ap.parse_args(argv), ap)
 
 
 if __name__ == "__main__":

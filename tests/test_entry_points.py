@@ -29,6 +29,7 @@ ENTRY_POINTS = {
     "nvfp4_suite.kernels.triton.sweep": "kernels/triton/sweep.py",
     "nvfp4_suite.kernels.flydsl.resources": "kernels/flydsl/resources.py",
     "nvfp4_suite.reference.bench": "reference/bench.py",
+    "nvfp4_suite.kernels.torch.bench": "kernels/torch/bench.py",
 }
 
 
@@ -148,6 +149,52 @@ def test_reference_bench_times_both_references_against_the_floors():
     keys = re.search(r"\((\d+) of 2048 keys a row on average\)", r.stdout)
     assert keys and 2 * 128 <= int(keys.group(1)) <= 6 * 128, r.stdout
     assert r.stdout.startswith("BLAS threads: "), r.stdout
+
+
+@pytest.mark.parametrize("args, says", [(["--reps", "0"], "--reps 0"), (["--reqs", "0"], "--reqs 0"),
+                                        (["--what", "oracle,emulat"], "unknown 'emulat'")])
+def test_reference_bench_refuses_bad_options_with_exit_2(args, says):
+    r = _m("nvfp4_suite.reference.bench", *args, timeout=120)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def _bench_rows(stdout: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split() for line in stdout.splitlines() if line.split()}
+
+
+def test_torch_bench_times_the_references_on_the_cpu_device():
+    pytest.importorskip("torch")
+    r = _m("nvfp4_suite.kernels.torch.bench", "--device", "cpu", "--reps", "1", "--reqs", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("torch ") and " on cpu (the CPU); TF32 matmul: " in r.stdout, r.stdout
+    rows = _bench_rows(r.stdout)
+    for what in ("floor", "oracle", "emulate", "floor-valid", "floor64-valid", "oracle-valid"):
+        assert float(rows[what][2]) > 0 and rows[what][3] == "-", r.stdout  # no allocator count on the CPU
+    assert float(rows["floor"][2]) == float(rows["floor-valid"][2]) == 1.0
+
+
+def test_torch_bench_without_the_device_exits_2_with_the_reason():
+    pytest.importorskip("torch")
+    r = _m("nvfp4_suite.kernels.torch.bench", "--device", "mps", timeout=120)
+    assert r.returncode == 2 and "runs on cpu or cuda" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = _m("nvfp4_suite.kernels.torch.bench", "--device", "nonsense", timeout=120)
+    assert r.returncode == 2 and "--device 'nonsense'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    if _cuda():
+        r = _m("nvfp4_suite.kernels.torch.bench", "--device", "cuda:64", timeout=120)
+        assert r.returncode == 2 and "CUDA/ROCm device(s)" in r.stderr, r.stderr
+    else:
+        r = _m("nvfp4_suite.kernels.torch.bench", "--device", "cuda", timeout=120)
+        assert r.returncode == 2 and "no CUDA/ROCm device is visible" in r.stderr, r.stderr
+
+
+@pytest.mark.gpu
+def test_torch_bench_times_the_references_on_the_gpu():
+    if not _cuda():
+        pytest.skip("needs a CUDA or ROCm GPU")
+    r = _m("nvfp4_suite.kernels.torch.bench", "--reps", "1", "--reqs", "8")
+    assert r.returncode == 0 and " on cuda (" in r.stdout.splitlines()[0], r.stdout + r.stderr
+    rows = _bench_rows(r.stdout)
+    assert float(rows["oracle-valid"][2]) > 0 and float(rows["oracle-valid"][3]) > 0, r.stdout  # device MiB
 
 
 def test_reference_bench_names_the_blas_thread_setting_it_ran_with():

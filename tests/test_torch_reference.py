@@ -166,6 +166,38 @@ def test_shared_helpers_in_the_torch_namespace_equal_numpy_on_edge_values():
     assert ties > 0
 
 
+def _every_byte_under_every_scale():
+    """uint8 ``[256, 4, 64]`` data and ``[256, 4, 8]`` scale bytes: scale byte ``s``
+    on every group of the four rows ``[s]``, which hold every data byte once, so
+    every (code, scale byte) pair in both nibbles."""
+    data = np.broadcast_to(np.arange(256, dtype=np.uint8).reshape(1, 4, 64), (256, 4, 64)).copy()
+    scales = np.broadcast_to(np.arange(256, dtype=np.uint8)[:, None, None], (256, 4, 8)).copy()
+    return data, scales
+
+
+def _gathers_equal(device):
+    from nvfp4_suite.reference.arrays import NUMPY, operand_table
+
+    ops = TR.TorchOps(device)
+    data, scales = _every_byte_under_every_scale()
+    got = ops.dequantize(ops.asarray(data), ops.asarray(scales))
+    assert _bits_equal(ops.to_numpy(got), NUMPY.dequantize(data, scales))  # NaN scales: NaN in both
+    table = operand_table("bf16-folded", 0.05)
+    index = np.arange(256 * 256).reshape(256, 16, 16)[:, ::-1]  # every row, not in order
+    assert _bits_equal(ops.to_numpy(ops.pair_rows(ops.asarray(table), ops.asarray(index))),
+                       NUMPY.pair_rows(table, index))
+
+
+def test_gathers_in_the_torch_namespace_equal_numpy_for_every_code_and_scale_byte():
+    _gathers_equal("cpu")
+
+
+@pytest.mark.gpu
+@GPU
+def test_gathers_on_the_gpu_equal_numpy_for_every_code_and_scale_byte():
+    _gathers_equal("cuda")
+
+
 @given(st.lists(st.lists(st.booleans(), min_size=7, max_size=7), min_size=1, max_size=6), st.integers(1, 9))
 def test_split_schedule_in_the_torch_namespace_equals_numpy(valid, splits):
     v = np.array(valid)
