@@ -130,6 +130,27 @@ def check_reference_budget(what: str, problem: "DecodeProblem", nbytes: int) -> 
             f"{budget / 2**30:.1f} GiB (set {BUDGET_ENV} to raise it); it cannot be judged here")
 
 
+_LOW7, _ONES, _HIGH = (np.uint64(int.from_bytes(bytes([b]) * 8, "little")) for b in (0x7F, 0x01, 0x80))
+
+
+def _may_hold_nan_byte(stored: np.ndarray, pairs: np.ndarray) -> bool:
+    """Whether the scale bytes ``stored`` ``[pages, Hkv, 128, 8]`` (a pool view) of the
+    (page, KV head) slabs ``pairs`` (int ``[n, 2]``) may hold an E4M3 NaN (0x7F or 0xFF).
+
+    Exact where the pool's bytes are contiguous: each token's 8 bytes are read as
+    one uint64 word, several times faster than gathering them one by one, and
+    the V swizzle only moves bytes within a slab, so the swizzled bytes say as
+    much. Over other pools it answers True, leaving the byte scan to decide.
+    """
+    if stored.strides[-1] != 1:
+        return True
+    words = stored.view(np.uint64)[pairs[:, 0], pairs[:, 1]]
+    # A NaN byte becomes 0x00 and every other byte 0x01..0x7F: subtracting 0x01 from
+    # each byte then borrows, setting a high bit, exactly where some byte is 0x00.
+    x = (words & _LOW7) ^ _LOW7
+    return bool(((x - _ONES) & _HIGH).any())
+
+
 def _first(mask: np.ndarray):
     """Index tuple of the first True in ``mask``, or None (cheap when none is)."""
     if not mask.any():
@@ -433,6 +454,8 @@ class DecodeProblem:
             ("K", views.k_scale, lambda a: a),
             ("V", views.v_scale, unswizzle_v_scales),
         ):
+            if not _may_hold_nan_byte(stored, pairs):
+                continue
             sc = linear(stored[pairs[:, 0], pairs[:, 1]])
             bad = _first((sc & 0x7F) == 0x7F)
             if bad is not None:

@@ -199,6 +199,32 @@ def test_validator_rejects_nan_scale_byte_in_read_page(kind, byte):
         _with(p, topk=topk, pool=pool).validate()
 
 
+def test_word_scan_flags_a_slab_exactly_when_one_of_its_scale_bytes_is_nan():
+    from nvfp4_suite.reference.problem import _may_hold_nan_byte
+
+    # Every byte value at every position of a token's 8 scale bytes, the other
+    # bytes cycling through every non-NaN value (the scan's borrows cross bytes).
+    others = np.array([b for b in range(256) if b & 0x7F != 0x7F], np.uint8)
+    pool = np.zeros((1, 4 * 8), np.uint8)  # one page, four tokens of 8 bytes
+    stored = pool.reshape(1, 1, 4, 8)
+    pairs = np.array([[0, 0]])
+    for j in range(8):
+        for byte in range(256):
+            stored[0, 0] = others[(np.arange(32) + 8 * j + byte) % len(others)].reshape(4, 8)
+            stored[0, 0, byte % 4, j] = byte
+            assert _may_hold_nan_byte(stored, pairs) == (byte & 0x7F == 0x7F), (j, byte)
+
+
+def test_validator_rejects_nan_scale_byte_in_a_pool_whose_bytes_are_not_contiguous():
+    # A Fortran-ordered pool has no uint64 view of its rows: the byte scan decides.
+    p = _with_scale(_base(), "V", int(_base().block_table[0, 0]), 1, 5, 6, 0xFF)
+    pool = np.asfortranarray(p.pool)
+    assert pool.strides[1] != 1
+    with pytest.raises(R.NaNScaleByteError, match=r"KV head 1: V scale of token 5, group 6 is 0xFF"):
+        _with(p, pool=pool).validate()
+    _with(_base(), pool=np.asfortranarray(_base().pool)).validate()
+
+
 def test_validator_accepts_nan_scale_byte_in_unread_page_and_other_head():
     from nvfp4_suite.reference.paged_cache import page_views
 
