@@ -166,7 +166,7 @@ def test_torch_bench_times_the_references_on_the_cpu_device():
     pytest.importorskip("torch")
     r = _m("nvfp4_suite.kernels.torch.bench", "--device", "cpu", "--reps", "1", "--reqs", "2")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.startswith("torch ") and " on cpu (the CPU); TF32 matmul: " in r.stdout, r.stdout
+    assert r.stdout.startswith("torch ") and " on cpu (the CPU); torch threads: " in r.stdout, r.stdout
     rows = _bench_rows(r.stdout)
     for what in ("floor", "oracle", "emulate", "floor-valid", "floor64-valid", "oracle-valid"):
         assert float(rows[what][2]) > 0 and rows[what][3] == "-", r.stdout  # no allocator count on the CPU
@@ -177,8 +177,9 @@ def test_torch_bench_without_the_device_exits_2_with_the_reason():
     pytest.importorskip("torch")
     r = _m("nvfp4_suite.kernels.torch.bench", "--device", "mps", timeout=120)
     assert r.returncode == 2 and "runs on cpu or cuda" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    r = _m("nvfp4_suite.kernels.torch.bench", "--device", "nonsense", timeout=120)
-    assert r.returncode == 2 and "--device 'nonsense'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    for bad in ("nonsense", ""):
+        r = _m("nvfp4_suite.kernels.torch.bench", "--device", bad, timeout=120)
+        assert r.returncode == 2 and f"--device {bad!r}" in r.stderr and "Traceback" not in r.stderr, r.stderr
     if _cuda():
         r = _m("nvfp4_suite.kernels.torch.bench", "--device", "cuda:64", timeout=120)
         assert r.returncode == 2 and "CUDA/ROCm device(s)" in r.stderr, r.stderr
@@ -192,7 +193,8 @@ def test_torch_bench_times_the_references_on_the_gpu():
     if not _cuda():
         pytest.skip("needs a CUDA or ROCm GPU")
     r = _m("nvfp4_suite.kernels.torch.bench", "--reps", "1", "--reqs", "8")
-    assert r.returncode == 0 and " on cuda (" in r.stdout.splitlines()[0], r.stdout + r.stderr
+    assert r.returncode == 0 and " on cuda (" in r.stdout.splitlines()[0] and "TF32 matmul: " in r.stdout, \
+        r.stdout + r.stderr
     rows = _bench_rows(r.stdout)
     assert float(rows["oracle-valid"][2]) > 0 and float(rows["oracle-valid"][3]) > 0, r.stdout  # device MiB
 

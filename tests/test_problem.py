@@ -215,14 +215,24 @@ def test_word_scan_flags_a_slab_exactly_when_one_of_its_scale_bytes_is_nan():
             assert _may_hold_nan_byte(stored, pairs) == (byte & 0x7F == 0x7F), (j, byte)
 
 
-def test_validator_rejects_nan_scale_byte_in_a_pool_whose_bytes_are_not_contiguous():
-    # A Fortran-ordered pool has no uint64 view of its rows: the byte scan decides.
+def _fortran(pool):
+    return np.asfortranarray(pool)
+
+
+def _odd_offset(pool):
+    big = np.zeros((pool.shape[0], pool.shape[1] + 1), np.uint8)
+    big[:, 1:] = pool
+    return big[:, 1:]
+
+
+@pytest.mark.parametrize("place", [_fortran, _odd_offset])
+def test_validator_rejects_nan_scale_byte_in_pools_of_other_memory_layouts(place):
+    # Fortran order: no uint64 view of the rows, the byte scan decides. An odd
+    # offset: every word the scan reads is unaligned.
     p = _with_scale(_base(), "V", int(_base().block_table[0, 0]), 1, 5, 6, 0xFF)
-    pool = np.asfortranarray(p.pool)
-    assert pool.strides[1] != 1
     with pytest.raises(R.NaNScaleByteError, match=r"KV head 1: V scale of token 5, group 6 is 0xFF"):
-        _with(p, pool=pool).validate()
-    _with(_base(), pool=np.asfortranarray(_base().pool)).validate()
+        _with(p, pool=place(p.pool)).validate()
+    _with(_base(), pool=place(_base().pool)).validate()
 
 
 def test_validator_accepts_nan_scale_byte_in_unread_page_and_other_head():

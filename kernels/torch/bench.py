@@ -5,12 +5,14 @@
 ``nvfp4_suite.reference.bench`` with every array on ``--device`` (default:
 CUDA when torch sees a GPU, else the CPU): the same production-size step and
 rows, the oracle and the emulation through the torch namespace
-(``nvfp4_suite.kernels.torch.reference``) with the problem's pool already on
-the device (as a check with ``--references device`` has it), against the same
-plain softmax attention as ``torch.einsum`` in float32 on that device, with
-torch's own matmul precision setting (TF32 off unless the process turned it
-on). A reference's time includes its host work: validating the problem and
-copying its results back to numpy. Times are the minimum of ``--reps`` runs
+(``nvfp4_suite.kernels.torch.reference``) with the problem's pool copied to
+the device once, before the timing (as ``serving-bench`` passes it; a small
+check with ``--references device`` copies the pool at every launch, a cost
+these times leave out), against the same plain softmax attention as
+``torch.einsum`` in float32 on that device, with torch's own matmul
+precision setting (TF32 off unless the process turned it on). A reference's
+time includes its host work: validating the problem and copying its results
+back to numpy. Times are the minimum of ``--reps`` runs
 after one untimed run, each ended by a device synchronisation; peak MiB is
 what the device's allocator held beyond what it held before the call (a dash
 on the CPU, where torch keeps no such count).
@@ -75,8 +77,11 @@ def namespace(device: str) -> bench.Namespace:
         call = reference.sparse_decode if what == "oracle" else reference.emulate
         return lambda: call(p, device=dev, pool=pool)
 
-    name = torch.cuda.get_device_name(dev) if gpu else "the CPU"
-    header = f"torch {torch.__version__} on {dev} ({name}); TF32 matmul: {torch.backends.cuda.matmul.allow_tf32}"
+    if gpu:
+        where = f"{torch.cuda.get_device_name(dev)}); TF32 matmul: {torch.backends.cuda.matmul.allow_tf32}"
+    else:  # torch's own thread count moves the CPU ratios as BLAS's does numpy's
+        where = f"the CPU); torch threads: {torch.get_num_threads()}"
+    header = f"torch {torch.__version__} on {dev} ({where}"
     return bench.Namespace(header, attention_floor, lambda a: torch.from_numpy(a).to(dev), timed, references)
 
 
@@ -87,7 +92,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     why = reference.available()
     if why is None:
-        device = args.device or reference.default_device()
+        device = reference.default_device() if args.device is None else args.device
         try:
             dev = torch.device(device)
         except RuntimeError as e:

@@ -142,9 +142,10 @@ class TorchOps(NumpyOps):
         return torch.gather(a, axis, index)
 
     def pair_rows(self, table, index):
-        # Two 8-byte elements per row, by flat index: torch's gather of whole 16-byte
-        # rows is many times slower on a GPU, and the oracle and the emulation
-        # gather one row per cache byte (nvfp4_suite.kernels.torch.bench times them).
+        # Two 8-byte elements per row, by flat index (so the table has exactly two
+        # columns): torch's gather of whole 16-byte rows is many times slower on a
+        # GPU, and the oracle and the emulation gather one row per cache byte
+        # (nvfp4_suite.kernels.torch.bench times them).
         return torch.take(table, index.long()[..., None] * 2 + self._columns)
 
     def bits32(self, a):
