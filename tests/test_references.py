@@ -47,6 +47,14 @@ def test_auto_runs_on_the_gpu_only_for_a_gpu_backend_when_torch_sees_one(monkeyp
     assert R.choose("auto", Capabilities(targets=targets)).device == expected
 
 
+def test_auto_for_a_host_backend_does_not_ask_torch(monkeypatch):
+    def asked():
+        raise AssertionError("gpu_reason called: torch imported for a host backend")
+
+    monkeypatch.setattr(R, "gpu_reason", asked)
+    assert R.choose("auto", NUMPY_CAPABILITIES) == R.HOST
+
+
 def test_device_without_a_gpu_is_refused_naming_why(no_gpu):
     with pytest.raises(ValueError, match="--references device: torch sees no GPU"):
         R.choose("device", NUMPY_CAPABILITIES)

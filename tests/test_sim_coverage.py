@@ -239,10 +239,9 @@ def _reachable(arch: str) -> set[tuple[bool, int, str]]:
 def _argued(config: dict, kern) -> dict[int, int]:
     """``coverage.argued_exec`` of ``kern`` with the directions ``UNREACHABLE``
     argues for ``config`` excluded."""
-    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import UNREACHABLE
+    from nvfp4_suite.kernels.flydsl.sim.coverage_exceptions import argued_unreached
 
-    excluded = {(kern.flow.conds[e.branch], e.direction) for e in UNREACHABLE if e.applies(config)}
-    return coverage.argued_exec(kern.program, kern.flow, excluded)
+    return coverage.argued_exec(kern.program, kern.flow, set(argued_unreached(config, kern.program, kern.flow)))
 
 
 def _assert_argued_exec(key: str, kern, rec: coverage.Record, argued: dict[int, int]) -> None:

@@ -87,10 +87,11 @@ def choose(choice: str, capabilities) -> References:
         raise ValueError(f"references {choice!r}: must be one of {', '.join(CHOICES)}")
     if choice == "host":
         return HOST
-    why = gpu_reason()
     if choice == "device":
+        why = gpu_reason()
         if why is not None:
             raise ValueError(f"--references device: {why}")
         return References("cuda")
+    # Asked only for a GPU backend: gpu_reason imports torch, seconds a check of a host backend need not pay.
     on_gpu = any(t in GPU_TARGETS for t in capabilities.targets)
-    return References("cuda") if on_gpu and why is None else HOST
+    return References("cuda") if on_gpu and gpu_reason() is None else HOST
