@@ -23,7 +23,7 @@ import numpy as np
 
 from .arithmetic import OPERANDS, operand_formula
 from .formats import E4M3FN_TABLE, bf16_round, e2m1_decode
-from .paged_cache import BLK, GROUP, ROW_DATA, ROW_SCALES, V_SCALE_UNSWIZZLE, D, dequantize, page_views
+from .paged_cache import BLK, DEQUANT_TABLE, V_SCALE_UNSWIZZLE, D, page_views, table_index
 from .problem import HG, DecodeProblem
 
 
@@ -34,9 +34,12 @@ class NumpyOps:
     float32, float64, int64 = np.float32, np.float64, np.int64
     # (pair, split) blocks per emulation step, float64 bytes per oracle chunk:
     # working sets small enough for the allocator to reuse (large fresh arrays
-    # cost page faults); the results do not depend on them.
+    # cost page faults); float64 bytes of K (or V) the oracle forms at once:
+    # small enough to stay in a core's cache while BLAS reads them. The results
+    # do not depend on them.
     step_blocks = 16
     chunk_bytes = 16 * 2**20
+    block_bytes = 2**20
 
     # --- placement and conversion ------------------------------------------
     def asarray(self, a, dtype=None):
@@ -49,6 +52,9 @@ class NumpyOps:
 
     def zeros(self, shape, dtype):
         return np.zeros(shape, dtype)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
 
     def full(self, shape, value, dtype):
         return np.full(shape, value, dtype)
@@ -96,10 +102,21 @@ class NumpyOps:
     def take_along_axis(self, a, index, axis: int):
         return np.take_along_axis(a, index, axis=axis)
 
-    def pair_rows(self, table, index):
+    def table_index(self, data, scales):
+        """Rows ``256 * scale + byte`` of a ``[65536, 2]`` byte table
+        (``nvfp4_suite.reference.paged_cache.DEQUANT_TABLE``, ``operand_table``):
+        uint8 data ``[..., 64]``, scale bytes ``[..., 8]`` (scale ``j`` for bytes
+        ``8j .. 8j+7``) -> integer ``[..., 64]`` in this namespace's cheapest
+        index dtype (uint16 in numpy)."""
+        return table_index(data, scales)
+
+    def pair_rows(self, table, index, out=None):
         """``table[index]``: the rows of a float64 ``[n, 2]`` table at integer ``index``
-        ``[...]`` -> ``[..., 2]``."""
-        return table[index]
+        ``[...]`` -> ``[..., 2]``, written into ``out`` (float64 ``[..., 2]``) when
+        given. Every index must be a row of the table (not checked)."""
+        # An intp index takes numpy's fast path (take converts others more slowly);
+        # mode="clip" skips the bounds-error handling and writes out unbuffered.
+        return np.take(table, np.asarray(index).astype(np.intp, copy=False), axis=0, mode="clip", out=out)
 
     # --- bit patterns --------------------------------------------------------
     def bits32(self, a):
@@ -126,11 +143,6 @@ class NumpyOps:
         """K data, K scales, V data, V scales ``[pages, Hkv, 128, width]`` of ``pool``."""
         return tuple(page_views(pool, layout, num_kv_heads))
 
-    def dequantize(self, data, scales):
-        """float64 ``[..., 128]`` rows of ``e2m1 * e4m3fn`` (uint8 ``[..., 64]`` codes,
-        ``[..., 8]`` linear scales; NaN scale bytes give NaN)."""
-        return dequantize(data, scales, np.float64)
-
 
 NUMPY = NumpyOps()
 
@@ -151,13 +163,14 @@ def operand_table(operands: str, global_scale: float, what: str = "global_scale"
     """float64 ``[256 * 256, 2]``: row ``256 * s + b`` holds the operands of data byte
     ``b`` (its low nibble's first) in a group whose E4M3 scale byte is ``s``, as
     ``operand_formula(operands)`` forms them with ``g = fp32(global_scale)``, for
-    ``operands`` other than ``"exact"`` (those the oracle forms by ``dequantize``).
+    ``operands`` other than ``"exact"`` (whose table is
+    ``nvfp4_suite.reference.paged_cache.DEQUANT_TABLE``).
 
     Every operand is a function of one (code, scale byte) pair, so a gather from
     this table is the whole rounding text, the same for every array namespace.
     The products are exact in float64 (E2M1: 2 significant bits, E4M3: 4, a
     float32 ``g``: 24, bf16: 8) before the one rounding the formula names.
-    NaN scale bytes give NaN (as ``dequantize``). Raises ValueError naming
+    NaN scale bytes give NaN (as in ``DEQUANT_TABLE``). Raises ValueError naming
     ``what`` (the global scale's name), its value and the scale byte when a
     finite scale byte's operand overflows to infinity (a ``g`` near the float32
     maximum over 448 * 6): the declared kernel cannot hold that cache.
@@ -172,7 +185,7 @@ def operand_table(operands: str, global_scale: float, what: str = "global_scale"
             vals = bf16_round((e2m1 * e4m3 * g).astype(np.float32))
         else:
             raise ValueError(f"operands = {operands!r}, expected one of {OPERANDS[1:]} (exact ones are "
-                             f"dequantize's)")
+                             f"DEQUANT_TABLE's)")
     over = np.isinf(vals).any(axis=1)
     if over.any():
         s = int(np.argmax(over))
@@ -208,33 +221,40 @@ class ProblemArrays:
         self._unswizzle = ops.asarray(V_SCALE_UNSWIZZLE.astype(np.int64))
         self._tables: dict[str, tuple] = {}
 
-    def kv(self, pg, hd, operands: str = "exact"):
-        """float64 ``(K, V)``, each ``[A, 128, 128]``: the blocks of pages ``pg`` for KV
-        heads ``hd`` (int64 ``[A]``) as the operands ``operands`` names (one of
-        ``nvfp4_suite.reference.arithmetic.OPERANDS``; V scales unswizzled):
-        ``"exact"``, ``e2m1 * e4m3`` without the global scales; otherwise the
-        rounded operands with the global scales folded in (``operand_table``)."""
+    def tables(self, operands: str = "exact") -> tuple:
+        """float64 ``[65536, 2]`` tables ``(K's, V's)`` in this namespace, indexed by
+        ``kv_index``: for ``"exact"`` operands ``DEQUANT_TABLE`` (``e2m1 * e4m3``
+        without the global scales), otherwise the rounded operands of ``operands``
+        (one of ``nvfp4_suite.reference.arithmetic.OPERANDS``) with the global
+        scales folded in (``operand_table``)."""
+        if operands not in self._tables:
+            if operands == "exact":
+                table = self.ops.asarray(DEQUANT_TABLE)
+                self._tables[operands] = (table, table)
+            else:
+                p = self.problem
+                self._tables[operands] = (
+                    self.ops.asarray(operand_table(operands, p.k_global_scale, "k_global_scale")),
+                    self.ops.asarray(operand_table(operands, p.v_global_scale, "v_global_scale")))
+        return self._tables[operands]
+
+    def kv_index(self, pg, hd):
+        """``(K, V)`` rows of ``tables`` for the blocks of pages ``pg`` and KV heads
+        ``hd`` (int64 ``[A]``): each ``[A, 128, 64]``, one row per cache byte
+        (``ops.table_index``; V scales unswizzled)."""
         kd, ks, vd, vs = self.views
         a = pg.shape[0]
         v_scale = vs[pg, hd].reshape(a, BLK * 8)[:, self._unswizzle].reshape(a, BLK, 8)
-        if operands == "exact":
-            return self.ops.dequantize(kd[pg, hd], ks[pg, hd]), self.ops.dequantize(vd[pg, hd], v_scale)
-        if operands not in self._tables:
-            p = self.problem
-            self._tables[operands] = (
-                self.ops.asarray(operand_table(operands, p.k_global_scale, "k_global_scale")),
-                self.ops.asarray(operand_table(operands, p.v_global_scale, "v_global_scale")))
-        k_table, v_table = self._tables[operands]
-        return self._gather(k_table, kd[pg, hd], ks[pg, hd]), self._gather(v_table, vd[pg, hd], v_scale)
+        return self.ops.table_index(kd[pg, hd], ks[pg, hd]), self.ops.table_index(vd[pg, hd], v_scale)
 
-    def _gather(self, table, data, scales):
-        """``[..., 128]`` operands of uint8 codes ``[..., 64]`` and linear scale bytes
-        ``[..., 8]`` from an ``operand_table`` in this namespace."""
-        ops = self.ops
-        lead = tuple(data.shape[:-1])
-        idx = (ops.astype(scales, ops.int64).reshape(lead + (ROW_SCALES, 1)) * 256
-               + ops.astype(data, ops.int64).reshape(lead + (ROW_SCALES, GROUP // 2)))
-        return ops.pair_rows(table, idx.reshape(lead + (ROW_DATA,))).reshape(lead + (D,))
+    def kv(self, pg, hd, operands: str = "exact"):
+        """float64 ``(K, V)``, each ``[A, 128, 128]``: the blocks of pages ``pg`` for KV
+        heads ``hd`` (int64 ``[A]``) as the operands ``operands`` names (``tables``)."""
+        k_table, v_table = self.tables(operands)
+        k_index, v_index = self.kv_index(pg, hd)
+        a = pg.shape[0]
+        return (self.ops.pair_rows(k_table, k_index).reshape(a, BLK, D),
+                self.ops.pair_rows(v_table, v_index).reshape(a, BLK, D))
 
     def back(self, x) -> np.ndarray:
         """``[P, 16, n]`` pair-major -> numpy ``[rows, H, n]``."""

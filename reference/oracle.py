@@ -52,15 +52,24 @@ def oracle_details(problem: DecodeProblem, *, ops=NUMPY, pool=None,
     return _attend(problem, True, ops, pool, operands)
 
 
+def pairs_within(slots: int, nbytes: int, arrays: int = 1) -> int:
+    """How many (row, KV head) pairs with ``slots`` valid slots fit ``nbytes`` at
+    ``arrays`` float64 ``[slots * 128, 128]`` arrays a pair, or 1. The oracle's
+    blocks count one (the K or V formed at once, within ``ops.block_bytes``);
+    its chunks four (within ``ops.chunk_bytes``: a chunk's table indices,
+    scores and buffer take less, its buffer most where a block is the whole
+    chunk, as on a GPU)."""
+    return max(1, nbytes // (arrays * slots * BLK * D * 8))
+
+
 def _groups(problem: DecodeProblem, chunk_bytes: int):
     """The (row, KV head) pairs that see a key, in chunks of equal valid-slot count.
 
     Yields ``(sel, slots)``: int64 numpy ``[n]`` pair indices (pair-major, as
     ``ProblemArrays``) and int64 ``[n, c]`` the slot indices of each pair's
     ``c`` valid slots in slot order. One count per chunk, so no chunk carries
-    padding and a pair's arithmetic does not depend on the others'. A chunk's
-    float64 working set (K, V and their absolute values) stays within
-    ``chunk_bytes``, or is one pair's.
+    padding and a pair's arithmetic does not depend on the others'. A chunk
+    holds ``pairs_within(c, chunk_bytes, 4)`` pairs.
     """
     valid = problem.valid_slots.reshape(-1, problem.TOPK)
     count = valid.sum(axis=1)
@@ -68,10 +77,22 @@ def _groups(problem: DecodeProblem, chunk_bytes: int):
     order = np.argsort(~valid, axis=1, kind="stable")
     for c in np.unique(count[count > 0]):
         members = np.flatnonzero(count == c)
-        step = max(1, chunk_bytes // (4 * int(c) * BLK * D * 8))
+        step = pairs_within(int(c), chunk_bytes, 4)
         for lo in range(0, len(members), step):
             sel = members[lo : lo + step]
             yield sel, order[sel, :c]
+
+
+def _blocks(ops, table, index, buf, step: int, keys: int):
+    """Yields ``(lo, hi, x)``: the operands of pairs ``lo:hi`` (``step`` a block),
+    ``x`` float64 ``[hi - lo, keys, 128]`` gathered from ``table`` at their rows
+    of ``index`` (``[n, keys * 64]``) into ``buf`` (float64 ``[>= step * keys * 64, 2]``),
+    which the next block overwrites."""
+    n, row = index.shape
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        into = buf[: (hi - lo) * row].reshape(hi - lo, row, 2)
+        yield lo, hi, ops.pair_rows(table, index[lo:hi], out=into).reshape(hi - lo, keys, D)
 
 
 def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
@@ -84,6 +105,7 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
     f64 = ops.float64
     kg, vg = applied_global_scales(problem, operands)
     kscale = problem.sm_scale * kg
+    k_table, v_table = a.tables(operands)
 
     out = ops.zeros((P, HG, D), f64)
     lse = ops.full((P, HG), -math.inf, f64)
@@ -96,16 +118,28 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
     # least its block's first key, so a pair with a valid slot sees a key.
     for sel_np, slots_np in _groups(problem, ops.chunk_bytes):
         n, c = slots_np.shape
+        keys = c * BLK
         sel, slots = ops.asarray(sel_np), ops.asarray(slots_np)
         hd = xp.broadcast_to(a.heads[sel][:, None], (n, c)).reshape(-1)
-        k, v = a.kv(a.pages[sel[:, None], slots].reshape(-1), hd, operands)
-        k = k.reshape(n, c * BLK, D)
-        v = v.reshape(n, c * BLK, D)
+        row = keys * D // 2  # cache bytes, so table rows, of a pair's K (or V)
+        k_index, v_index = (i.reshape(n, row) for i in a.kv_index(a.pages[sel[:, None], slots].reshape(-1), hd))
         q = a.q[sel]
         # Per key: the row's own block is cut at its position even though its slot is valid.
-        see = a.mask[sel[:, None], slots].reshape(n, 1, c * BLK)
-        s = xp.matmul(q, xp.swapaxes(k, 1, 2)) * kscale
+        see = a.mask[sel[:, None], slots].reshape(n, 1, keys)
         cut = ops.any(~see)
+        # K and V are formed a block of pairs at a time into one reused buffer, and
+        # each block's products are taken while it is still in cache; every pair's
+        # arithmetic is one BLAS call whichever block it falls in.
+        step = min(n, pairs_within(c, ops.block_bytes))
+        buf = ops.empty((step * row, 2), f64)
+        s = ops.empty((n, HG, keys), f64)
+        if details:
+            sa = ops.empty((n, HG, keys), f64)
+        for lo, hi, k in _blocks(ops, k_table, k_index, buf, step, keys):
+            xp.matmul(q[lo:hi], xp.swapaxes(k, 1, 2), out=s[lo:hi])
+            if details:
+                xp.matmul(xp.abs(q[lo:hi]), xp.swapaxes(xp.abs(k, out=k), 1, 2), out=sa[lo:hi])
+        s *= kscale
         if cut:
             s = xp.where(see, s, -math.inf)
         m = ops.amax(s, -1)[..., None]
@@ -113,17 +147,26 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
         s -= m
         p = xp.exp(s, out=s)
         denom = ops.sum(p, -1)[..., None]
-        o = xp.matmul(p, v)
+        o = ops.empty((n, HG, D), f64)
+        if details:
+            mag_c = ops.empty((n, HG, D), f64)
+            vsum_c = ops.empty((n, 1, D), f64)
+            seen = ops.f64(see)
+        for lo, hi, v in _blocks(ops, v_table, v_index, buf, step, keys):
+            xp.matmul(p[lo:hi], v, out=o[lo:hi])
+            if details:
+                # Exact, not merely bounds: the golden catalog stores intervals (and
+                # ``magnitude``) computed from them (tolerance.py's module note).
+                av = xp.abs(v, out=v)
+                xp.matmul(p[lo:hi], av, out=mag_c[lo:hi])
+                xp.matmul(seen[lo:hi], av, out=vsum_c[lo:hi])
         o *= vg / denom
         out[sel] = o
         lse[sel] = (m + xp.log(denom))[..., 0]
         if details:
-            # Exact, not merely bounds: the golden catalog stores intervals (and
-            # ``magnitude``) computed from them (tolerance.py's module note).
-            av = xp.abs(v)
-            mag[sel] = xp.matmul(p, av) * (vg / denom)
-            vsum[sel] = xp.matmul(ops.f64(see), av)[:, 0] * vg
-            sa = xp.matmul(xp.abs(q), xp.swapaxes(xp.abs(k), 1, 2))
+            mag_c *= vg / denom
+            mag[sel] = mag_c
+            vsum[sel] = vsum_c[:, 0] * vg
             sabs[sel] = ops.amax(xp.where(see, sa, 0.0) if cut else sa, -1)
     lse = a.back(lse[..., None])[..., 0]
     if not details:

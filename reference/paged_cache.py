@@ -230,12 +230,12 @@ def quantize_nvfp4(x: np.ndarray, global_scale: float) -> tuple[np.ndarray, np.n
     return pack_e2m1(codes.reshape(a.shape)), sf
 
 
-# (scale byte << 8 | data byte) -> the byte's two elements (low nibble first),
-# e2m1 * e4m3fn, as one complex128: a single gather dequantises two float64
-# elements, scale included (1 MiB). Each entry is the one float64 product the
-# elements are, exact (2 + 4 significant bits), so gathering it gives the bits
+# Row 256 * scale byte + data byte: the byte's two elements (low nibble first),
+# e2m1 * e4m3fn (1 MiB): a single gather of one row dequantises two float64
+# elements, scale included. Each entry is the one float64 product the element
+# is, exact (2 + 4 significant bits), so gathering it gives the bits
 # multiplying would; NaN scale bytes give NaN.
-_PRODUCTS = np.ascontiguousarray(
+DEQUANT_TABLE = np.ascontiguousarray(
     np.stack(
         [
             np.where(np.arange(256) & 0x8, -1.0, 1.0) * E2M1_MAGNITUDES[np.arange(256) & 0x7],
@@ -244,7 +244,24 @@ _PRODUCTS = np.ascontiguousarray(
         axis=-1,
     )[None, :, :]
     * E4M3FN_TABLE.astype(np.float64)[:, None, None]
-).view(np.complex128).reshape(256 * 256)
+).reshape(256 * 256, 2)
+DEQUANT_TABLE.setflags(write=False)
+
+
+def table_index(data: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Rows of a ``[65536, 2]`` byte table (``DEQUANT_TABLE``,
+    ``nvfp4_suite.reference.arrays.operand_table``) for data bytes and their scale bytes.
+
+    data: uint8 ``[..., 64]`` codes; scales: uint8 ``[..., 8]`` in linear order,
+    scale ``j`` for data bytes ``8j .. 8j+7``. Returns uint16 ``[..., 64]``:
+    ``256 * scale + byte``.
+    """
+    # uint16 is the cheapest index to build, and repeating each scale over its
+    # group's 8 bytes first keeps the OR's inner loop long (a broadcast would
+    # run it 8 elements at a time).
+    idx = np.repeat(np.asarray(scales, np.uint8).astype(np.uint16) << 8, GROUP // 2, axis=-1)
+    idx |= np.asarray(data, np.uint8)
+    return idx
 
 
 def dequantize(data: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.ndarray:
@@ -253,19 +270,12 @@ def dequantize(data: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.nda
     data: uint8 ``[..., 64]`` codes (element ``2j`` in the low nibble of byte
     ``j``); scales: uint8 ``[..., 8]`` in linear order (V scales unswizzled).
     Returns ``dtype`` ``[..., 128]``. NaN scale bytes give NaN in their group.
-    One table gather, the oracle's and emulation's inner loop.
+    One table gather (``DEQUANT_TABLE`` at ``table_index``).
     """
-    data = np.asarray(data, np.uint8)
-    scales = np.asarray(scales, np.uint8)
-    lead = data.shape[:-1]
-    # A uint16 index is the cheapest to build (take casts it to intp once), and
-    # repeating each scale over its group's 8 bytes first keeps the OR's inner
-    # loop long (a broadcast would run it 8 elements at a time). mode="clip"
-    # takes numpy's fast path (no bounds-error handling); a 16-bit index is
-    # always in range of the 65536-entry table.
-    idx = np.repeat(scales.astype(np.uint16) << 8, GROUP // 2, axis=-1)
-    idx |= data
-    vals = np.take(_PRODUCTS, idx, mode="clip").view(np.float64)
+    lead = np.shape(data)[:-1]
+    # An intp index takes numpy's fast path; mode="clip" skips bounds-error
+    # handling (a 16-bit index is always in range of the 65536-row table).
+    vals = np.take(DEQUANT_TABLE, table_index(data, scales).astype(np.intp), axis=0, mode="clip")
     return vals.reshape(lead + (D,)).astype(dtype, copy=False)
 
 

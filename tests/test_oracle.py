@@ -14,8 +14,9 @@ import nvfp4_suite.reference as R
 from nvfp4_suite.reference.arrays import NumpyOps
 from nvfp4_suite.reference.examples import random_problem
 from nvfp4_suite.reference.formats import e2m1_decode, e4m3fn_decode
-from nvfp4_suite.reference.oracle import oracle_details
+from nvfp4_suite.reference.oracle import oracle_details, pairs_within
 from nvfp4_suite.reference.paged_cache import (
+    DEQUANT_TABLE,
     D,
     dequantize,
     page_views,
@@ -321,13 +322,29 @@ def test_details_match_their_definitions_over_the_keys_each_row_sees():
     assert np.array_equal(np.isinf(lse), np.isinf(want[1]))
 
 
-def test_chunks_change_no_bit():
-    """A pair's arithmetic does not depend on which pairs share its chunk."""
+@pytest.mark.parametrize("chunk_bytes, block_bytes", [(1, 1), (2**30, 1), (2**30, 2**30), (2**20, 3 * 2**19)])
+def test_chunks_and_blocks_change_no_bit(chunk_bytes, block_bytes):
+    """A pair's arithmetic does not depend on which pairs share its chunk or its block."""
     p = _mixed_problem()
-    one = NumpyOps()
-    one.chunk_bytes = 1  # one pair per chunk; the default puts several pairs of one count together
-    for a, b in zip(oracle_details(p), oracle_details(p, ops=one)):
-        assert np.array_equal(a, b)
+    other = NumpyOps()
+    # 1: one pair per chunk (block); 2**30: every pair of a count in one; 1 MiB chunks
+    # split the four 1-slot pairs in two, 1.5 MiB blocks take all of them and one
+    # 7-slot pair each. The default differs from each.
+    other.chunk_bytes, other.block_bytes = chunk_bytes, block_bytes
+    assert (other.chunk_bytes, other.block_bytes) != (NumpyOps.chunk_bytes, NumpyOps.block_bytes)
+    for a, b in zip(oracle_details(p), oracle_details(p, ops=other)):
+        assert np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+@pytest.mark.parametrize("slots", [1, 2, 5, 16])
+def test_pairs_within_fills_the_budget_with_whole_pairs_and_takes_at_least_one(slots):
+    pair = slots * 128 * 128 * 8  # one float64 [slots * 128, 128] array
+    for arrays in (1, 4):
+        for n in range(1, 6):
+            assert pairs_within(slots, n * arrays * pair, arrays) == n
+            assert pairs_within(slots, (n + 1) * arrays * pair - 1, arrays) == n
+        assert pairs_within(slots, arrays * pair - 1, arrays) == 1
+        assert pairs_within(slots, 0, arrays) == 1
 
 
 def _multiplied(data, scales):
@@ -337,10 +354,21 @@ def _multiplied(data, scales):
 
 
 class _MultiplyingOps(NumpyOps):
-    """The numpy namespace dequantising by decoding each code and scale and multiplying."""
+    """The numpy namespace forming exact operands by decoding each code and scale
+    byte of a table row (``256 * scale + byte``) and multiplying."""
 
-    def dequantize(self, data, scales):
-        return _multiplied(data, scales)
+    calls = 0
+
+    def pair_rows(self, table, index, out=None):
+        assert np.shares_memory(table, DEQUANT_TABLE)  # the exact operands' table, read as its rows' bytes
+        self.calls += 1
+        rows = np.asarray(index).astype(np.int64)
+        codes = e2m1_decode(unpack_e2m1((rows & 0xFF).astype(np.uint8)[..., None])).astype(np.float64)
+        vals = codes * e4m3fn_decode((rows >> 8).astype(np.uint8)).astype(np.float64)[..., None]
+        if out is None:
+            return vals
+        out[...] = vals
+        return out
 
 
 def test_dequantize_gathers_the_bits_of_every_code_times_every_scale_byte():
@@ -356,5 +384,7 @@ def test_the_oracle_is_bit_for_bit_the_oracle_over_multiplied_operands(seed):
     """The product-table gather changes no output or bound of the oracle."""
     p = random_problem(40 + seed, reqs=3, q_len=2, num_kv_heads=2, topk=8,
                        seq_lens=[700, 1024, 130], invalid_fraction=0.3)
-    for a, b in zip(oracle_details(p), oracle_details(p, ops=_MultiplyingOps())):
+    multiplying = _MultiplyingOps()
+    for a, b in zip(oracle_details(p), oracle_details(p, ops=multiplying)):
         assert a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+    assert multiplying.calls >= 2  # K and V were formed by multiplying

@@ -177,11 +177,18 @@ def _every_byte_under_every_scale():
 
 def _gathers_equal(device):
     from nvfp4_suite.reference.arrays import NUMPY, operand_table
+    from nvfp4_suite.reference.paged_cache import DEQUANT_TABLE
 
     ops = TR.TorchOps(device)
     data, scales = _every_byte_under_every_scale()
-    got = ops.dequantize(ops.asarray(data), ops.asarray(scales))
-    assert _bits_equal(ops.to_numpy(got), NUMPY.dequantize(data, scales))  # NaN scales: NaN in both
+    index = ops.table_index(ops.asarray(data), ops.asarray(scales))
+    want = NUMPY.table_index(data, scales)
+    assert np.array_equal(ops.to_numpy(index), want) and sorted(set(want.reshape(-1).tolist())) == list(range(65536))
+    got = ops.pair_rows(ops.asarray(DEQUANT_TABLE), index)
+    assert _bits_equal(ops.to_numpy(got), NUMPY.pair_rows(DEQUANT_TABLE, want))  # NaN scales: NaN in both
+    into = ops.zeros(tuple(got.shape), ops.float64)
+    assert ops.pair_rows(ops.asarray(DEQUANT_TABLE), index, out=into) is into and _bits_equal(ops.to_numpy(into),
+                                                                                             ops.to_numpy(got))
     table = operand_table("bf16-folded", 0.05)
     index = np.arange(256 * 256).reshape(256, 16, 16)[:, ::-1]  # every row, not in order
     assert _bits_equal(ops.to_numpy(ops.pair_rows(ops.asarray(table), ops.asarray(index))),

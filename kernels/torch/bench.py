@@ -9,7 +9,7 @@ rows, the oracle and the emulation through the torch namespace
 the device once, before the timing (as ``serving-bench`` passes it; a small
 check with ``--references device`` copies the pool at every launch, a cost
 these times leave out), against the same plain softmax attention as
-``torch.einsum`` in float32 on that device, with torch's own matmul
+batched ``torch.matmul`` in float32 on that device, with torch's own matmul
 precision setting (TF32 off unless the process turned it on). A reference's
 time includes its host work: validating the problem and copying its results
 back to numpy. Times are the minimum of ``--reps`` runs
@@ -39,11 +39,13 @@ except ImportError:  # main() says so
 def attention_floor(q, k, v):
     """``nvfp4_suite.reference.bench.attention_floor`` in torch: tensors q ``[B,16,128]``,
     k/v ``[B,N,128]`` of one dtype and device -> ``[B,16,128]`` in that dtype."""
-    s = torch.einsum("bhd,bkd->bhk", q, k) * (D**-0.5)
+    s = torch.matmul(q, k.transpose(1, 2))
+    s *= D**-0.5
     s -= s.amax(dim=-1, keepdim=True)
     s.exp_()
-    s /= s.sum(dim=-1, keepdim=True)
-    return torch.einsum("bhk,bkd->bhd", s, v)
+    o = torch.matmul(s, v)
+    o /= s.sum(dim=-1, keepdim=True)
+    return o
 
 
 def namespace(device: str) -> bench.Namespace:
@@ -82,7 +84,8 @@ def namespace(device: str) -> bench.Namespace:
     else:  # torch's own thread count moves the CPU ratios as BLAS's does numpy's
         where = f"the CPU); torch threads: {torch.get_num_threads()}"
     header = f"torch {torch.__version__} on {dev} ({where}"
-    return bench.Namespace(header, attention_floor, lambda a: torch.from_numpy(a).to(dev), timed, references)
+    return bench.Namespace(header, attention_floor, lambda a: torch.from_numpy(a).to(dev), timed, references,
+                           lambda a, value: a.fill_(value), reference.TorchOps(dev).block_bytes)
 
 
 def main(argv=None) -> int:

@@ -46,8 +46,6 @@ from nvfp4_suite.reference import oracle as _oracle
 from nvfp4_suite.reference.arrays import NumpyOps
 from nvfp4_suite.reference.emulate import SEED_GEOMETRY, Emulation, Geometry
 from nvfp4_suite.reference.emulate import emulate_details as _emulate_details
-from nvfp4_suite.reference.formats import E4M3FN_TABLE, e2m1_decode
-from nvfp4_suite.reference.paged_cache import unpack_e2m1
 from nvfp4_suite.reference.problem import DecodeProblem
 
 from .backend import page_views
@@ -81,9 +79,8 @@ class TorchOps(NumpyOps):
         gpu = self.device.type != "cpu"
         self.step_blocks = 2048 if gpu else 64
         self.chunk_bytes = 2 * 2**30 if gpu else 64 * 2**20
-        pairs = e2m1_decode(unpack_e2m1(np.arange(256, dtype=np.uint8)[:, None]))
-        self._pairs = self.asarray(pairs, np.float64)
-        self._scales = self.asarray(E4M3FN_TABLE, np.float64)
+        # A GPU forms a chunk's K (or V) at once; the CPU in cache-sized blocks as numpy.
+        self.block_bytes = self.chunk_bytes if gpu else NumpyOps.block_bytes
         self._columns = torch.arange(2, device=self.device)
 
     def _dtype(self, dtype):
@@ -100,6 +97,9 @@ class TorchOps(NumpyOps):
 
     def zeros(self, shape, dtype):
         return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def empty(self, shape, dtype):
+        return torch.empty(shape, dtype=dtype, device=self.device)
 
     def full(self, shape, value, dtype):
         return torch.full(shape, value, dtype=dtype, device=self.device)
@@ -141,12 +141,18 @@ class TorchOps(NumpyOps):
     def take_along_axis(self, a, index, axis: int):
         return torch.gather(a, axis, index)
 
-    def pair_rows(self, table, index):
+    def table_index(self, data, scales):
+        lead = tuple(data.shape[:-1])
+        rows = scales.long().reshape(lead + (8, 1)) * 256 + data.long().reshape(lead + (8, 8))
+        return rows.reshape(lead + (64,))
+
+    def pair_rows(self, table, index, out=None):
         # Two 8-byte elements per row, by flat index (so the table has exactly two
         # columns): torch's gather of whole 16-byte rows is many times slower on a
         # GPU, and the oracle and the emulation gather one row per cache byte
         # (nvfp4_suite.kernels.torch.bench times them).
-        return torch.take(table, index.long()[..., None] * 2 + self._columns)
+        flat = index.long()[..., None] * 2 + self._columns
+        return torch.take(table, flat) if out is None else torch.take(table, flat, out=out)
 
     def bits32(self, a):
         return a.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
@@ -170,11 +176,6 @@ class TorchOps(NumpyOps):
               or self.device.index not in (None, pool.device.index)):
             raise ValueError(f"pool: expected uint8 on {self.device}, got {pool.dtype} on {pool.device}")
         return tuple(page_views(pool, layout, num_kv_heads))
-
-    def dequantize(self, data, scales):
-        lead = tuple(data.shape[:-1])
-        vals = self.pair_rows(self._pairs, data).reshape(lead + (8, 16))
-        return (vals * self._scales[scales.long()][..., None]).reshape(lead + (128,))
 
 
 def _ops(problem: DecodeProblem, device, pool) -> TorchOps:
