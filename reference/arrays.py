@@ -113,7 +113,8 @@ class NumpyOps:
     def pair_rows(self, table, index, out=None):
         """``table[index]``: the rows of a float64 ``[n, 2]`` table at integer ``index``
         ``[...]`` -> ``[..., 2]``, written into ``out`` (float64 ``[..., 2]``) when
-        given. Every index must be a row of the table (not checked)."""
+        given. Every index must be a row of the table: numpy clamps one that is not
+        (unchecked, for speed) where torch raises."""
         # An intp index takes numpy's fast path (take converts others more slowly);
         # mode="clip" skips the bounds-error handling and writes out unbuffered.
         return np.take(table, np.asarray(index).astype(np.intp, copy=False), axis=0, mode="clip", out=out)

@@ -128,8 +128,9 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
         see = a.mask[sel[:, None], slots].reshape(n, 1, keys)
         cut = ops.any(~see)
         # K and V are formed a block of pairs at a time into one reused buffer, and
-        # each block's products are taken while it is still in cache; every pair's
-        # arithmetic is one BLAS call whichever block it falls in.
+        # each block's products are taken while it is still in cache. In numpy every
+        # pair's arithmetic is one BLAS call whichever block it falls in, so blocks
+        # change no bit (torch promises its numpy agreement only to rounding).
         step = min(n, pairs_within(c, ops.block_bytes))
         buf = ops.empty((step * row, 2), f64)
         s = ops.empty((n, HG, keys), f64)

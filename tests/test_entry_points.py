@@ -145,7 +145,7 @@ def test_reference_bench_times_both_references_against_the_floors():
     assert float(lines["floor"][2]) == 1.0 and float(lines["emulate"][2]) > 0 and float(lines["oracle"][2]) > 0
     # The oracle on a step with 2..6 of 16 slots valid, against the floor over those keys alone.
     assert float(lines["floor-valid"][2]) == 1.0 and float(lines["oracle-valid"][2]) > 0
-    assert float(lines["floor64-valid"][2]) > 0 and float(lines["floor64-fill"][2]) > 0
+    assert float(lines["floor64-valid"][2]) > 0 and float(lines["oracle-arith"][2]) > 0
     keys = re.search(r"\((\d+) of 2048 keys a row on average\)", r.stdout)
     assert keys and 2 * 128 <= int(keys.group(1)) <= 6 * 128, r.stdout
     assert r.stdout.startswith("BLAS threads: "), r.stdout
@@ -168,7 +168,7 @@ def test_torch_bench_times_the_references_on_the_cpu_device():
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("torch ") and " on cpu (the CPU); torch threads: " in r.stdout, r.stdout
     rows = _bench_rows(r.stdout)
-    for what in ("floor", "oracle", "emulate", "floor-valid", "floor64-valid", "floor64-fill", "oracle-valid"):
+    for what in ("floor", "oracle", "emulate", "floor-valid", "floor64-valid", "oracle-arith", "oracle-valid"):
         assert float(rows[what][2]) > 0 and rows[what][3] == "-", r.stdout  # no allocator count on the CPU
     assert float(rows["floor"][2]) == float(rows["floor-valid"][2]) == 1.0
 
@@ -197,7 +197,7 @@ def test_torch_bench_times_the_references_on_the_gpu():
         r.stdout + r.stderr
     rows = _bench_rows(r.stdout)
     assert float(rows["oracle-valid"][2]) > 0 and float(rows["oracle-valid"][3]) > 0, r.stdout  # device MiB
-    assert float(rows["floor64-fill"][2]) > 0, r.stdout
+    assert float(rows["oracle-arith"][2]) > 0, r.stdout
 
 
 def test_reference_bench_names_the_blas_thread_setting_it_ran_with():

@@ -322,14 +322,16 @@ def test_details_match_their_definitions_over_the_keys_each_row_sees():
     assert np.array_equal(np.isinf(lse), np.isinf(want[1]))
 
 
-@pytest.mark.parametrize("chunk_bytes, block_bytes", [(1, 1), (2**30, 1), (2**30, 2**30), (2**20, 3 * 2**19)])
+@pytest.mark.parametrize("chunk_bytes, block_bytes",
+                         [(1, 1), (2**30, 1), (2**30, 2**30), (2**20, 3 * 2**19), (2**30, 3 * 2**17)])
 def test_chunks_and_blocks_change_no_bit(chunk_bytes, block_bytes):
     """A pair's arithmetic does not depend on which pairs share its chunk or its block."""
     p = _mixed_problem()
     other = NumpyOps()
     # 1: one pair per chunk (block); 2**30: every pair of a count in one; 1 MiB chunks
-    # split the four 1-slot pairs in two, 1.5 MiB blocks take all of them and one
-    # 7-slot pair each. The default differs from each.
+    # split the four 1-slot pairs in two, which 1.5 MiB blocks take whole, and 7-slot
+    # pairs one a block; 384 KiB blocks take the four 1-slot pairs three, then one.
+    # The default differs from each.
     other.chunk_bytes, other.block_bytes = chunk_bytes, block_bytes
     assert (other.chunk_bytes, other.block_bytes) != (NumpyOps.chunk_bytes, NumpyOps.block_bytes)
     for a, b in zip(oracle_details(p), oracle_details(p, ops=other)):

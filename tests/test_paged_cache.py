@@ -152,6 +152,20 @@ def test_dequantize_is_the_codecs_product_for_every_byte_and_scale_byte():
         np.testing.assert_array_equal(got, want.astype(dtype))  # NaN where the scale byte is NaN
 
 
+def test_table_index_pairs_each_group_scale_with_its_own_eight_bytes():
+    """Row ``256 * scale + byte`` for every data byte, each of the 8 groups of a row
+    under its own scale byte (all 256 of them, in every group position)."""
+    data = np.broadcast_to(np.arange(256, dtype=np.uint8).reshape(4, 64), (256, 4, 64))
+    # Row r of block b: group j's scale is byte (b + 37 * j + r) % 256, distinct within a row.
+    b, r, j = np.meshgrid(np.arange(256), np.arange(4), np.arange(8), indexing="ij")
+    scales = ((b + 37 * j + r) % 256).astype(np.uint8)
+    got = PC.table_index(data, scales)
+    want = 256 * np.repeat(scales.astype(np.int64), 8, axis=-1) + data
+    assert got.shape == (256, 4, 64) and np.array_equal(got, want)
+    # Every (scale byte, data byte) pair, so every row of the table, is reached.
+    assert np.array_equal(np.unique(got), np.arange(65536))
+
+
 def test_quantize_error_within_half_step_per_group():
     rng = np.random.default_rng(RNG_SEED + 1)
     x = rng.standard_normal((400, 128)) * 10.0 ** rng.integers(-3, 3, (400, 1))

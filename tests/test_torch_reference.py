@@ -189,6 +189,8 @@ def _gathers_equal(device):
     into = ops.zeros(tuple(got.shape), ops.float64)
     assert ops.pair_rows(ops.asarray(DEQUANT_TABLE), index, out=into) is into and _bits_equal(ops.to_numpy(into),
                                                                                              ops.to_numpy(got))
+    into_np = np.zeros(got.shape)
+    assert NUMPY.pair_rows(DEQUANT_TABLE, want, out=into_np) is into_np and _bits_equal(into_np, ops.to_numpy(got))
     table = operand_table("bf16-folded", 0.05)
     index = np.arange(256 * 256).reshape(256, 16, 16)[:, ::-1]  # every row, not in order
     assert _bits_equal(ops.to_numpy(ops.pair_rows(ops.asarray(table), ops.asarray(index))),

@@ -85,7 +85,7 @@ def namespace(device: str) -> bench.Namespace:
         where = f"the CPU); torch threads: {torch.get_num_threads()}"
     header = f"torch {torch.__version__} on {dev} ({where}"
     return bench.Namespace(header, attention_floor, lambda a: torch.from_numpy(a).to(dev), timed, references,
-                           lambda a, value: a.fill_(value), reference.TorchOps(dev).block_bytes)
+                           reference.TorchOps(dev))
 
 
 def main(argv=None) -> int:

@@ -4,7 +4,7 @@
 minutes in numpy on a serving-size step. They are written once over an
 array namespace (``nvfp4_suite.reference.arrays``); this module supplies
 the torch one (``TorchOps``: device placement, dtypes, bit casts, scatters
-and the table dequantiser), so the same text runs on any torch device in
+and the table gathers, ``table_index`` and ``pair_rows``), so the same text runs on any torch device in
 seconds. Nothing of the arithmetic is written here.
 
 What equals the numpy versions, and why:
