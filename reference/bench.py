@@ -20,9 +20,9 @@ reused buffer and its scores taken, one softmax a chunk, then each block's
 V and its products), with constants written where the oracle gathers its
 operands from the dequantisation table, and nothing else: no validation, no
 slot gathers, no table indices. The oracle costs this row plus those, so
-the gap between the two rows is what faster gathering or validating
-could win; where this row alone is at or above a ratio, no such work brings
-the oracle to it in this library on this machine.
+the gap between this row and ``oracle-valid`` is what faster gathering or
+validating could win; where this row alone is at or above a ratio, no such
+work brings the oracle to it in this library on this machine.
 
 ``nvfp4_suite.kernels.torch.bench`` prints the same table computed on a
 torch device (``Namespace`` is what differs).
