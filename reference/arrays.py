@@ -23,7 +23,7 @@ import numpy as np
 
 from .arithmetic import OPERANDS, operand_formula
 from .formats import E4M3FN_TABLE, bf16_round, e2m1_decode
-from .paged_cache import BLK, DEQUANT_TABLE, V_SCALE_UNSWIZZLE, D, page_views, table_index
+from .paged_cache import BLK, DEQUANT_TABLE, V_SCALE_UNSWIZZLE, D, page_views, table_index, table_rows
 from .problem import HG, DecodeProblem
 
 
@@ -114,10 +114,8 @@ class NumpyOps:
         """``table[index]``: the rows of a float64 ``[n, 2]`` table at integer ``index``
         ``[...]`` -> ``[..., 2]``, written into ``out`` (float64 ``[..., 2]``) when
         given. Every index must be a row of the table: numpy clamps one that is not
-        (unchecked, for speed) where torch raises."""
-        # An intp index takes numpy's fast path (take converts others more slowly);
-        # mode="clip" skips the bounds-error handling and writes out unbuffered.
-        return np.take(table, np.asarray(index).astype(np.intp, copy=False), axis=0, mode="clip", out=out)
+        (``paged_cache.table_rows``) where torch raises."""
+        return table_rows(table, index, out)
 
     # --- bit patterns --------------------------------------------------------
     def bits32(self, a):

@@ -136,10 +136,11 @@ def _attend(problem: DecodeProblem, details: bool, ops, pool, operands: str):
         s = ops.empty((n, HG, keys), f64)
         if details:
             sa = ops.empty((n, HG, keys), f64)
+            aq = xp.abs(q)
         for lo, hi, k in _blocks(ops, k_table, k_index, buf, step, keys):
             xp.matmul(q[lo:hi], xp.swapaxes(k, 1, 2), out=s[lo:hi])
             if details:
-                xp.matmul(xp.abs(q[lo:hi]), xp.swapaxes(xp.abs(k, out=k), 1, 2), out=sa[lo:hi])
+                xp.matmul(aq[lo:hi], xp.swapaxes(xp.abs(k, out=k), 1, 2), out=sa[lo:hi])
         s *= kscale
         if cut:
             s = xp.where(see, s, -math.inf)

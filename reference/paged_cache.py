@@ -264,6 +264,16 @@ def table_index(data: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return idx
 
 
+def table_rows(table: np.ndarray, index, out=None) -> np.ndarray:
+    """``table[index]``: the rows of a float64 ``[n, 2]`` table (``DEQUANT_TABLE``,
+    ``nvfp4_suite.reference.arrays.operand_table``) at integer ``index`` ``[...]``
+    -> float64 ``[..., 2]``, written into ``out`` when given. Every index must be
+    a row of the table: one that is not is clamped (unchecked, for speed)."""
+    # An intp index takes numpy's fast path (take converts others more slowly);
+    # mode="clip" skips the bounds-error handling and writes out unbuffered.
+    return np.take(table, np.asarray(index).astype(np.intp, copy=False), axis=0, mode="clip", out=out)
+
+
 def dequantize(data: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.ndarray:
     """Rows of ``e2m1 * e4m3fn`` without the global scale, exact in float32 and float64.
 
@@ -273,9 +283,7 @@ def dequantize(data: np.ndarray, scales: np.ndarray, dtype=np.float32) -> np.nda
     One table gather (``DEQUANT_TABLE`` at ``table_index``).
     """
     lead = np.shape(data)[:-1]
-    # An intp index takes numpy's fast path; mode="clip" skips bounds-error
-    # handling (a 16-bit index is always in range of the 65536-row table).
-    vals = np.take(DEQUANT_TABLE, table_index(data, scales).astype(np.intp), axis=0, mode="clip")
+    vals = table_rows(DEQUANT_TABLE, table_index(data, scales))
     return vals.reshape(lead + (D,)).astype(dtype, copy=False)
 
 

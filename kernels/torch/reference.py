@@ -4,8 +4,8 @@
 minutes in numpy on a serving-size step. They are written once over an
 array namespace (``nvfp4_suite.reference.arrays``); this module supplies
 the torch one (``TorchOps``: device placement, dtypes, bit casts, scatters
-and the table gathers, ``table_index`` and ``pair_rows``), so the same text runs on any torch device in
-seconds. Nothing of the arithmetic is written here.
+and the table gathers, ``table_index`` and ``pair_rows``), so the same text
+runs on any torch device in seconds. Nothing of the arithmetic is written here.
 
 What equals the numpy versions, and why:
 
@@ -152,7 +152,7 @@ class TorchOps(NumpyOps):
         # GPU, and the oracle and the emulation gather one row per cache byte
         # (nvfp4_suite.kernels.torch.bench times them).
         flat = index.long()[..., None] * 2 + self._columns
-        return torch.take(table, flat) if out is None else torch.take(table, flat, out=out)
+        return torch.take(table, flat, out=out)
 
     def bits32(self, a):
         return a.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
